@@ -1,0 +1,96 @@
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// A node of a live session must never be left behind: it would block every
+// later waiter for as long as the session lives. When a deletion cannot be
+// finished by the call that wanted it (its context ended, the connection
+// dropped, a create's response was lost), finish hands it to a goroutine
+// that retries across reconnections. The goroutine stops as soon as the node
+// is gone, or the session that owns it is gone (ZooKeeper then deletes the
+// node itself), or the connection is closed, or the client has been
+// disconnected for longer than any session could survive.
+
+// finish deletes path, or, when path is empty, every node carrying guid (a
+// create whose outcome we never learned), in the background.
+func (l *RWLock) finish(path, guid string, session int64) {
+	l.background.Add(1)
+	go func() {
+		defer l.background.Done()
+		l.finishNow(path, guid, session)
+	}()
+}
+
+// finishCreate receives the outcome of a create its caller stopped waiting
+// for, and makes sure the node does not outlive the call.
+func (l *RWLock) finishCreate(path string, err error, guid string, session int64) {
+	switch {
+	case err == nil:
+		l.finish(path, "", session)
+	case connectionLoss(err):
+		l.finish("", guid, session)
+	}
+}
+
+func (l *RWLock) finishNow(path, guid string, session int64) {
+	var retry backoff
+	limit := l.sessionTimeout()
+	if limit == 0 {
+		limit = maxSessionTimeout
+	}
+	lastUp := time.Now()
+	for {
+		if l.conn.SessionID() != session {
+			return
+		}
+		err := l.deleteMine(path, guid)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode), sessionGone(err):
+			l.debug("finished deleting in the background", path+guid)
+			return
+		case !connectionLoss(err):
+			l.log.Warn("rwlock: cannot delete lock node; it goes when its session ends",
+				"lock", l.path, "node", path, "guid", guid, "err", err)
+			return
+		}
+		now := time.Now()
+		if l.conn.State() == zk.StateHasSession {
+			lastUp = now
+		} else if now.Sub(lastUp) > limit {
+			return // the server has expired the session by now
+		}
+		if retry.wait(context.Background(), l.conn) != nil {
+			return // closed: closing a connection ends its session
+		}
+	}
+}
+
+// maxSessionTimeout bounds the retries when the session timeout is unknown:
+// ZooKeeper grants at most 20 ticks (40s by default) unless configured.
+const maxSessionTimeout = 2 * time.Minute
+
+// deleteMine deletes path, or every child of the lock directory that
+// carries guid.
+func (l *RWLock) deleteMine(path, guid string) error {
+	if path != "" {
+		return l.conn.Delete(path, -1)
+	}
+	children, _, err := l.conn.Children(l.path)
+	if err != nil {
+		return err
+	}
+	for _, name := range children {
+		if g, ok := guidOf(name); ok && g == guid {
+			if err := l.conn.Delete(l.path+"/"+name, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+		}
+	}
+	return nil
+}

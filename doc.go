@@ -1,0 +1,33 @@
+// Package rwlock implements distributed read/write locks on Apache
+// ZooKeeper.
+//
+// A lock is a directory: each acquisition creates an ephemeral sequential
+// child, read-<seq> or write-<seq>, and the sequence numbers are the queue.
+// A reader holds the lock when no writer precedes it, and otherwise watches
+// the nearest preceding writer; a writer holds it when nothing precedes it,
+// and otherwise watches its immediate predecessor. So the lock is FIFO, a
+// waiting writer blocks later readers, every waiter watches one node (no
+// herd effect), and a dead client's nodes vanish with its session.
+//
+//	l, err := rwlock.New(conn, "/locks/schema")
+//	g, err := l.RLock(ctx)
+//	defer g.Release(ctx)
+//
+// A [Grant] can end without Release: when its node is deleted, when its
+// session expires, or when the connection has been down long enough that the
+// server may have expired the session. [Grant.Done] closes no later than
+// the moment another client could be granted the lock; [RWLock.WithWrite]
+// and [RWLock.WithRead] cancel their function's context then. The
+// [Grant.Token] (the node's czxid) lets the store a lock protects turn away a
+// holder that missed it.
+//
+// Reentrancy travels in the context, since Go has no goroutine identity:
+// the contexts handed out by WithRead, WithWrite and ReadGroup, or made by
+// [ContextWithGrant], carry their grant, and Lock or RLock with such a
+// context returns a nested grant without a new node. A write grant can be
+// downgraded to a read grant in place ([Grant.Downgrade]).
+//
+// Failures leave nothing behind: a cancelled or failed acquisition deletes
+// its node, and a deletion interrupted by a connection failure, or a create
+// whose response was lost, is finished once the client reconnects.
+package rwlock

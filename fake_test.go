@@ -1,0 +1,376 @@
+package rwlock
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// fakeServer is an in-memory ZooKeeper with just the part of the data
+// model the lock uses: nodes with data and stats, sequential and ephemeral
+// children, containers (never reaped), one-shot data and child watches, and
+// sessions that expire or close. Its hooks let a test fail, delay or lose
+// any call to drive exact interleavings.
+type fakeServer struct {
+	mu       sync.Mutex
+	nodes    map[string]*fakeNode
+	zxid     int64
+	sessions int64
+	conns    []*fakeConn
+}
+
+type fakeNode struct {
+	data     []byte
+	stat     zk.Stat
+	counter  int32 // sequence number of the next child: one per child ever created
+	children map[string]bool
+}
+
+type watchKind int
+
+const (
+	dataWatch watchKind = iota
+	childWatch
+)
+
+type watchKey struct {
+	path string
+	kind watchKind
+}
+
+func newFakeServer() *fakeServer {
+	return &fakeServer{nodes: map[string]*fakeNode{"/": {children: map[string]bool{}}}}
+}
+
+// fakeConn is one client session of a fakeServer; it implements zkConn.
+type fakeConn struct {
+	s       *fakeServer
+	session atomic.Int64
+	state   atomic.Int32
+	calls   atomic.Int64 // requests sent to the server
+	watches map[watchKey][]chan zk.Event // guarded by s.mu
+
+	// before, if set, runs before each call, outside the server's lock;
+	// an error fails the call without effect. It may block (the
+	// simulation schedules calls through it).
+	before func(op, path string) error
+	// after, if set, runs after a call took effect (for a create, path is
+	// the node created); its result replaces the call's error
+	// (zk.ErrConnectionClosed: the response was lost).
+	after func(op, path string, err error) error
+}
+
+func (s *fakeServer) conn() *fakeConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := &fakeConn{s: s, watches: map[watchKey][]chan zk.Event{}}
+	s.sessions++
+	c.session.Store(s.sessions)
+	c.state.Store(int32(zk.StateHasSession))
+	s.conns = append(s.conns, c)
+	return c
+}
+
+var _ zkConn = (*fakeConn)(nil)
+
+// do runs one call: hooks, connection state, then op under the lock.
+func (c *fakeConn) do(op, p string, f func() error) error {
+	if c.before != nil {
+		if err := c.before(op, p); err != nil {
+			return err
+		}
+	}
+	switch zk.State(c.state.Load()) {
+	case zk.StateHasSession:
+	case zk.StateDisconnected:
+		return zk.ErrConnectionClosed // closed for good
+	default:
+		return zk.ErrNoServer
+	}
+	c.calls.Add(1)
+	c.s.mu.Lock()
+	err := f()
+	c.s.mu.Unlock()
+	return err
+}
+
+// done runs the after hook.
+func (c *fakeConn) done(op, p string, err error) error {
+	if c.after != nil {
+		return c.after(op, p, err)
+	}
+	return err
+}
+
+func (c *fakeConn) State() zk.State  { return zk.State(c.state.Load()) }
+func (c *fakeConn) SessionID() int64 { return c.session.Load() }
+
+func (c *fakeConn) Create(p string, data []byte, flags int32, acl []zk.ACL) (created string, err error) {
+	err = c.do("create", p, func() error {
+		created, err = c.s.create(c, p, data, flags)
+		return err
+	})
+	if err == nil {
+		return created, c.done("create", created, err)
+	}
+	return created, c.done("create", p, err)
+}
+
+func (c *fakeConn) CreateContainer(p string, data []byte, flags int32, acl []zk.ACL) (created string, err error) {
+	err = c.do("create", p, func() error {
+		created, err = c.s.create(c, p, data, zk.FlagPersistent)
+		return err
+	})
+	return created, c.done("create", p, err)
+}
+
+func (c *fakeConn) Children(p string) (children []string, st *zk.Stat, err error) {
+	children, st, _, err = c.children(p, false)
+	return
+}
+
+func (c *fakeConn) ChildrenW(p string) ([]string, *zk.Stat, <-chan zk.Event, error) {
+	return c.children(p, true)
+}
+
+func (c *fakeConn) children(p string, watch bool) (children []string, st *zk.Stat, ch <-chan zk.Event, err error) {
+	err = c.do("children", p, func() error {
+		n := c.s.nodes[p]
+		if n == nil {
+			return zk.ErrNoNode
+		}
+		for name := range n.children {
+			children = append(children, name)
+		}
+		slices.Sort(children) // deterministic, and unlike sequence order
+		s := n.stat
+		st = &s
+		if watch {
+			ch = c.watch(p, childWatch)
+		}
+		return nil
+	})
+	err = c.done("children", p, err)
+	return
+}
+
+func (c *fakeConn) Get(p string) (data []byte, st *zk.Stat, err error) {
+	data, st, _, err = c.get(p, false)
+	return
+}
+
+func (c *fakeConn) GetW(p string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
+	return c.get(p, true)
+}
+
+func (c *fakeConn) get(p string, watch bool) (data []byte, st *zk.Stat, ch <-chan zk.Event, err error) {
+	err = c.do("get", p, func() error {
+		n := c.s.nodes[p]
+		if n == nil {
+			return zk.ErrNoNode // and, like a real data watch, none is set
+		}
+		data = slices.Clone(n.data)
+		s := n.stat
+		st = &s
+		if watch {
+			ch = c.watch(p, dataWatch)
+		}
+		return nil
+	})
+	err = c.done("get", p, err)
+	return
+}
+
+func (c *fakeConn) Set(p string, data []byte, version int32) (st *zk.Stat, err error) {
+	err = c.do("set", p, func() error {
+		n := c.s.nodes[p]
+		if n == nil {
+			return zk.ErrNoNode
+		}
+		c.s.zxid++
+		n.data = slices.Clone(data)
+		n.stat.Mzxid = c.s.zxid
+		n.stat.Version++
+		s := n.stat
+		st = &s
+		c.s.fire(p, dataWatch, zk.EventNodeDataChanged)
+		return nil
+	})
+	err = c.done("set", p, err)
+	return
+}
+
+func (c *fakeConn) Delete(p string, version int32) error {
+	return c.done("delete", p, c.do("delete", p, func() error { return c.s.delete(p) }))
+}
+
+// watch registers a one-shot watch; call with s.mu held.
+func (c *fakeConn) watch(p string, kind watchKind) <-chan zk.Event {
+	ch := make(chan zk.Event, 1)
+	k := watchKey{p, kind}
+	c.watches[k] = append(c.watches[k], ch)
+	return ch
+}
+
+// fire delivers one event to every watch of kind on p; call with s.mu held.
+func (s *fakeServer) fire(p string, kind watchKind, typ zk.EventType) {
+	for _, c := range s.conns {
+		k := watchKey{p, kind}
+		for _, ch := range c.watches[k] {
+			ch <- zk.Event{Type: typ, State: zk.StateHasSession, Path: p}
+			close(ch)
+		}
+		delete(c.watches, k)
+	}
+}
+
+func (s *fakeServer) create(c *fakeConn, p string, data []byte, flags int32) (string, error) {
+	parent := s.nodes[path.Dir(p)]
+	if parent == nil {
+		return "", zk.ErrNoNode
+	}
+	if flags&zk.FlagSequence != 0 {
+		p += formatSeq(parent.counter)
+	}
+	if s.nodes[p] != nil {
+		return "", zk.ErrNodeExists
+	}
+	parent.counter++
+	s.zxid++
+	n := &fakeNode{data: slices.Clone(data), children: map[string]bool{}}
+	n.stat.Czxid, n.stat.Mzxid = s.zxid, s.zxid
+	if flags&zk.FlagEphemeral != 0 {
+		n.stat.EphemeralOwner = c.session.Load()
+	}
+	s.nodes[p] = n
+	parent.children[path.Base(p)] = true
+	parent.stat.Cversion++
+	parent.stat.NumChildren++
+	s.fire(path.Dir(p), childWatch, zk.EventNodeChildrenChanged)
+	return p, nil
+}
+
+func (s *fakeServer) delete(p string) error {
+	n := s.nodes[p]
+	if n == nil {
+		return zk.ErrNoNode
+	}
+	if len(n.children) > 0 {
+		return zk.ErrNotEmpty
+	}
+	s.zxid++
+	delete(s.nodes, p)
+	parent := s.nodes[path.Dir(p)]
+	delete(parent.children, path.Base(p))
+	parent.stat.Cversion++
+	parent.stat.NumChildren--
+	s.fire(p, dataWatch, zk.EventNodeDeleted)
+	s.fire(p, childWatch, zk.EventNodeDeleted)
+	s.fire(path.Dir(p), childWatch, zk.EventNodeChildrenChanged)
+	return nil
+}
+
+// endSession deletes the session's ephemeral nodes and ends its watches
+// with reason, as the server and go-zookeeper do when a session expires or
+// its connection is closed.
+func (c *fakeConn) endSession(reason error) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The session's own watches end first: its ephemerals' deletion is
+	// news only to other sessions.
+	keys := make([]watchKey, 0, len(c.watches))
+	for k := range c.watches {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b watchKey) int { return strings.Compare(a.path, b.path) })
+	for _, k := range keys {
+		for _, ch := range c.watches[k] {
+			ch <- zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: k.path, Err: reason}
+			close(ch)
+		}
+	}
+	c.watches = map[watchKey][]chan zk.Event{}
+	var mine []string
+	for p, n := range s.nodes {
+		if n.stat.EphemeralOwner == c.session.Load() {
+			mine = append(mine, p)
+		}
+	}
+	slices.Sort(mine)
+	for _, p := range mine {
+		s.delete(p)
+	}
+}
+
+// expire ends the session the way a server-side expiry followed by
+// go-zookeeper's silent reconnect does: ephemerals gone, watches told, and
+// a new session id.
+func (c *fakeConn) expire() {
+	c.endSession(zk.ErrSessionExpired)
+	c.s.mu.Lock()
+	c.s.sessions++
+	c.session.Store(c.s.sessions)
+	c.s.mu.Unlock()
+	c.state.Store(int32(zk.StateHasSession))
+}
+
+// close is zk.Conn.Close: the session ends and the connection is dead.
+func (c *fakeConn) close() {
+	c.endSession(zk.ErrClosing)
+	c.state.Store(int32(zk.StateDisconnected))
+}
+
+// disconnect and reconnect model a connection that drops while the session
+// lives on: calls fail with zk.ErrNoServer meanwhile, watches survive.
+func (c *fakeConn) disconnect() { c.state.Store(int32(zk.StateConnecting)) }
+func (c *fakeConn) reconnect()  { c.state.Store(int32(zk.StateHasSession)) }
+
+// children lists the lock nodes under dir, for assertions.
+func (s *fakeServer) lockNodes(dir string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[dir]
+	if n == nil {
+		return nil
+	}
+	var names []string
+	for name := range n.children {
+		if _, ok := parseNode(name); ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// setCounter sets the next sequence number of dir's children (creating
+// dir), to test the wrap past 2147483647.
+func (s *fakeServer) setCounter(dir string, next int32) {
+	c := s.conn()
+	if _, err := c.Create(dir, nil, 0, nil); err != nil {
+		panic(fmt.Sprintf("setCounter: %v", err))
+	}
+	s.mu.Lock()
+	s.nodes[dir].counter = next
+	s.mu.Unlock()
+}
+
+// watchCount counts live watches on p across sessions, as the server's
+// wchp would.
+func (s *fakeServer) watchers(p string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.conns {
+		if len(c.watches[watchKey{p, dataWatch}]) > 0 || len(c.watches[watchKey{p, childWatch}]) > 0 {
+			n++
+		}
+	}
+	return n
+}

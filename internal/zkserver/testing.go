@@ -1,0 +1,109 @@
+package zkserver
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// connectTimeout bounds Connect's wait for a session.
+const connectTimeout = 30 * time.Second
+
+// Start starts a cluster for the test and closes it in t.Cleanup, first
+// logging the end of every member's log if the test failed.
+//
+// Without java or the server jars it skips the test, or fails it when
+// ZKRWLOCK_REQUIRE_ZK=1 or CI is set. With -short it skips unless
+// ZKRWLOCK_REQUIRE_ZK=1.
+func Start(t testing.TB, cfg Config) *Cluster {
+	t.Helper()
+	skipUnlessAvailable(t)
+	c, err := StartCluster(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i := range c.Len() {
+				t.Logf("zkserver: last lines of member %d's log (%s):\n%s", i, c.members[i].logPath(), c.LogTail(i, 40))
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("zkserver: close: %v", err)
+		}
+	})
+	return c
+}
+
+// skipUnlessAvailable applies Start's rules for -short and missing servers.
+func skipUnlessAvailable(t testing.TB) {
+	t.Helper()
+	required := os.Getenv("ZKRWLOCK_REQUIRE_ZK") == "1"
+	if testing.Short() && !required {
+		t.Skip("zkserver: real ZooKeeper servers are skipped in -short mode (set ZKRWLOCK_REQUIRE_ZK=1 to run them)")
+	}
+	if err := Available(); err != nil {
+		if required || os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skipf("%v (set ZKRWLOCK_REQUIRE_ZK=1 to fail instead)", err)
+	}
+}
+
+// StartStandalone starts one server with the default Config; see [Start].
+func StartStandalone(t testing.TB) *Cluster {
+	t.Helper()
+	return Start(t, Config{Servers: 1})
+}
+
+// StartEnsemble starts a 3-member ensemble with the default Config; see [Start].
+func StartEnsemble(t testing.TB) *Cluster {
+	t.Helper()
+	return Start(t, Config{Servers: 3})
+}
+
+// Connect connects a go-zookeeper client to servers through a
+// [SessionRecorder], with logging off, and waits for its session. It fails
+// the test if there is none after 30s. t.Cleanup closes the connection and
+// waits until its goroutines have ended.
+func Connect(t testing.TB, servers []string, sessionTimeout time.Duration) (*zk.Conn, *SessionRecorder) {
+	t.Helper()
+	rec := &SessionRecorder{}
+	conn, events, err := zk.Connect(servers, sessionTimeout,
+		zk.WithDialer(rec.Dial), zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatalf("zkserver: connect to %v: %v", servers, err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		// go-zookeeper closes the event channel once its goroutines are done;
+		// Close alone does not wait for that.
+		timeout := time.After(connectTimeout)
+		for {
+			select {
+			case _, ok := <-events:
+				if !ok {
+					return
+				}
+			case <-timeout:
+				t.Errorf("zkserver: zk.Conn to %v still running %v after Close", servers, connectTimeout)
+				return
+			}
+		}
+	})
+	timeout := time.After(connectTimeout)
+	for conn.State() != zk.StateHasSession { // the state changes before its event is sent
+		select {
+		case <-events:
+		case <-timeout:
+			t.Fatalf("zkserver: no session with %v after %v (state %v)", servers, connectTimeout, conn.State())
+		}
+	}
+	return conn, rec
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}

@@ -1,0 +1,550 @@
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const dir = "/locks/x"
+
+func newLock(t *testing.T, c *fakeConn, opts ...Option) *RWLock {
+	t.Helper()
+	l, err := newRWLock(c, dir, opts...)
+	require.NoError(t, err)
+	t.Cleanup(l.background.Wait)
+	return l
+}
+
+// start runs an acquisition on its own goroutine; the channel gets its result.
+func start(ctx context.Context, acquire func(context.Context) (*Grant, error)) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		g, err := acquire(ctx)
+		ch <- result{g, err}
+	}()
+	return ch
+}
+
+type result struct {
+	g   *Grant
+	err error
+}
+
+// pending asserts that an acquisition has not returned (call after synctest.Wait).
+func pending(t *testing.T, ch <-chan result) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("acquisition returned early: %v, %v", r.g, r.err)
+	default:
+	}
+}
+
+func granted(t *testing.T, ch <-chan result) *Grant {
+	t.Helper()
+	select {
+	case r := <-ch:
+		require.NoError(t, r.err)
+		return r.g
+	default:
+		t.Fatal("acquisition still waiting")
+		return nil
+	}
+}
+
+func TestUncontendedCostsThreeRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c)
+		g, err := l.Lock(t.Context()) // first: creates /locks and /locks/x too
+		require.NoError(t, err)
+		require.NoError(t, g.Release(t.Context()))
+
+		for _, acquire := range []func(context.Context) (*Grant, error){l.Lock, l.RLock, l.TryLock, l.TryRLock} {
+			before := c.calls.Load()
+			g, err := acquire(t.Context())
+			require.NoError(t, err)
+			require.NoError(t, g.Release(t.Context()))
+			assert.Equal(t, int64(3), c.calls.Load()-before, "create, list, delete")
+		}
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+func TestSharedAndExclusive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		a, b := newLock(t, s.conn()), newLock(t, s.conn())
+		ctx := t.Context()
+
+		r1, err := a.RLock(ctx)
+		require.NoError(t, err)
+		r2, err := b.RLock(ctx)
+		require.NoError(t, err, "readers share")
+
+		w := start(ctx, a.Lock)
+		synctest.Wait()
+		pending(t, w)
+
+		r3 := start(ctx, b.RLock)
+		synctest.Wait()
+		pending(t, r3) // a waiting writer blocks later readers
+
+		require.NoError(t, r1.Release(ctx))
+		synctest.Wait()
+		pending(t, w)
+		require.NoError(t, r2.Release(ctx))
+		synctest.Wait()
+		wg := granted(t, w)
+		pending(t, r3)
+
+		_, err = b.TryRLock(ctx)
+		assert.ErrorIs(t, err, ErrWouldBlock)
+		require.NoError(t, wg.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, r3).Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// Every waiter watches exactly one node, and no node is watched by two
+// waiters unless they are readers waiting for the same writer (all of
+// whom that writer's release lets in at once).
+func TestOneWatchPerWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		holder, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		var waits []<-chan result
+		var conns []*fakeConn
+		for i := range 7 {
+			c := s.conn()
+			l := newLock(t, c)
+			acquire := l.Lock
+			if i%2 == 0 || i == 5 {
+				acquire = l.RLock // r w r w r r r: the last three share a writer
+			}
+			waits = append(waits, start(ctx, acquire))
+			conns = append(conns, c)
+			synctest.Wait()
+		}
+		byWatchers := map[int]int{}
+		for _, name := range s.lockNodes(dir) {
+			byWatchers[s.watchers(dir+"/"+name)]++
+		}
+		assert.Equal(t, map[int]int{0: 3, 1: 4, 3: 1}, byWatchers)
+		for _, c := range conns {
+			s.mu.Lock()
+			assert.Len(t, c.watches, 1, "one watch per waiter")
+			s.mu.Unlock()
+		}
+
+		require.NoError(t, holder.Release(ctx))
+		for _, w := range waits {
+			synctest.Wait()
+			var g *Grant
+			select {
+			case r := <-w:
+				require.NoError(t, r.err)
+				g = r.g
+			case <-time.After(time.Second):
+				t.Fatal("no progress")
+			}
+			require.NoError(t, g.Release(ctx))
+		}
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// Readers released together by one writer need no second listing: the
+// snapshot taken after their create proves nothing else can block them.
+func TestWakeWithoutRelist(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		w, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		c := s.conn()
+		l := newLock(t, c)
+		before := c.calls.Load()
+		r := start(ctx, l.RLock)
+		synctest.Wait()
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		g := granted(t, r)
+		assert.Equal(t, int64(3), c.calls.Load()-before, "create, list, watch the writer")
+		require.NoError(t, g.Release(ctx))
+	})
+}
+
+func TestPredecessorGoneBeforeWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		owner := s.conn()
+		w, err := newLock(t, owner).Lock(ctx)
+		require.NoError(t, err)
+
+		c := s.conn()
+		c.before = func(op, p string) error {
+			if op == "get" && p == w.Node() {
+				assert.NoError(t, owner.Delete(p, -1)) // between our list and our watch
+			}
+			return nil
+		}
+		g, err := newLock(t, c).Lock(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(3), c.calls.Load(), "create, list, get: NoNode is the way clear")
+		require.NoError(t, g.Release(ctx))
+		assert.NoError(t, w.Release(ctx))
+	})
+}
+
+func TestOwnNodeMissingIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		w, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		other := s.conn()
+		c := s.conn()
+		c.after = func(op, p string, err error) error {
+			if op == "create" && err == nil {
+				assert.NoError(t, other.Delete(p, -1)) // gone before we list
+			}
+			return err
+		}
+		_, err = newLock(t, c).Lock(ctx)
+		assert.ErrorIs(t, err, ErrLost, "never 'we are first'")
+		assert.Equal(t, []string{w.Node()[len(dir)+1:]}, s.lockNodes(dir))
+
+		// A waiter whose node is deleted notices at its next listing: here
+		// when the node it watches goes and another candidate remains.
+		c.after = nil
+		ctx2, cancel2 := context.WithCancel(ctx)
+		r2 := start(ctx2, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		r3 := start(ctx, newLock(t, c).Lock)
+		synctest.Wait()
+		q, err := newLock(t, other).Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 3)
+		require.NoError(t, other.Delete(q[2].Node, -1))
+		cancel2()
+		synctest.Wait()
+		assert.ErrorIs(t, (<-r2).err, context.Canceled)
+		res := <-r3
+		assert.ErrorIs(t, res.err, ErrLost)
+		require.NoError(t, w.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+func TestCreateResponseLost(t *testing.T) {
+	for _, applied := range []bool{true, false} {
+		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newFakeServer()
+				c := s.conn()
+				l := newLock(t, c)
+				var lost atomic.Bool
+				c.before = func(op, p string) error {
+					if op == "create" && p != "/locks" && p != dir && !applied && !lost.Swap(true) {
+						return zk.ErrConnectionClosed
+					}
+					return nil
+				}
+				c.after = func(op, p string, err error) error {
+					if op == "create" && err == nil && p != "/locks" && p != dir && applied && !lost.Swap(true) {
+						return zk.ErrConnectionClosed
+					}
+					return err
+				}
+				g, err := l.Lock(t.Context())
+				require.NoError(t, err)
+				assert.Equal(t, []string{g.Node()[len(dir)+1:]}, s.lockNodes(dir), "exactly one node, found by its guid")
+				require.NoError(t, g.Release(t.Context()))
+				assert.Empty(t, s.lockNodes(dir))
+			})
+		})
+	}
+}
+
+func TestCancelWhileWaitingLeavesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		w, err := newLock(t, s.conn()).Lock(t.Context())
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		r := start(ctx, newLock(t, s.conn()).RLock)
+		synctest.Wait()
+		require.Len(t, s.lockNodes(dir), 2)
+		cancel()
+		synctest.Wait()
+		res := <-r
+		assert.ErrorIs(t, res.err, context.Canceled)
+		assert.Equal(t, []string{w.Node()[len(dir)+1:]}, s.lockNodes(dir))
+
+		ctx, cancel = context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err = newLock(t, s.conn()).Lock(ctx)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		_, err = newLock(t, s.conn()).TryLock(t.Context())
+		assert.ErrorIs(t, err, ErrWouldBlock)
+		assert.Len(t, s.lockNodes(dir), 1, "TryLock leaves nothing behind")
+		require.NoError(t, w.Release(t.Context()))
+	})
+}
+
+// A grant that arrives as the context ends is given back: a cancelled call
+// returns the context's error and leaves no node.
+func TestCancelRacingGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		w, err := newLock(t, s.conn()).Lock(t.Context())
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		c := s.conn()
+		c.after = func(op, p string, err error) error {
+			if op == "get" {
+				cancel() // the watch is set, the holder leaves, and we are cancelled
+				assert.NoError(t, w.Release(context.Background()))
+			}
+			return err
+		}
+		_, err = newLock(t, c).Lock(ctx)
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+func TestCancelDuringCreate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c)
+		g, err := l.Lock(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, g.Release(t.Context()))
+
+		ctx, cancel := context.WithCancel(t.Context())
+		release := make(chan struct{})
+		c.before = func(op, p string) error {
+			if op == "create" {
+				cancel()
+				<-release // the create is in flight when the caller gives up
+			}
+			return nil
+		}
+		_, err = l.Lock(ctx)
+		assert.ErrorIs(t, err, context.Canceled)
+		c.before = nil
+		close(release)
+		l.background.Wait()
+		synctest.Wait()
+		assert.Empty(t, s.lockNodes(dir), "the late create's node is deleted")
+	})
+}
+
+func TestSessionExpiresWhileWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		w, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		c := s.conn()
+		r := start(ctx, newLock(t, c).Lock)
+		synctest.Wait()
+		c.expire()
+		synctest.Wait()
+		pending(t, r) // queued again, under the new session
+		nodes := s.lockNodes(dir)
+		require.Len(t, nodes, 2)
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		g := granted(t, r)
+		require.NoError(t, g.Release(ctx))
+	})
+}
+
+func TestForeignChildrenIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c)
+		g, err := l.Lock(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, g.Release(t.Context()))
+		for _, name := range []string{"foo", "read-abc", "write-", "lock-0000000000", "x__lock__0000000001"} {
+			_, err := c.Create(dir+"/"+name, nil, 0, nil)
+			require.NoError(t, err)
+		}
+		g, err = l.Lock(t.Context())
+		require.NoError(t, err)
+		r, err := l.TryRLock(t.Context())
+		assert.ErrorIs(t, err, ErrWouldBlock)
+		assert.Nil(t, r)
+		require.NoError(t, g.Release(t.Context()))
+	})
+}
+
+func TestSequenceWrap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		s.conn().Create("/locks", nil, 0, nil)
+		s.setCounter(dir, 2147483646)
+		ctx := t.Context()
+		w1, err := newLock(t, s.conn()).Lock(ctx) // 2147483646
+		require.NoError(t, err)
+		w2 := start(ctx, newLock(t, s.conn()).Lock) // 2147483647
+		synctest.Wait()
+		r3 := start(ctx, newLock(t, s.conn()).RLock) // -2147483648
+		synctest.Wait()
+		pending(t, w2)
+		pending(t, r3)
+		require.NoError(t, w1.Release(ctx))
+		synctest.Wait()
+		g2 := granted(t, w2)
+		pending(t, r3) // behind the writer despite sorting first as a string and as a number
+		require.NoError(t, g2.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, r3).Release(ctx))
+	})
+}
+
+func TestClosedConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		w, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		c := s.conn()
+		r := start(ctx, newLock(t, c).Lock)
+		synctest.Wait()
+		c.close()
+		synctest.Wait()
+		res := <-r
+		assert.ErrorIs(t, res.err, zk.ErrClosing)
+
+		_, err = newLock(t, c).Lock(ctx)
+		assert.ErrorIs(t, err, zk.ErrConnectionClosed)
+		require.NoError(t, w.Release(ctx))
+	})
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	_, err := New(nil, "/a")
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	c := newFakeServer().conn()
+	_, err = newRWLock(c, "a/b")
+	assert.ErrorIs(t, err, ErrInvalidPath)
+	for _, opt := range []Option{WithACL(nil), WithSessionTimeout(0), WithCleanupTimeout(-1)} {
+		_, err = newRWLock(c, "/a", opt)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+	}
+}
+
+func TestReleaseIsIdempotent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		g, err := newLock(t, s.conn()).RLock(t.Context())
+		require.NoError(t, err)
+		assert.NoError(t, g.Err())
+		require.NoError(t, g.Release(t.Context()))
+		require.NoError(t, g.Release(t.Context()))
+		assert.ErrorIs(t, g.Err(), ErrReleased)
+		<-g.Done()
+	})
+}
+
+func TestReleaseAfterConnectionLossFinishesInBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c)
+		g, err := l.Lock(t.Context())
+		require.NoError(t, err)
+		c.disconnect()
+		err = g.Release(t.Context())
+		assert.ErrorIs(t, err, zk.ErrNoServer)
+		time.Sleep(3 * time.Second)
+		assert.Len(t, s.lockNodes(dir), 1, "still there while disconnected")
+		c.reconnect()
+		l.background.Wait()
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+func TestQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		a, err := newRWLock(s.conn(), dir, WithOwner("alice"))
+		require.NoError(t, err)
+		b, err := newRWLock(s.conn(), dir, WithOwner("bob"))
+		require.NoError(t, err)
+		r1, err := a.RLock(ctx)
+		require.NoError(t, err)
+		r2, err := b.RLock(ctx)
+		require.NoError(t, err)
+		w := start(ctx, a.Lock)
+		synctest.Wait()
+		r3 := start(ctx, b.RLock)
+		synctest.Wait()
+
+		q, err := a.Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 4)
+		type row struct {
+			mode  Mode
+			owner string
+			held  bool
+		}
+		var got []row
+		for i, e := range q {
+			got = append(got, row{e.Mode, e.Owner, e.Held})
+			assert.Equal(t, int32(i), e.Seq)
+			assert.NotZero(t, e.SessionID)
+		}
+		assert.Equal(t, []row{{Read, "alice", true}, {Read, "bob", true}, {Write, "alice", false}, {Read, "bob", false}}, got)
+		assert.Equal(t, r1.Node(), q[0].Node)
+
+		require.NoError(t, r1.Release(ctx))
+		require.NoError(t, r2.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, w).Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, r3).Release(ctx))
+		q, err = a.Queue(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, q)
+	})
+}
+
+func TestErrorsNameTheCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		c.before = func(op, p string) error {
+			if op == "create" {
+				return zk.ErrNoAuth
+			}
+			return nil
+		}
+		_, err := newLock(t, c).RLock(t.Context())
+		require.ErrorIs(t, err, zk.ErrNoAuth)
+		assert.Contains(t, err.Error(), "rwlock: rlock /locks/x")
+		assert.False(t, errors.Is(err, ErrLost))
+	})
+}

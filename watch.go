@@ -1,0 +1,160 @@
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+type watched struct {
+	data  []byte
+	stat  *zk.Stat
+	watch <-chan zk.Event
+}
+
+// getW reads a node and leaves a data watch on it. A data watch, unlike
+// the exists watch of ExistsW, is never set on a missing node, so a node
+// that vanished before we looked leaves no stray watch behind.
+func getW(ctx context.Context, c zkConn, path string) (watched, error) {
+	return call(ctx, func() (watched, error) {
+		data, stat, ch, err := c.GetW(path)
+		return watched{data, stat, ch}, err
+	}, nil)
+}
+
+// await waits until nothing in the snapshot blocks us, watching one node at
+// a time. When a watched node goes and the snapshot holds no other
+// candidate blocker, the lock is ours without another round trip; when it
+// holds one, await returns relist so that the caller lists again.
+func (a *acquisition) await(ctx context.Context) (relist bool, err error) {
+	dir := a.l.path + "/"
+	for {
+		b, blocked := a.snap.blocker(a.isShared)
+		if !blocked {
+			return false, nil
+		}
+		if !a.block {
+			return false, ErrWouldBlock
+		}
+		path := dir + b.name
+		w, err := getW(ctx, a.l.conn, path)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			if a.gone(b.name) {
+				return true, nil
+			}
+			continue
+		case err != nil:
+			return false, err
+		case a.mode == Read && downgraded(w.data):
+			a.markShared(b.name)
+			continue
+		}
+		a.l.debug("waiting for", path)
+		select {
+		case ev := <-w.watch:
+			switch ev.Type {
+			case zk.EventNodeDeleted:
+				if a.gone(b.name) {
+					return true, nil
+				}
+			case zk.EventNotWatching:
+				if errors.Is(ev.Err, zk.ErrSessionExpired) {
+					return false, errRestart
+				}
+				return false, ev.Err // closing
+			}
+			// Data changed (a downgrade?), or the blocker is gone: look again.
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
+// gone removes a deleted node from the snapshot and reports whether a
+// candidate blocker remains, so that we must list again to learn which
+// nodes still exist.
+func (a *acquisition) gone(name string) (relist bool) {
+	a.snap.remove(name)
+	_, blocked := a.snap.blocker(a.isShared)
+	return blocked
+}
+
+func (a *acquisition) isShared(name string) bool { return a.shared[name] }
+
+func (a *acquisition) markShared(name string) {
+	if a.shared == nil {
+		a.shared = make(map[string]bool)
+	}
+	a.shared[name] = true
+}
+
+// monitor notices a lost grant. It watches the grant's node and polls the
+// connection state (see lossGrace for the rule), and ends with the grant.
+//
+// Its watch on the node is set with one request when the monitor starts,
+// unless the acquisition left a child watch on the directory, set for free
+// by the listing that granted us: that one fires on any change among the
+// children, and only then is the node watch set. The grant's token comes
+// with the node watch.
+func (g *Grant) monitor() {
+	defer close(g.monitorDone)
+	l := g.l
+	poll := pollInterval(l.sessionTimeout())
+	h := health{session: g.session, grace: lossGrace(l.sessionTimeout(), poll), lastUp: g.grantedAt}
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+
+	events, needWatch := g.trip, g.trip == nil
+	for {
+		if needWatch && l.conn.State() == zk.StateHasSession {
+			w, err := getW(g.ctx, l.conn, g.node)
+			switch {
+			case err == nil:
+				events, needWatch = w.watch, false
+				g.token.CompareAndSwap(0, w.stat.Czxid)
+			case errors.Is(err, zk.ErrNoNode):
+				g.lose(g.whyDeleted())
+				return
+			case sessionGone(err):
+				g.lose(err)
+				return
+			case g.ctx.Err() != nil:
+				return
+			} // otherwise a transient failure: try again at the next tick
+		}
+		select {
+		case <-g.ctx.Done():
+			return
+		case ev := <-events:
+			events, needWatch = nil, true
+			switch {
+			case ev.Type == zk.EventNotWatching:
+				g.lose(ev.Err)
+				return
+			case ev.Type == zk.EventNodeDeleted && ev.Path == g.node:
+				g.lose(g.whyDeleted())
+				return
+			}
+		case now := <-tick.C:
+			if err := h.check(l.conn, now); err != nil {
+				if errors.Is(err, errDisconnected) {
+					l.finish(g.node, "", g.session) // the session may well live on
+				}
+				g.lose(err)
+				return
+			}
+		}
+	}
+}
+
+// whyDeleted names the cause of our node's disappearance: the end of our
+// session, or someone's delete.
+func (g *Grant) whyDeleted() error {
+	if g.l.conn.SessionID() != g.session {
+		return zk.ErrSessionExpired
+	}
+	return errNodeDeleted
+}
