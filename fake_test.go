@@ -52,7 +52,7 @@ type fakeConn struct {
 	s       *fakeServer
 	session atomic.Int64
 	state   atomic.Int32
-	calls   atomic.Int64 // requests sent to the server
+	calls   atomic.Int64                 // requests sent to the server
 	watches map[watchKey][]chan zk.Event // guarded by s.mu
 
 	// before, if set, runs before each call, outside the server's lock;

@@ -32,16 +32,16 @@ func TestParseNode(t *testing.T) {
 		{name: "read-"},
 		{name: "write"},
 		{name: ""},
-		{name: "read-000000001"},                // 9 digits
-		{name: "read-00000000001"},              // 11 digits
-		{name: "read-2147483648"},               // overflows int32
-		{name: "read--2147483649"},              // overflows int32
-		{name: "read--000000000"},               // Java prints 0 without a sign
-		{name: "read--0000000001"},              // not how %010d spells -1
-		{name: "read-+000000001"},               // sign Java never prints
-		{name: "lock-0000000001"},               // go-zookeeper's zk.Lock
-		{name: "x__lock__0000000001"},           // kazoo
-		{name: "_c_abc-read-0000000001"},        // short guid
+		{name: "read-000000001"},         // 9 digits
+		{name: "read-00000000001"},       // 11 digits
+		{name: "read-2147483648"},        // overflows int32
+		{name: "read--2147483649"},       // overflows int32
+		{name: "read--000000000"},        // Java prints 0 without a sign
+		{name: "read--0000000001"},       // not how %010d spells -1
+		{name: "read-+000000001"},        // sign Java never prints
+		{name: "lock-0000000001"},        // go-zookeeper's zk.Lock
+		{name: "x__lock__0000000001"},    // kazoo
+		{name: "_c_abc-read-0000000001"}, // short guid
 		{name: "_c_" + strings.ToUpper(guid) + "-read-0000000001"},
 		{name: "_c_" + guid + "read-0000000001"}, // no dash after the guid
 		{name: "_c_" + guid + "-lock-0000000001"},
