@@ -2,7 +2,10 @@
 GO ?= go
 export ZKRWLOCK_REQUIRE_ZK ?= 1
 
-.PHONY: demo test check zookeeper
+SIM_SCHEDULES ?= 2000000
+SIM_FIRST ?= $(shell date +%s)
+
+.PHONY: demo test check sim fuzz zookeeper
 
 zookeeper:
 	@./scripts/install-zookeeper.sh
@@ -11,9 +14,19 @@ zookeeper:
 demo: zookeeper
 	$(GO) run ./cmd/demo
 
-## test: every test, against real ZooKeeper servers the tests start (a missing server fails)
+## test: every test, against real ZooKeeper servers the tests start (a missing server
+## fails), with the race detector; then 100,000 simulated fault schedules
 test: zookeeper check
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -count=1 -run 'TestSimulation$$' -sim.schedules=100000 -v .
+
+## sim: millions of simulated fault schedules, from a new first seed each run
+sim:
+	$(GO) test -count=1 -timeout 2h -run 'TestSimulation$$' -sim.schedules=$(SIM_SCHEDULES) -sim.first=$(SIM_FIRST) -v .
+
+## fuzz: fuzz the lock node name parser
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParseNode -fuzztime 60s .
 
 ## check: formatting, vet, and the public API contract
 check:

@@ -3,7 +3,6 @@ package rwlock
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -14,8 +13,8 @@ import (
 // dropped, a create's response was lost), finish hands it to a goroutine
 // that retries across reconnections. The goroutine stops as soon as the node
 // is gone, or the session that owns it is gone (ZooKeeper then deletes the
-// node itself), or the connection is closed, or the client has been
-// disconnected for longer than any session could survive.
+// node itself, and the client learns it when it reconnects), or the
+// connection is closed.
 
 // finish deletes path, or, when path is empty, every node carrying guid (a
 // create whose outcome we never learned), in the background.
@@ -40,12 +39,10 @@ func (l *RWLock) finishCreate(path string, err error, guid string, session int64
 
 func (l *RWLock) finishNow(path, guid string, session int64) {
 	var retry backoff
-	limit := l.sessionTimeout()
-	if limit == 0 {
-		limit = maxSessionTimeout
-	}
-	lastUp := time.Now()
 	for {
+		// Not a clock: a session lives on across any number of short
+		// disconnections, and only the client's reconnection tells whether
+		// the server expired it (go-zookeeper then has a new session id).
 		if l.conn.SessionID() != session {
 			return
 		}
@@ -59,21 +56,11 @@ func (l *RWLock) finishNow(path, guid string, session int64) {
 				"lock", l.path, "node", path, "guid", guid, "err", err)
 			return
 		}
-		now := time.Now()
-		if l.conn.State() == zk.StateHasSession {
-			lastUp = now
-		} else if now.Sub(lastUp) > limit {
-			return // the server has expired the session by now
-		}
 		if retry.wait(context.Background(), l.conn) != nil {
 			return // closed: closing a connection ends its session
 		}
 	}
 }
-
-// maxSessionTimeout bounds the retries when the session timeout is unknown:
-// ZooKeeper grants at most 20 ticks (40s by default) unless configured.
-const maxSessionTimeout = 2 * time.Minute
 
 // deleteMine deletes path, or every child of the lock directory that
 // carries guid.

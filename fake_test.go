@@ -55,6 +55,17 @@ type fakeConn struct {
 	calls   atomic.Int64                 // requests sent to the server
 	watches map[watchKey][]chan zk.Event // guarded by s.mu
 
+	// Events for this session are held back while it is disconnected, as
+	// the server can only send them once the client is back (go-zookeeper
+	// re-registers its watches then). dead: the server expired the session,
+	// which the client learns when it reconnects.
+	held []heldEvent // guarded by s.mu
+	dead bool        // guarded by s.mu
+
+	// intercept, if set, wraps each call: it decides when apply runs, and
+	// whether at all, and what the caller gets (the simulation schedules
+	// every call through it).
+	intercept func(op, path string, apply func() error) error
 	// before, if set, runs before each call, outside the server's lock;
 	// an error fails the call without effect. It may block (the
 	// simulation schedules calls through it).
@@ -78,8 +89,20 @@ func (s *fakeServer) conn() *fakeConn {
 
 var _ zkConn = (*fakeConn)(nil)
 
+type heldEvent struct {
+	ch chan zk.Event
+	ev zk.Event
+}
+
 // do runs one call: hooks, connection state, then op under the lock.
 func (c *fakeConn) do(op, p string, f func() error) error {
+	if c.intercept != nil {
+		return c.intercept(op, p, func() error { return c.apply(op, p, f) })
+	}
+	return c.apply(op, p, f)
+}
+
+func (c *fakeConn) apply(op, p string, f func() error) error {
 	if c.before != nil {
 		if err := c.before(op, p); err != nil {
 			return err
@@ -217,12 +240,21 @@ func (c *fakeConn) watch(p string, kind watchKind) <-chan zk.Event {
 	return ch
 }
 
-// fire delivers one event to every watch of kind on p; call with s.mu held.
+// fire delivers one event to every watch of kind on p, or holds it back
+// for a disconnected session; call with s.mu held.
 func (s *fakeServer) fire(p string, kind watchKind, typ zk.EventType) {
 	for _, c := range s.conns {
 		k := watchKey{p, kind}
+		if c.dead {
+			continue // the server forgot the session's watches
+		}
 		for _, ch := range c.watches[k] {
-			ch <- zk.Event{Type: typ, State: zk.StateHasSession, Path: p}
+			ev := zk.Event{Type: typ, State: zk.StateHasSession, Path: p}
+			if zk.State(c.state.Load()) != zk.StateHasSession {
+				c.held = append(c.held, heldEvent{ch, ev})
+				continue
+			}
+			ch <- ev
 			close(ch)
 		}
 		delete(c.watches, k)
@@ -275,27 +307,46 @@ func (s *fakeServer) delete(p string) error {
 	return nil
 }
 
-// endSession deletes the session's ephemeral nodes and ends its watches
-// with reason, as the server and go-zookeeper do when a session expires or
-// its connection is closed.
+// endSession ends a session as the server and go-zookeeper do: its
+// ephemeral nodes are deleted (news only to other sessions), and every
+// watch it had, and every event held back for it, becomes an
+// EventNotWatching with reason.
 func (c *fakeConn) endSession(reason error) {
+	c.serverExpire()
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// The session's own watches end first: its ephemerals' deletion is
-	// news only to other sessions.
 	keys := make([]watchKey, 0, len(c.watches))
 	for k := range c.watches {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b watchKey) int { return strings.Compare(a.path, b.path) })
+	notWatching := func(ch chan zk.Event, p string) {
+		ch <- zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: p, Err: reason}
+		close(ch)
+	}
 	for _, k := range keys {
 		for _, ch := range c.watches[k] {
-			ch <- zk.Event{Type: zk.EventNotWatching, State: zk.StateDisconnected, Path: k.path, Err: reason}
-			close(ch)
+			notWatching(ch, k.path)
 		}
 	}
-	c.watches = map[watchKey][]chan zk.Event{}
+	for _, h := range c.held {
+		notWatching(h.ch, h.ev.Path)
+	}
+	c.watches, c.held = map[watchKey][]chan zk.Event{}, nil
+}
+
+// serverExpire is the server's half of an expiry: the session's ephemeral
+// nodes go and its watches are forgotten, while the client, cut off, does
+// not know yet (reconnect tells it).
+func (c *fakeConn) serverExpire() {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.dead {
+		return
+	}
+	c.dead = true
 	var mine []string
 	for p, n := range s.nodes {
 		if n.stat.EphemeralOwner == c.session.Load() {
@@ -308,14 +359,19 @@ func (c *fakeConn) endSession(reason error) {
 	}
 }
 
-// expire ends the session the way a server-side expiry followed by
-// go-zookeeper's silent reconnect does: ephemerals gone, watches told, and
-// a new session id.
+// expire is a forced expiry seen by a connected client (ZooKeeper's own
+// tests' way, zkserver.ExpireSession): ephemerals gone, watches told, and
+// go-zookeeper's silent new session.
 func (c *fakeConn) expire() {
 	c.endSession(zk.ErrSessionExpired)
+	c.newSession()
+}
+
+func (c *fakeConn) newSession() {
 	c.s.mu.Lock()
 	c.s.sessions++
 	c.session.Store(c.s.sessions)
+	c.dead = false
 	c.s.mu.Unlock()
 	c.state.Store(int32(zk.StateHasSession))
 }
@@ -326,10 +382,30 @@ func (c *fakeConn) close() {
 	c.state.Store(int32(zk.StateDisconnected))
 }
 
-// disconnect and reconnect model a connection that drops while the session
-// lives on: calls fail with zk.ErrNoServer meanwhile, watches survive.
+// disconnect and reconnect model a connection that drops and comes back:
+// calls fail with zk.ErrNoServer meanwhile, and events wait. If the server
+// expired the session meanwhile, reconnecting tells the client so, and it
+// starts a new session, as go-zookeeper does.
 func (c *fakeConn) disconnect() { c.state.Store(int32(zk.StateConnecting)) }
-func (c *fakeConn) reconnect()  { c.state.Store(int32(zk.StateHasSession)) }
+
+func (c *fakeConn) reconnect() {
+	c.s.mu.Lock()
+	dead := c.dead
+	c.s.mu.Unlock()
+	if dead {
+		c.endSession(zk.ErrSessionExpired)
+		c.newSession()
+		return
+	}
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	c.state.Store(int32(zk.StateHasSession))
+	for _, h := range c.held {
+		h.ch <- h.ev
+		close(h.ch)
+	}
+	c.held = nil
+}
 
 // children lists the lock nodes under dir, for assertions.
 func (s *fakeServer) lockNodes(dir string) []string {
