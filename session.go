@@ -121,8 +121,8 @@ func (b *backoff) wait(ctx context.Context, c zkConn) error {
 // may stay disconnected without losing its grant (see [WithSessionTimeout]).
 // go-zookeeper's own log lines go to [slog.Default] at debug level.
 func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration) (*zk.Conn, error) {
-	granted := new(atomic.Int64)
-	conn, events, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(grantLogger{granted}))
+	g := &grantLogger{learned: make(chan struct{})}
+	conn, events, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g))
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: dial %v: %w", servers, err)
 	}
@@ -132,10 +132,17 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration) (
 			if !ok {
 				return nil, fmt.Errorf("rwlock: dial %v: %w", servers, zk.ErrClosing)
 			}
-			if ev.State == zk.StateHasSession {
-				remember(conn, granted)
-				return conn, nil
+			if ev.State != zk.StateHasSession {
+				continue
 			}
+			// go-zookeeper logs the timeout just after it reports the
+			// session; without it, locks are merely stricter.
+			select {
+			case <-g.learned:
+			case <-time.After(time.Second):
+			}
+			remember(conn, &g.granted)
+			return conn, nil
 		case <-ctx.Done():
 			conn.Close()
 			return nil, fmt.Errorf("rwlock: dial %v: %w", servers, ctx.Err())
@@ -147,12 +154,17 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration) (
 // session timeout out of its "authenticated" line, the only place the
 // client reveals it. If a later version words it differently, locks fall
 // back to treating any disconnection as a loss: safe, only stricter.
-type grantLogger struct{ granted *atomic.Int64 }
+type grantLogger struct {
+	granted atomic.Int64 // nanoseconds
+	once    sync.Once
+	learned chan struct{} // closed when granted is first set
+}
 
-func (g grantLogger) Printf(format string, args ...any) {
+func (g *grantLogger) Printf(format string, args ...any) {
 	if format == "authenticated: id=%d, timeout=%d" && len(args) == 2 {
 		if ms, ok := args[1].(int32); ok {
 			g.granted.Store(int64(ms) * int64(time.Millisecond))
+			g.once.Do(func() { close(g.learned) })
 		}
 	}
 	if slog.Default().Enabled(context.Background(), slog.LevelDebug) {
