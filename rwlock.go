@@ -510,6 +510,8 @@ func (a *acquisition) granted(ctx context.Context) (*Grant, error) {
 func (a *acquisition) abort(ctx context.Context, cause error) error {
 	l := a.l
 	switch {
+	case sessionGone(cause):
+		// Expired or closed: the node went with the session.
 	case a.node != "":
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
 		defer cancel()
@@ -536,7 +538,7 @@ func (l *RWLock) deleteNode(ctx context.Context, path string, session int64) err
 		return nil
 	case connectionLoss(err):
 		l.finish(path, "", session)
-		return fmt.Errorf("delete %s: %w (deleted in the background once reconnected)", path, err)
+		return fmt.Errorf("delete %s: %w", path, err)
 	}
 	return fmt.Errorf("delete %s: %w", path, err)
 }

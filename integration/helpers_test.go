@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,4 +127,123 @@ func watchers(t *testing.T, c *zkserver.Cluster, i int) map[string][]string {
 		}
 	}
 	return w
+}
+
+// sessionHex formats a session id as the server's four-letter words print
+// it (wchp, cons): 0x followed by lowercase hex.
+func sessionHex(id int64) string { return fmt.Sprintf("0x%x", id) }
+
+// lockWatchers returns the part of watchers(t, c, 0) that concerns the lock
+// directory path and its children, each watcher list sorted.
+func lockWatchers(t *testing.T, c *zkserver.Cluster, path string) map[string][]string {
+	t.Helper()
+	w := map[string][]string{}
+	for p, ids := range watchers(t, c, 0) {
+		if p == path || strings.HasPrefix(p, path+"/") {
+			w[p] = slices.Sorted(slices.Values(ids))
+		}
+	}
+	return w
+}
+
+// waitQueue polls l's queue until it has exactly n entries and returns
+// them; it fails the test if that takes more than 20s.
+func waitQueue(t *testing.T, l *rwlock.RWLock, n int) []rwlock.Entry {
+	t.Helper()
+	var q []rwlock.Entry
+	require.Eventually(t, func() bool {
+		var err error
+		q, err = l.Queue(t.Context())
+		return err == nil && len(q) == n
+	}, 20*time.Second, 10*time.Millisecond, "queue of %s never had %d entries (last: %+v)", l.Path(), n, q)
+	return q
+}
+
+// requestCount returns how many requests the members of c received while
+// fn ran. zk_packets_received counts each mntr of the measurement itself
+// too, one per member, which it subtracts. Every client of c counts:
+// measure on a server of the test's own, and mind that go-zookeeper pings
+// every third of the session timeout.
+func requestCount(t *testing.T, c *zkserver.Cluster, fn func()) int64 {
+	t.Helper()
+	const key = "zk_packets_received"
+	before, err := c.SumMntr(t.Context(), key)
+	require.NoError(t, err)
+	fn()
+	after, err := c.SumMntr(t.Context(), key)
+	require.NoError(t, err)
+	return after - before - int64(c.Len())
+}
+
+// pending is an acquisition running on a goroutine of its own (see
+// goAcquire).
+type pending struct {
+	done chan struct{}
+	g    *rwlock.Grant
+	err  error
+}
+
+// goAcquire runs acquire(ctx) on a new goroutine. When the test ends, its
+// cleanup waits for the goroutine (t.Context is cancelled by then) and
+// releases a grant nobody took with wait.
+func goAcquire(t *testing.T, ctx context.Context, acquire func(context.Context) (*rwlock.Grant, error)) *pending {
+	t.Helper()
+	p := &pending{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.g, p.err = acquire(ctx)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+			if p.g != nil {
+				p.g.Release(context.Background())
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("an acquisition did not return within 30s of the test's end")
+		}
+	})
+	return p
+}
+
+// returned reports whether the acquisition has returned.
+func (p *pending) returned() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits up to 30s for the acquisition to return, and returns its
+// result; the caller owns the grant from then on.
+func (p *pending) wait(t *testing.T) (*rwlock.Grant, error) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("acquisition still blocked after 30s")
+	}
+	g := p.g
+	p.g = nil // the caller's now: cleanup must not release it behind its back
+	return g, p.err
+}
+
+// timeline records events from any goroutine, in the order they happen.
+type timeline struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (tl *timeline) add(event string) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.events = append(tl.events, event)
+}
+
+func (tl *timeline) get() []string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return slices.Clone(tl.events)
 }
