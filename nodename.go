@@ -24,12 +24,12 @@ type lockNode struct {
 	mode Mode
 }
 
-// nodePrefix is the name we ask ZooKeeper to extend with a sequence number.
-func nodePrefix(guid string, mode Mode) string {
+// nodePrefix is the path we ask ZooKeeper to extend with a sequence number.
+func nodePrefix(dir, guid string, mode Mode) string {
 	if mode == Write {
-		return protectedPrefix + guid + "-" + writePrefix
+		return dir + "/" + protectedPrefix + guid + "-" + writePrefix
 	}
-	return protectedPrefix + guid + "-" + readPrefix
+	return dir + "/" + protectedPrefix + guid + "-" + readPrefix
 }
 
 // parseNode parses a child name. Names that are not lock nodes (foreign
@@ -125,7 +125,7 @@ type snapshot struct {
 // takeSnapshot parses children and keeps those that precede self. ok is
 // false when self is not among them: our node is gone.
 func takeSnapshot(children []string, self string, buf []lockNode) (s snapshot, ok bool) {
-	s.before = buf[:0]
+	s.before = slices.Grow(buf[:0], len(children))
 	for _, name := range children {
 		n, isLock := parseNode(name)
 		if !isLock {

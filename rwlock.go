@@ -270,6 +270,7 @@ type acquisition struct {
 	trip    bool // leave a child watch for the grant's monitor (see Grant.monitor)
 	guid    string
 	node    string // our node, relative to the lock directory; "" until known
+	path    string // its full path
 	session int64  // the session that created node
 	unsure  bool   // a create's outcome was lost: a node with guid may exist
 	snap    snapshot
@@ -348,14 +349,14 @@ var errRestart = errors.New("session replaced while waiting")
 
 func (a *acquisition) restart() {
 	a.l.debug("session replaced while waiting; queueing again", a.node)
-	a.node, a.unsure, a.tripCh = "", false, nil
+	a.node, a.path, a.unsure, a.tripCh = "", "", false, nil
 	a.guid = newGUID()
 }
 
 // create makes our node, and the lock directory when it is missing.
 func (a *acquisition) create(ctx context.Context) error {
 	l := a.l
-	prefix := l.path + "/" + nodePrefix(a.guid, a.mode)
+	prefix := nodePrefix(l.path, a.guid, a.mode)
 	for tries := 0; ; tries++ {
 		session := l.conn.SessionID()
 		path, err := call(ctx, func() (string, error) {
@@ -372,7 +373,7 @@ func (a *acquisition) create(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.node, a.session = path[len(l.path)+1:], session
+		a.path, a.node, a.session = path, path[len(l.path)+1:], session
 		l.debug("created", path)
 		return nil
 	}
@@ -450,6 +451,7 @@ func (a *acquisition) locate(children []string) error {
 		if a.node = a.adopt(children); a.node == "" {
 			return errCreateAgain
 		}
+		a.path = a.l.path + "/" + a.node
 	}
 	snap, ok := takeSnapshot(children, a.node, a.snap.before)
 	if !ok {
@@ -457,9 +459,8 @@ func (a *acquisition) locate(children []string) error {
 			return errRestart
 		}
 		// Never "we are first": someone deleted our node while we waited.
-		node := a.l.path + "/" + a.node
 		a.node = ""
-		return lostErr(node, errNodeDeleted)
+		return lostErr(a.path, errNodeDeleted)
 	}
 	a.snap = snap
 	return nil
@@ -499,9 +500,8 @@ func (a *acquisition) granted(ctx context.Context) (*Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, a.abort(ctx, err)
 	}
-	node := a.l.path + "/" + a.node
-	a.l.debug("granted", node)
-	return newGrant(a.l, a.mode, node, a.session, a.tripCh), nil
+	a.l.debug("granted", a.path)
+	return newGrant(a.l, a.mode, a.path, a.session, a.tripCh), nil
 }
 
 // abort deletes whatever node the acquisition made, with a fresh bounded
@@ -515,7 +515,7 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 	case a.node != "":
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
 		defer cancel()
-		if err := l.deleteNode(ctx, l.path+"/"+a.node, a.session); err != nil {
+		if err := l.deleteNode(ctx, a.path, a.session); err != nil {
 			return errors.Join(cause, err)
 		}
 	case a.unsure:

@@ -29,7 +29,6 @@ func getW(ctx context.Context, c zkConn, path string) (watched, error) {
 // candidate blocker, the lock is ours without another round trip; when it
 // holds one, await returns relist so that the caller lists again.
 func (a *acquisition) await(ctx context.Context) (relist bool, err error) {
-	dir := a.l.path + "/"
 	for {
 		b, blocked := a.snap.blocker(a.isShared)
 		if !blocked {
@@ -38,7 +37,7 @@ func (a *acquisition) await(ctx context.Context) (relist bool, err error) {
 		if !a.block {
 			return false, ErrWouldBlock
 		}
-		path := dir + b.name
+		path := a.l.path + "/" + b.name
 		w, err := getW(ctx, a.l.conn, path)
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
