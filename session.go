@@ -23,8 +23,8 @@ import (
 // server heard from it no more than 2T/3 plus one round trip earlier: at
 // least T/3 minus a round trip remains before the session can expire. A
 // holder that has not regained its session within that margin, less our
-// polling delay and a safety allowance for scheduling, declares the grant
-// lost. When T is unknown we cannot compute the margin, and any
+// polling delay and an allowance for round trips and for a busy machine
+// delaying our goroutines (T/10 + 100ms), declares the grant lost. When T is unknown we cannot compute the margin, and any
 // disconnection is a loss: Curator's SUSPENDED rule.
 //
 // lossGrace returns that margin for a session timeout t (0: unknown) and a
@@ -33,7 +33,7 @@ func lossGrace(t, poll time.Duration) time.Duration {
 	if t <= 0 {
 		return 0
 	}
-	return max(t/3-poll-t/20-50*time.Millisecond, 0)
+	return max(t/3-poll-t/10-100*time.Millisecond, 0)
 }
 
 // pollInterval is how often a holder's monitor looks at the connection

@@ -88,6 +88,8 @@ type simClient struct {
 	noticedAt    time.Time // when the client will notice the partition
 	partitionAt  time.Time
 	notice       chan struct{} // closed when the client notices
+	heal         chan struct{} // closed when the partition heals
+	hang         bool          // calls after the notice wait for the heal
 	healAt       time.Time
 	serverExpiry bool // the server has expired its session
 }
@@ -196,11 +198,17 @@ func (s *sim) intercept(c *simClient) func(op, path string, apply func() error) 
 			return do()
 		}
 		if c.partitioned {
-			notice := c.notice
+			notice, heal, hang := c.notice, c.heal, c.hang
 			noticed := !c.noticedAt.After(time.Now())
 			s.mu.Unlock()
-			if !noticed {
+			switch {
+			case !noticed:
 				<-notice // no answer until the client gives up on the connection
+				return zk.ErrConnectionClosed
+			case hang:
+				// go-zookeeper dialled a server it cannot hear from: the
+				// request waits in its queue through the handshake.
+				<-heal
 				return zk.ErrConnectionClosed
 			}
 			return zk.ErrNoServer
@@ -357,7 +365,8 @@ func (s *sim) settle() {
 		}
 		if c.partitioned {
 			c.partitioned = false
-			time.AfterFunc(time.Until(c.noticedAt)+time.Millisecond, c.conn.reconnect)
+			heal := c.heal
+			time.AfterFunc(time.Until(c.noticedAt)+time.Millisecond, func() { c.conn.reconnect(); close(heal) })
 		}
 	}
 }
@@ -388,7 +397,7 @@ func (s *sim) partitionActions(c *simClient, faults *int) []func() {
 			c.healAt = now.Add(simTimeout + time.Duration(s.rng.Int64N(int64(2*simTimeout))))
 		}
 		c.healAt = later(c.healAt, c.noticedAt)
-		c.notice = make(chan struct{})
+		c.notice, c.heal, c.hang = make(chan struct{}), make(chan struct{}), s.rng.IntN(2) == 0
 		notice := c.notice
 		time.AfterFunc(c.noticedAt.Sub(now), func() { c.conn.disconnect(); close(notice) })
 		s.logf("c%d partitioned: notices at +%v, heals at +%v", c.id, c.noticedAt.Sub(now), c.healAt.Sub(now))
@@ -428,6 +437,7 @@ func (s *sim) partitionEvents() (next time.Time) {
 		c.partitioned = false
 		s.logf("c%d reconnects", c.id)
 		c.conn.reconnect()
+		close(c.heal)
 	}
 	return next
 }

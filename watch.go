@@ -98,6 +98,10 @@ func (a *acquisition) markShared(name string) {
 // by the listing that granted us: that one fires on any change among the
 // children, and only then is the node watch set. The grant's token comes
 // with the node watch.
+//
+// The request runs beside the loop, never in it: a request can wait for
+// most of a session timeout (go-zookeeper queues it while it reconnects),
+// and the polling must go on meanwhile.
 func (g *Grant) monitor() {
 	defer close(g.monitorDone)
 	l := g.l
@@ -107,26 +111,27 @@ func (g *Grant) monitor() {
 	defer tick.Stop()
 
 	events, needWatch := g.trip, g.trip == nil
+	var watching <-chan watchResult // the node watch request in flight
 	for {
-		if needWatch && l.conn.State() == zk.StateHasSession {
-			w, err := getW(g.ctx, l.conn, g.node)
-			switch {
-			case err == nil:
-				events, needWatch = w.watch, false
-				g.token.CompareAndSwap(0, w.stat.Czxid)
-			case errors.Is(err, zk.ErrNoNode):
-				g.lose(g.whyDeleted())
-				return
-			case sessionGone(err):
-				g.lose(err)
-				return
-			case g.ctx.Err() != nil:
-				return
-			} // otherwise a transient failure: try again at the next tick
+		if needWatch && watching == nil && l.conn.State() == zk.StateHasSession {
+			watching = g.watchSelf()
 		}
 		select {
 		case <-g.ctx.Done():
 			return
+		case r := <-watching:
+			watching = nil
+			switch {
+			case r.err == nil:
+				events, needWatch = r.watch, false
+				g.token.CompareAndSwap(0, r.stat.Czxid)
+			case errors.Is(r.err, zk.ErrNoNode):
+				g.lose(g.whyDeleted())
+				return
+			case sessionGone(r.err):
+				g.lose(r.err)
+				return
+			} // otherwise a transient failure: try again when connected
 		case ev := <-events:
 			events, needWatch = nil, true
 			switch {
@@ -137,8 +142,8 @@ func (g *Grant) monitor() {
 				g.lose(g.whyDeleted())
 				return
 			}
-		case now := <-tick.C:
-			if err := h.check(l.conn, now); err != nil {
+		case <-tick.C:
+			if err := h.check(l.conn, time.Now()); err != nil {
 				if errors.Is(err, errDisconnected) {
 					l.finish(g.node, "", g.session) // the session may well live on
 				}
@@ -147,6 +152,22 @@ func (g *Grant) monitor() {
 			}
 		}
 	}
+}
+
+type watchResult struct {
+	watched
+	err error
+}
+
+// watchSelf sets a data watch on the grant's node, on its own goroutine;
+// the channel gets the outcome.
+func (g *Grant) watchSelf() <-chan watchResult {
+	ch := make(chan watchResult, 1)
+	go func() {
+		data, stat, watch, err := g.l.conn.GetW(g.node)
+		ch <- watchResult{watched{data, stat, watch}, err}
+	}()
+	return ch
 }
 
 // whyDeleted names the cause of our node's disappearance: the end of our
