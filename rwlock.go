@@ -171,7 +171,7 @@ func New(conn *zk.Conn, path string, opts ...Option) (*RWLock, error) {
 }
 
 func newRWLock(conn zkConn, path string, opts ...Option) (*RWLock, error) {
-	if err := validatePath(path); err != nil {
+	if err := ValidatePath(path); err != nil {
 		return nil, err
 	}
 	o := options{
@@ -209,9 +209,13 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s:%d", host, os.Getpid())
 }
 
-// validatePath applies ZooKeeper's own rules (PathUtils.validatePath) and
-// ours: a lock needs a directory of its own, so not the root, and nothing
-// under /zookeeper, which the server reserves.
+// ValidatePath reports whether New would accept path as a lock directory,
+// with an error wrapping ErrInvalidPath if not: ZooKeeper's own rules
+// (absolute, no trailing slash, no empty or relative segments, no control
+// characters), and ours: a lock needs a directory of its own, so not the
+// root, and nothing under /zookeeper, which the server reserves.
+func ValidatePath(path string) error { return validatePath(path) }
+
 func validatePath(p string) error {
 	bad := func(why string) error { return fmt.Errorf("%w: %q: %s", ErrInvalidPath, p, why) }
 	switch {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,27 +84,42 @@ func (h *health) check(c zkConn, now time.Time) error {
 
 // backoff spaces out retries after a connection loss, and notices a
 // connection that its owner closed for good.
-type backoff struct {
-	next    time.Duration
-	suspect bool
-}
+type backoff struct{ next time.Duration }
 
 var errConnClosed = fmt.Errorf("%w: the *zk.Conn was closed", zk.ErrConnectionClosed)
 
+// wait sleeps, longer each time, and then until the client has a session
+// again. A request made while go-zookeeper reconnects would wait in its
+// queue anyway, and sent the moment it reconnects, it races with
+// go-zookeeper re-registering its watches (an upstream data race on
+// lastZxid, go-zookeeper/zk#35).
 func (b *backoff) wait(ctx context.Context, c zkConn) error {
-	d := b.next
-	// While it reconnects, go-zookeeper reports StateConnecting; it stays in
-	// StateDisconnected only after Close. Look twice to be sure.
-	if c.State() == zk.StateDisconnected {
-		if b.suspect {
-			return errConnClosed
-		}
-		b.suspect, d = true, 10*time.Millisecond
-	} else {
-		b.suspect = false
-		b.next = min(max(2*b.next, 10*time.Millisecond), 500*time.Millisecond)
-		d = b.next
+	b.next = min(max(2*b.next, 10*time.Millisecond), 500*time.Millisecond)
+	if err := sleep(ctx, b.next); err != nil {
+		return err
 	}
+	suspect := false
+	for {
+		switch c.State() {
+		case zk.StateHasSession:
+			return nil
+		case zk.StateDisconnected:
+			// While it reconnects, go-zookeeper passes through this state
+			// in an instant; it stays in it only after Close.
+			if suspect {
+				return errConnClosed
+			}
+			suspect = true
+		default:
+			suspect = false
+		}
+		if err := sleep(ctx, 25*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -145,7 +161,11 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration) (
 			return conn, nil
 		case <-ctx.Done():
 			conn.Close()
-			return nil, fmt.Errorf("rwlock: dial %v: %w", servers, ctx.Err())
+			err := fmt.Errorf("rwlock: dial %v: %w", servers, ctx.Err())
+			if last := g.lastFailure(); last != "" {
+				err = fmt.Errorf("%w (last attempt: %s)", err, last)
+			}
+			return nil, err
 		}
 	}
 }
@@ -158,9 +178,22 @@ type grantLogger struct {
 	granted atomic.Int64 // nanoseconds
 	once    sync.Once
 	learned chan struct{} // closed when granted is first set
+
+	failure atomic.Pointer[string] // the last failed connection attempt, for Dial's error
+}
+
+func (g *grantLogger) lastFailure() string {
+	if f := g.failure.Load(); f != nil {
+		return *f
+	}
+	return ""
 }
 
 func (g *grantLogger) Printf(format string, args ...any) {
+	if format == "failed to connect to %s: %v" || strings.HasPrefix(format, "authentication failed") {
+		msg := fmt.Sprintf(format, args...)
+		g.failure.Store(&msg)
+	}
 	if format == "authenticated: id=%d, timeout=%d" && len(args) == 2 {
 		if ms, ok := args[1].(int32); ok {
 			g.granted.Store(int64(ms) * int64(time.Millisecond))

@@ -144,10 +144,19 @@ func (g *Grant) monitor() {
 			}
 		case <-tick.C:
 			if err := h.check(l.conn, time.Now()); err != nil {
-				if errors.Is(err, errDisconnected) {
-					l.finish(g.node, "", g.session) // the session may well live on
+				if !errors.Is(err, errDisconnected) {
+					g.lose(err)
+					return
 				}
+				// The session may well live on, and the node with it: it
+				// is deleted once the client is back, and only after the
+				// holder has been told.
+				l.background.Add(1)
 				g.lose(err)
+				go func() {
+					defer l.background.Done()
+					l.finishNow(g.node, "", g.session)
+				}()
 				return
 			}
 		}

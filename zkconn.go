@@ -3,6 +3,7 @@ package rwlock
 import (
 	"context"
 	"errors"
+	"net"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -75,8 +76,15 @@ func call0(ctx context.Context, op func() error, late func(error)) error {
 // reached the server and the session may still be alive: retry once the
 // client has reconnected, and treat the outcome of a create as unknown.
 func connectionLoss(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
-		errors.Is(err, zk.ErrSessionMoved)
+	if errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
+		errors.Is(err, zk.ErrSessionMoved) {
+		return true
+	}
+	// go-zookeeper hands a request whose write failed that write's own
+	// error (EPIPE, ECONNRESET when the server has just dropped the
+	// connection), and then reconnects as after any connection loss.
+	var netErr net.Error
+	return errors.As(err, &netErr)
 }
 
 // sessionGone reports errors that mean the session, and with it every
