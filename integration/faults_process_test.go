@@ -1,0 +1,139 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+// Environment of TestHelperHolder when TestFaultHolderKilled runs it as the
+// holder process.
+const (
+	holderEnvServer  = "ZKRWLOCK_FAULT_HOLDER_SERVER"
+	holderEnvPath    = "ZKRWLOCK_FAULT_HOLDER_PATH"
+	holderEnvTimeout = "ZKRWLOCK_FAULT_HOLDER_TIMEOUT"
+)
+
+// TestHelperHolder is not a test: TestFaultHolderKilled runs the test binary
+// again as a process that holds a lock, with the environment above. The
+// process connects, takes the write lock, prints "held <node>" and blocks
+// until it is killed. Without that environment it returns at once.
+func TestHelperHolder(t *testing.T) {
+	server := os.Getenv(holderEnvServer)
+	if server == "" {
+		return
+	}
+	timeout, err := time.ParseDuration(os.Getenv(holderEnvTimeout))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := rwlock.Dial(ctx, []string{server}, timeout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		os.Exit(2)
+	}
+	l, err := rwlock.New(conn, os.Getenv(holderEnvPath))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		os.Exit(2)
+	}
+	g, err := l.Lock(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		os.Exit(2)
+	}
+	fmt.Printf("held %s\n", g.Node())
+	select {} // until SIGKILL
+}
+
+// A holder in another process dies by SIGKILL: its session lives on until
+// the server expires it, and then a waiter gets the lock. That takes the
+// session timeout, at most two of the server's ticks (it expires sessions
+// in tick-sized buckets) and a margin; and at least two thirds of the
+// timeout (the holder pinged the server no longer than a third ago).
+func TestFaultHolderKilled(t *testing.T) {
+	const timeout = 4 * time.Second
+	srv := faultServer(t, 1) // its own: the times measured are the point
+	path := lockPath(t)
+	ctx := t.Context()
+
+	// The child gets SIGKILL if this thread ends (Pdeathsig is per thread):
+	// keep the thread until the child is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(),
+		holderEnvServer+"="+srv.Addr(0), holderEnvPath+"="+path, holderEnvTimeout+"="+timeout.String())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	reaped := false
+	defer func() {
+		if !reaped { // the test failed before the kill
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var node string
+	for node == "" {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("the holder process ended before holding the lock; stderr:\n%s", stderr.String())
+			}
+			node, _ = strings.CutPrefix(line, "held ")
+		case <-time.After(60 * time.Second):
+			t.Fatal(`the holder process did not print "held" within 60s`)
+		}
+	}
+	go func() {
+		for range lines { // until the pipe closes
+		}
+	}()
+
+	waiter := connect(t, srv.Addr(0), timeout)
+	w := acquireAsync(ctx, waiter.lock(t, path), rwlock.Write)
+	nodes := waitNodeCount(t, waiter.conn, path, 2, 10*time.Second)
+	require.Contains(t, nodes, nodeName(node))
+	requireStillWaiting(t, w, "the holder process holds the lock")
+
+	killed := time.Now()
+	require.NoError(t, syscall.Kill(cmd.Process.Pid, syscall.SIGKILL))
+	err = cmd.Wait()
+	reaped = true
+	require.ErrorContains(t, err, "killed")
+	r := waitGranted(t, w, timeout+2*faultTick+10*time.Second)
+	took := r.at.Sub(killed)
+	t.Logf("holder SIGKILLed → waiter granted %v (session timeout %v, tick %v)", msec(took), timeout, faultTick)
+	require.LessOrEqual(t, took, timeout+2*faultTick+time.Second, "the dead holder's session should have expired by then")
+	require.GreaterOrEqual(t, took, timeout/2, "granted before the dead holder's session could have expired")
+	waitNodes(t, waiter.conn, path, time.Second, nodeName(r.g.Node()))
+	mustRelease(t, r.g)
+}

@@ -1,0 +1,63 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+// A standalone server restarted (stopped, then started on the same port and
+// data) keeps its sessions: a waiter keeps its node and its place in the
+// queue, and is granted once the holder releases. The holder knows a
+// session timeout long enough to ride out the restart, and keeps its grant.
+func TestFaultWaiterSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	const timeout = 30 * time.Second // a third of it covers a JVM restart on a loaded machine
+	srv := faultServer(t, 1)
+	holder := connect(t, srv.Addr(0), timeout)
+	waiter := connect(t, srv.Addr(0), timeout)
+	path := lockPath(t)
+	ctx := t.Context()
+
+	g, err := holder.lock(t, path).Lock(ctx)
+	require.NoError(t, err)
+	done := closedAt(ctx, g.Done())
+	w := acquireAsync(ctx, waiter.lock(t, path), rwlock.Read)
+	waiting := otherThan(waitNodeCount(t, waiter.conn, path, 2, 10*time.Second), nodeName(g.Node()))
+	hs, ws := holder.conn.SessionID(), waiter.conn.SessionID()
+
+	start := time.Now()
+	require.NoError(t, srv.Stop(0))
+	waitFor(t, 5*time.Second, func() bool { return waiter.conn.State() != zk.StateHasSession },
+		"the waiter should notice the server is gone")
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	require.NoError(t, srv.Start(sctx, 0))
+	restarted := time.Since(start)
+	waitSession(t, holder.conn, hs, 20*time.Second)
+	waitSession(t, waiter.conn, ws, 20*time.Second)
+	back := time.Since(start)
+	t.Logf("server stopped → serving again %v, → both clients have their sessions back %v", msec(restarted), msec(back))
+
+	requireStillWaiting(t, w, "the holder has not released")
+	select {
+	case <-done:
+		t.Fatalf("the holder lost its grant across the restart: %v", g.Err())
+	default:
+	}
+	require.NoError(t, g.Err())
+	waitNodes(t, waiter.conn, path, time.Second, nodeName(g.Node()), waiting)
+
+	released := time.Now()
+	mustRelease(t, g)
+	r := waitGranted(t, w, 10*time.Second)
+	t.Logf("release → waiter granted %v", msec(r.at.Sub(released)))
+	require.Equal(t, waiting, nodeName(r.g.Node()), "the waiter kept its node across the restart")
+	mustRelease(t, r.g)
+	waitNodes(t, waiter.conn, path, 5*time.Second)
+}
