@@ -1,0 +1,112 @@
+package main
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Tests of the command line itself; they need no ZooKeeper server.
+
+func TestHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		flags []string // each must be mentioned
+	}{
+		{[]string{"--help"}, []string{"exec", "queue", "dev", "ZOOKEEPER_SERVERS", "111"}},
+		{[]string{"help"}, []string{"exec", "queue", "dev"}},
+		{[]string{"exec", "--help"}, []string{"--write", "--read", "--timeout", "--no-wait", "--grace", "--owner",
+			"--quiet", "--zk", "--connect-timeout", "--session-timeout", "--debug", "ZKRWLOCK_TOKEN", "ZKRWLOCK_NODE",
+			"64", "69", "75", "111", "126", "127", "130"}},
+		{[]string{"exec", "-h"}, []string{"--write"}},
+		{[]string{"help", "exec"}, []string{"--write"}},
+		{[]string{"queue", "--help"}, []string{"--json", "--zk", "session_id", "age_seconds"}},
+		{[]string{"dev", "--help"}, []string{"--servers", "--log", "Ctrl-C"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := runCLI(t, nil, tc.args...)
+			require.Equal(t, 0, r.code, r.stderr)
+			require.Contains(t, r.stdout, "Usage: zkrwlock")
+			require.Empty(t, r.stderr)
+			for _, f := range tc.flags {
+				require.Contains(t, r.stdout, f)
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in the error line
+	}{
+		{"no command", nil, "Usage"},
+		{"unknown command", []string{"lock"}, `unknown command "lock"`},
+		{"no mode", []string{"exec", "/locks/x", "--", "true"}, "--write"},
+		{"both modes", []string{"exec", "--read", "--write", "/locks/x", "--", "true"}, "exactly one"},
+		{"no path", []string{"exec", "--write"}, "PATH"},
+		{"no command to run", []string{"exec", "--write", "/locks/x"}, "COMMAND"},
+		{"unknown flag", []string{"exec", "--write", "--wait", "/locks/x", "--", "true"}, "-wait"},
+		{"relative path", []string{"exec", "--write", "locks/x", "--", "true"}, "invalid path"},
+		{"trailing slash", []string{"exec", "--read", "/locks/x/", "--", "true"}, "invalid path"},
+		{"root", []string{"queue", "/"}, "invalid path"},
+		{"reserved path", []string{"queue", "/zookeeper/x"}, "invalid path"},
+		{"bad duration", []string{"exec", "--write", "--timeout", "soon", "/locks/x", "--", "true"}, "timeout"},
+		{"negative grace", []string{"exec", "--write", "--grace", "-1s", "/locks/x", "--", "true"}, "--grace"},
+		{"queue extra argument", []string{"queue", "/locks/x", "/locks/y"}, "unexpected argument"},
+		{"chroot", []string{"queue", "--zk", "127.0.0.1:2181/app", "/locks/x"}, "chroot"},
+		{"dev servers", []string{"dev", "--servers", "2"}, "--servers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A closed port: none of these may get as far as connecting.
+			r := runCLI(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, tc.args...)
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Contains(t, r.stderr, tc.want)
+			if tc.args != nil {
+				requireOneLine(t, r.stderr)
+			}
+			require.Less(t, r.took, 5*time.Second)
+		})
+	}
+}
+
+func TestCommandNotFound(t *testing.T) {
+	// Checked before connecting: no point in queueing for a typo.
+	r := runCLI(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, "exec", "--write", "/locks/x", "--", "no-such-command-zkrwlock")
+	require.Equal(t, exitNotFound, r.code, r.stderr)
+	requireOneLine(t, r.stderr)
+	require.Contains(t, r.stderr, "command not found")
+}
+
+func TestUnreachableServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // a closed port: connection refused
+
+	for _, args := range [][]string{
+		{"exec", "--write", "/locks/x", "--", "true"},
+		{"queue", "--json", "/locks/x"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			r := runCLI(t, nil, append([]string{args[0], "--zk", addr}, args[1:]...)...)
+			require.Equal(t, exitUnavailable, r.code, r.stderr)
+			requireOneLine(t, r.stderr)
+			require.Contains(t, r.stderr, "cannot reach ZooKeeper at "+addr)
+			require.Contains(t, r.stderr, "connection refused")
+			require.Empty(t, r.stdout)
+			// The default --connect-timeout is 5s.
+			require.Less(t, r.took, 15*time.Second)
+		})
+	}
+
+	t.Run("connect-timeout", func(t *testing.T) {
+		r := runCLI(t, nil, "queue", "--zk", addr, "--connect-timeout", "500ms", "/locks/x")
+		require.Equal(t, exitUnavailable, r.code, r.stderr)
+		require.Less(t, r.took, 5*time.Second)
+	})
+}

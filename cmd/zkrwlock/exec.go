@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+const execUsage = `Usage: zkrwlock exec (--write | --read) [flags] PATH [--] COMMAND [ARGS...]
+
+Takes the lock whose directory is PATH (exclusive with --write, shared with
+--read), runs COMMAND while holding it, releases it when COMMAND exits, and
+exits with COMMAND's status. Waiters queue in order (FIFO); a waiting writer
+holds back the readers that come after it. While waiting longer than a
+second it prints a progress line on stderr ("waiting: 2 ahead, holder
+write-0000000007 owned by host:pid").
+
+If the lock is lost while COMMAND runs (its node deleted, the session
+expired, or ZooKeeper out of reach for about a third of --session-timeout),
+COMMAND's process group gets SIGTERM and, --grace later, SIGKILL, and
+zkrwlock exits 111 with a message saying the lock was lost.
+
+%FLAGS%
+The command's environment also has:
+  ZKRWLOCK_TOKEN  the fencing token of the grant: a positive integer that is
+                  larger for every later grant; pass it to the store you
+                  protect and have the store reject writes with a smaller one
+  ZKRWLOCK_NODE   the full path of the lock node
+
+COMMAND runs in a process group of its own (on a terminal, the foreground
+one), so that a lost lock stops everything it started. SIGINT, SIGTERM,
+SIGHUP and SIGQUIT sent to zkrwlock are passed on to that group while it
+runs; while connecting or waiting they make zkrwlock leave the queue and
+exit 128+n. If zkrwlock itself is killed (kill -9), COMMAND's first process
+gets SIGTERM (on Linux). The lock is held until COMMAND exits: processes it
+leaves in the background do not hold it.
+
+` + exitCodes
+
+type execOptions struct {
+	conn    connFlags
+	write   bool
+	read    bool
+	timeout time.Duration
+	noWait  bool
+	grace   time.Duration
+	owner   string
+	quiet   bool
+
+	path string
+	argv []string
+	mode rwlock.Mode
+}
+
+func runExec(args []string) int {
+	const prog = "zkrwlock exec"
+	var o execOptions
+	fs := newFlagSet("exec")
+	fs.BoolVar(&o.write, "write", false, "take the lock exclusively")
+	fs.BoolVar(&o.read, "read", false, "take the lock shared")
+	fs.DurationVar(&o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); default: wait as long as it takes")
+	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is taken (exit 75)")
+	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, time between SIGTERM and SIGKILL to the command")
+	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
+	o.conn.register(fs)
+
+	pos, rest, err := parse(fs, execUsage, args, 1)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err == nil {
+		err = o.validate(pos, rest)
+	}
+	if err != nil {
+		return report(prog, err)
+	}
+	code, err := o.run(prog)
+	if err != nil {
+		return report(prog, err)
+	}
+	return code
+}
+
+func (o *execOptions) validate(pos, rest []string) error {
+	switch {
+	case o.write == o.read:
+		return fail(exitUsage, "give exactly one of --write and --read")
+	case len(pos) == 0:
+		return fail(exitUsage, "missing lock PATH")
+	case len(rest) == 0:
+		return fail(exitUsage, "missing COMMAND to run under the lock")
+	case o.timeout < 0:
+		return fail(exitUsage, "--timeout must not be negative")
+	case o.noWait && o.timeout > 0:
+		return fail(exitUsage, "give --no-wait or --timeout, not both")
+	case o.grace < 0:
+		return fail(exitUsage, "--grace must not be negative")
+	}
+	if err := o.conn.validate(); err != nil {
+		return err
+	}
+	o.path, o.argv, o.mode = pos[0], rest, rwlock.Read
+	if o.write {
+		o.mode = rwlock.Write
+	}
+	return checkPath(o.path)
+}
+
+// forwarded are the signals that end a wait, and that are passed on to the
+// command while it runs.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// run takes the lock, runs the command and releases the lock. It returns
+// the command's exit code, or a failure.
+func (o *execOptions) run(prog string) (int, error) {
+	cmd := exec.Command(o.argv[0], o.argv[1:]...)
+	if cmd.Err != nil { // not found: no point in queueing
+		return 0, startFailure(o.argv[0], cmd.Err)
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	log := o.conn.logger()
+	ctx, stop := interruptible(context.Background(), sigs)
+	conn, err := o.conn.dial(ctx)
+	if err != nil {
+		if sig := stop(); sig != nil {
+			return 0, interruptedErr(sig, "while connecting to ZooKeeper")
+		}
+		return 0, err
+	}
+	defer closeConn(conn)
+	opts := []rwlock.Option{rwlock.WithLogger(log)}
+	if o.owner != "" {
+		opts = append(opts, rwlock.WithOwner(o.owner))
+	}
+	l, err := rwlock.New(conn, o.path, opts...)
+	if err != nil {
+		stop()
+		return 0, &failure{exitUsage, err}
+	}
+
+	g, err := o.acquire(ctx, prog, l, conn)
+	if sig := stop(); sig != nil && err == nil {
+		// The signal came as the lock was granted: honour it.
+		release(prog, g)
+		return 0, interruptedErr(sig, "as the %s lock on %s was granted; released it", o.mode, o.path)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return o.runLocked(prog, cmd, g, sigs)
+}
+
+// acquire waits for the lock, with progress lines, --timeout or --no-wait.
+func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock, conn *zk.Conn) (*rwlock.Grant, error) {
+	wctx := ctx
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeoutCause(ctx, o.timeout, errWaitTimeout)
+		defer cancel()
+	}
+	p := &progress{
+		l: l, session: conn.SessionID, w: os.Stderr, prog: prog,
+		delay: time.Second, interval: time.Second, repeat: 10 * time.Second,
+	}
+	if !o.quiet && !o.noWait {
+		p.start(wctx)
+	}
+	begin := time.Now()
+	var g *rwlock.Grant
+	var err error
+	switch {
+	case o.mode == rwlock.Write && o.noWait:
+		g, err = l.TryLock(wctx)
+	case o.mode == rwlock.Write:
+		g, err = l.Lock(wctx)
+	case o.noWait:
+		g, err = l.TryRLock(wctx)
+	default:
+		g, err = l.RLock(wctx)
+	}
+	printed := !o.quiet && !o.noWait && p.stop()
+	if err == nil {
+		if printed {
+			printLine(os.Stderr, prog, fmt.Sprintf("acquired the %s lock on %s after %v", o.mode, o.path,
+				time.Since(begin).Round(100*time.Millisecond)))
+		}
+		return g, nil
+	}
+
+	var sig *interrupted
+	switch cause := context.Cause(wctx); {
+	case errors.As(cause, &sig):
+		return nil, interruptedErr(sig.sig, "while waiting for the %s lock on %s; left the queue", o.mode, o.path)
+	case errors.Is(cause, errWaitTimeout):
+		return nil, fail(exitTimeout, "timed out after %v waiting for the %s lock on %s (%s); left the queue",
+			o.timeout, o.mode, o.path, holdersNow(l))
+	case errors.Is(err, rwlock.ErrWouldBlock):
+		return nil, fail(exitTimeout, "the %s lock on %s is not free (%s) and --no-wait was given",
+			o.mode, o.path, holdersNow(l))
+	}
+	return nil, fail(exitUnavailable, "waiting for the %s lock on %s: %s", o.mode, o.path, describeZKError(err))
+}
+
+var errWaitTimeout = errors.New("--timeout")
+
+// holdersNow describes the holders of the lock, for a message about a
+// wait that failed.
+func holdersNow(l *rwlock.RWLock) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	q, err := l.Queue(ctx)
+	if err != nil {
+		return "holders unknown"
+	}
+	var holders []rwlock.Entry
+	for _, e := range q {
+		if e.Held {
+			holders = append(holders, e)
+		}
+	}
+	switch len(holders) {
+	case 0:
+		return "no holder now"
+	case 1:
+		return "holder " + describeHolders(holders)
+	}
+	return "holders " + describeHolders(holders)
+}
+
+// runLocked runs the command under g and releases g when it exits. It
+// returns the exit code for zkrwlock, or a failure.
+func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, g *rwlock.Grant, sigs <-chan os.Signal) (int, error) {
+	token := g.Token()
+	lost := g.Done()
+	if err := g.Err(); err != nil || token == 0 {
+		release(prog, g)
+		return 0, fail(exitLost, "lost the %s lock on %s before the command started: %v", o.mode, o.path, g.Err())
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(),
+		"ZKRWLOCK_TOKEN="+strconv.FormatInt(token, 10),
+		"ZKRWLOCK_NODE="+g.Node(),
+	)
+	c, err := startChild(cmd)
+	if err != nil {
+		release(prog, g)
+		return 0, startFailure(o.argv[0], err)
+	}
+	res := c.supervise(lost, sigs, o.grace, func() {
+		printLine(os.Stderr, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
+			"sent SIGTERM to the command, SIGKILL follows in %v", o.mode, o.path, g.Err(), o.grace))
+	}, func() {
+		printLine(os.Stderr, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL", o.grace))
+	})
+	if !res.lost && g.Err() != nil && !errors.Is(g.Err(), rwlock.ErrReleased) {
+		res.lost = true
+		printLine(os.Stderr, prog, fmt.Sprintf("lost the %s lock on %s as the command exited (%v)", o.mode, o.path, g.Err()))
+	}
+	release(prog, g)
+	if res.lost {
+		return 0, fail(exitLost, "the command was stopped because the %s lock on %s was lost", o.mode, o.path)
+	}
+	return res.code, nil
+}
+
+// release releases g, and says so when it cannot: then the node goes when
+// the session ends, which closing the connection does next.
+func release(prog string, g *rwlock.Grant) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Release(ctx); err != nil {
+		printLine(os.Stderr, prog, fmt.Sprintf("release: %v (the node goes with the session, which ends now)", err))
+	}
+}
+
+// startFailure is the failure for a command that could not be started.
+func startFailure(name string, err error) error {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return fail(exitNotFound, "%s: command not found", name)
+	}
+	return fail(exitCannotRun, "cannot run %s: %v", name, err)
+}
+
+// interrupted is the cause of a wait ended by a signal.
+type interrupted struct{ sig os.Signal }
+
+func (i *interrupted) Error() string { return "interrupted by " + signalName(i.sig) }
+
+func interruptedErr(sig os.Signal, format string, args ...any) error {
+	code := exitSignalBase + int(sig.(syscall.Signal))
+	return fail(code, "interrupted by %s %s", signalName(sig), fmt.Sprintf(format, args...))
+}
+
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	}
+	return sig.String()
+}
+
+// interruptible returns a context that ends, with an *interrupted cause,
+// at the first signal on sigs. stop ends the watch and returns that
+// signal, if one came; later signals stay in sigs.
+func interruptible(parent context.Context, sigs <-chan os.Signal) (context.Context, func() os.Signal) {
+	ctx, cancel := context.WithCancelCause(parent)
+	done := make(chan struct{})
+	var got os.Signal
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case s := <-sigs:
+			got = s
+			cancel(&interrupted{s})
+		case <-done:
+		}
+	})
+	var once sync.Once
+	return ctx, func() os.Signal {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+			cancel(nil)
+		})
+		return got
+	}
+}

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/faultproxy"
+)
+
+func TestWritersNeverOverlap(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+	logFile := filepath.Join(t.TempDir(), "log")
+	// Each run appends "start <id> <ns>" and "end <id> <ns>" under the lock.
+	const script = `echo "start $ID $(date +%s%N)" >> "$LOG"; sleep 0.2; echo "end $ID $(date +%s%N)" >> "$LOG"`
+	const workers, runs = 3, 3
+	var eg errgroup.Group
+	for w := range workers {
+		eg.Go(func() error {
+			for i := range runs {
+				id := fmt.Sprintf("w%d.%d", w, i)
+				p := start(t, []string{"ID=" + id, "LOG=" + logFile}, "exec", "--write", path, "--", "sh", "-c", script)
+				select {
+				case <-p.done:
+				case <-time.After(runTimeout):
+					return fmt.Errorf("%s: still running after %v", id, runTimeout)
+				}
+				if p.res.code != 0 {
+					return fmt.Errorf("%s: exit %d: %s", id, p.res.code, p.res.stderr)
+				}
+			}
+			return nil
+		})
+	}
+	require.NoError(t, eg.Wait())
+
+	type interval struct {
+		id         string
+		start, end int64
+	}
+	var ivs []interval
+	open := map[string]int64{}
+	lines := strings.Split(strings.TrimSpace(readFile(t, logFile)), "\n")
+	require.Len(t, lines, 2*workers*runs)
+	for i, line := range lines {
+		var kind, id string
+		var ns int64
+		_, err := fmt.Sscan(line, &kind, &id, &ns)
+		require.NoError(t, err, line)
+		// The file is appended to in order: an exclusive lock means every
+		// start is followed by its own end.
+		if i%2 == 0 {
+			require.Equal(t, "start", kind, "line %d: %q: two holders at once:\n%s", i, line, strings.Join(lines, "\n"))
+			open[id] = ns
+		} else {
+			require.Equal(t, "end", kind, line)
+			require.Contains(t, open, id, "line %d: %q ends a run that did not start last", i, line)
+			ivs = append(ivs, interval{id, open[id], ns})
+			delete(open, id)
+		}
+	}
+	slices.SortFunc(ivs, func(a, b interval) int { return int(a.start - b.start) })
+	for i := 1; i < len(ivs); i++ {
+		require.LessOrEqual(t, ivs[i-1].end, ivs[i].start, "%s and %s overlap", ivs[i-1].id, ivs[i].id)
+	}
+	require.Empty(t, children(t, client(t), path), "nodes left behind")
+}
+
+func TestReadersOverlap(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+	dir := t.TempDir()
+	// Each reader marks that it holds the lock, then waits, holding it, for
+	// the other's mark: both can finish only if they hold it together.
+	const script = `touch "$DIR/$ME"; i=0
+while [ ! -e "$DIR/$OTHER" ]; do i=$((i+1)); [ $i -gt 300 ] && exit 9; sleep 0.1; done`
+	a := start(t, []string{"DIR=" + dir, "ME=a", "OTHER=b"}, "exec", "--read", path, "--", "sh", "-c", script)
+	b := start(t, []string{"DIR=" + dir, "ME=b", "OTHER=a"}, "exec", "--read", path, "--", "sh", "-c", script)
+	require.Equal(t, 0, a.wait(t, runTimeout).code, "reader a did not see reader b while holding the lock")
+	require.Equal(t, 0, b.wait(t, runTimeout).code, "reader b did not see reader a while holding the lock")
+}
+
+func TestExitCodePassesThrough(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+	for _, tc := range []struct {
+		script string
+		want   int
+	}{
+		{"exit 0", 0},
+		{"exit 7", 7},
+		{"exit 255", 255},
+		{"kill -TERM $$", 128 + int(syscall.SIGTERM)},
+		{"kill -KILL $$", 128 + int(syscall.SIGKILL)},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			r := runCLI(t, nil, "exec", "--read", path, "--", "sh", "-c", tc.script)
+			require.Equal(t, tc.want, r.code, r.stderr)
+			require.Empty(t, r.stderr, "zkrwlock adds nothing to the command's own failure")
+		})
+	}
+	require.Empty(t, children(t, client(t), path), "nodes left behind")
+}
+
+func TestEnvironment(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+	var last int64
+	for i, mode := range []string{"--write", "--read", "--write"} {
+		r := runCLI(t, nil, "exec", mode, path, "--", "sh", "-c", `echo "$ZKRWLOCK_TOKEN $ZKRWLOCK_NODE"`)
+		require.Equal(t, 0, r.code, r.stderr)
+		fields := strings.Fields(r.stdout)
+		require.Len(t, fields, 2, r.stdout)
+		token, err := strconv.ParseInt(fields[0], 10, 64)
+		require.NoError(t, err, "ZKRWLOCK_TOKEN %q is not an integer", fields[0])
+		require.Positive(t, token)
+		require.Greater(t, token, last, "run %d: tokens grow with every grant", i)
+		last = token
+		node := fields[1]
+		require.True(t, strings.HasPrefix(node, path+"/"), node)
+		require.Contains(t, node, strings.TrimPrefix(mode, "--")+"-")
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+	holder := hold(t, path, rwlock.Write, "holder-T")
+	conn := client(t)
+
+	t.Run("timeout", func(t *testing.T) {
+		r := runCLI(t, nil, "exec", "--read", "--timeout", "1s", path, "--", "echo", "ran")
+		require.Equal(t, exitTimeout, r.code, r.stderr)
+		require.Empty(t, r.stdout, "the command must not run")
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		last := lines[len(lines)-1]
+		require.Contains(t, last, "timed out after 1s")
+		require.Contains(t, last, "owned by holder-T")
+		require.GreaterOrEqual(t, r.took, time.Second)
+		require.Equal(t, []string{filepath.Base(holder.Node())}, children(t, conn, path), "node left behind")
+	})
+	t.Run("no-wait", func(t *testing.T) {
+		r := runCLI(t, nil, "exec", "--write", "--no-wait", path, "--", "echo", "ran")
+		require.Equal(t, exitTimeout, r.code, r.stderr)
+		requireOneLine(t, r.stderr)
+		require.Empty(t, r.stdout)
+		require.Equal(t, []string{filepath.Base(holder.Node())}, children(t, conn, path), "node left behind")
+	})
+}
+
+func TestProgress(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+	holder := hold(t, path, rwlock.Write, "holder-P")
+	p := start(t, nil, "exec", "--write", path, "--", "echo", "ran")
+	waitFor(t, 30*time.Second, "a progress line", func() bool {
+		return strings.Contains(p.stderr.String(), "waiting: 1 ahead, holder write-")
+	})
+	require.Contains(t, p.stderr.String(), "owned by holder-P")
+	require.NoError(t, holder.Release(t.Context()))
+	r := p.wait(t, runTimeout)
+	require.Equal(t, 0, r.code)
+	require.Equal(t, "ran\n", r.stdout)
+	require.Contains(t, r.stderr, "acquired the write lock on "+path+" after")
+}
+
+func TestInterruptWhileWaiting(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+	holder := hold(t, path, rwlock.Write, "holder-I")
+	conn := client(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(signalName(sig), func(t *testing.T) {
+			p := start(t, nil, "exec", "--write", path, "--", "echo", "ran")
+			waitFor(t, 30*time.Second, "zkrwlock's node", func() bool { return len(children(t, conn, path)) == 2 })
+			p.signal(t, sig)
+			r := p.wait(t, 30*time.Second)
+			require.Equal(t, 128+int(sig), r.code)
+			require.Empty(t, r.stdout)
+			require.Contains(t, r.stderr, "left the queue")
+			require.NotContains(t, r.stderr, "goroutine ")
+			require.Equal(t, []string{filepath.Base(holder.Node())}, children(t, conn, path), "node left behind")
+		})
+	}
+}
+
+func TestSignalsReachTheCommand(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+	f := filepath.Join(t.TempDir(), "f")
+	p := start(t, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c",
+		`trap 'echo "got TERM" >> "$F"; exit 3' TERM; echo started >> "$F"; sleep 60 & wait`)
+	waitFor(t, 30*time.Second, "the command to start", func() bool { return readFile(t, f) != "" })
+	p.signal(t, syscall.SIGTERM)
+	r := p.wait(t, 30*time.Second)
+	require.Equal(t, 3, r.code, "zkrwlock exits with the command's status")
+	require.Equal(t, "started\ngot TERM\n", readFile(t, f))
+	require.Empty(t, children(t, client(t), path), "not released")
+}
+
+// lostScript records in $F that it started, its background job's pid, and
+// SIGTERM when it comes.
+const lostScript = `trap 'echo term >> "$F"; exit 143' TERM
+sleep 60 & echo "started $!" >> "$F"; wait`
+
+// startedPid waits until the command of lostScript has started and returns
+// the pid of its background job.
+func startedPid(t *testing.T, f string) int {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the command to start", func() bool { return strings.HasPrefix(readFile(t, f), "started ") })
+	pid, err := strconv.Atoi(strings.Fields(readFile(t, f))[1])
+	require.NoError(t, err)
+	return pid
+}
+
+// requireGone checks that a process of the command's group was stopped too.
+func requireGone(t *testing.T, pid int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("pid %d to be gone", pid), func() bool {
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			return true
+		}
+		// A zombie, which the init of a container may be slow to reap.
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		return len(fields) > 0 && fields[0] == "Z"
+	})
+}
+
+func TestLostNodeDeleted(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+	conn := client(t)
+	f := filepath.Join(t.TempDir(), "f")
+	p := start(t, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c", lostScript)
+	sleeper := startedPid(t, f)
+
+	nodes := children(t, conn, path)
+	require.Len(t, nodes, 1)
+	require.NoError(t, conn.Delete(path+"/"+nodes[0], -1)) // an operator's zkCli delete
+	r := p.wait(t, 30*time.Second)
+	require.Equal(t, exitLost, r.code)
+	require.Contains(t, r.stderr, "lost the write lock on "+path+" while the command ran")
+	require.Contains(t, readFile(t, f), "\nterm\n", "the command got SIGTERM")
+	requireGone(t, sleeper)
+}
+
+func TestLostEscalatesToSIGKILL(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+	conn := client(t)
+	f := filepath.Join(t.TempDir(), "f")
+	// The command and its job ignore SIGTERM.
+	p := start(t, []string{"F=" + f}, "exec", "--write", "--grace", "1s", path, "--", "sh", "-c",
+		`trap '' TERM; sleep 60 & echo "started $!" >> "$F"; wait`)
+	sleeper := startedPid(t, f)
+
+	nodes := children(t, conn, path)
+	require.Len(t, nodes, 1)
+	deleted := time.Now()
+	require.NoError(t, conn.Delete(path+"/"+nodes[0], -1))
+	r := p.wait(t, 30*time.Second)
+	require.Equal(t, exitLost, r.code)
+	require.GreaterOrEqual(t, time.Since(deleted), time.Second, "SIGKILL only after --grace")
+	require.Contains(t, r.stderr, "sent SIGKILL")
+	requireGone(t, sleeper)
+}
+
+func TestLostPartition(t *testing.T) {
+	srv := server(t)
+	path := lockPath(t)
+	proxy := faultproxy.Start(t, srv.Addr(0))
+	f := filepath.Join(t.TempDir(), "f")
+	const sessionTimeout = 3 * time.Second
+	p := start(t, []string{"F=" + f}, "exec", "--debug", "--write", "--zk", proxy.Addr(),
+		"--session-timeout", sessionTimeout.String(), "--grace", "2s", path, "--", "sh", "-c", lostScript)
+	sleeper := startedPid(t, f)
+
+	// Another client queues for the lock, then the holder is cut off. The
+	// other client may be granted the lock only once the server has
+	// expired the holder's session, and by then the command must have
+	// been told to stop.
+	conn := client(t)
+	other := lockOf(t, conn, path)
+	granted := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var g *rwlock.Grant
+	go func() {
+		var err error
+		g, err = other.Lock(ctx)
+		granted <- err
+	}()
+	waitFor(t, 30*time.Second, "the other client to queue", func() bool { return len(children(t, conn, path)) == 2 })
+
+	cut := time.Now()
+	proxy.Blackhole()
+	var grantedAfter time.Duration
+	var termBeforeGrant bool
+	select {
+	case err := <-granted:
+		require.NoError(t, err)
+		t.Cleanup(func() { g.Release(context.Background()) })
+		grantedAfter = time.Since(cut)
+		termBeforeGrant = strings.Contains(readFile(t, f), "\nterm\n")
+	case <-time.After(time.Minute):
+		t.Fatal("the other client was never granted the lock")
+	}
+	r := p.wait(t, 30*time.Second)
+	t.Logf("cut off at 0; other client granted after %v", grantedAfter)
+	require.True(t, termBeforeGrant, "another client got the lock %v after the cut, before the command was told to stop", grantedAfter)
+	require.Equal(t, exitLost, r.code)
+	require.Contains(t, r.stderr, "lost the write lock on "+path+" while the command ran")
+	requireGone(t, sleeper)
+}
+
+func TestLostSessionExpired(t *testing.T) {
+	srv := server(t)
+	path := lockPath(t)
+	proxy := startSessionProxy(t, srv.Addr(0))
+	f := filepath.Join(t.TempDir(), "f")
+	p := start(t, []string{"F=" + f}, "exec", "--read", "--zk", proxy.addr(), path, "--", "sh", "-c", lostScript)
+	sleeper := startedPid(t, f)
+
+	proxy.expire(t, srv.Addr(0))
+	r := p.wait(t, 30*time.Second)
+	require.Equal(t, exitLost, r.code)
+	require.Contains(t, r.stderr, "lost the read lock on "+path+" while the command ran")
+	require.Contains(t, readFile(t, f), "\nterm\n")
+	requireGone(t, sleeper)
+}
+
+func TestCommandStoppedWhenZkrwlockDies(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux only")
+	}
+	server(t)
+	path := lockPath(t)
+	f := filepath.Join(t.TempDir(), "f")
+	p := start(t, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c", lostScript)
+	sleeper := startedPid(t, f)
+	require.NoError(t, p.cmd.Process.Kill()) // kill -9: zkrwlock can do nothing
+	// Its session, and so the lock, ends within the session timeout; the
+	// command must not go on as if it still held the lock.
+	waitFor(t, 10*time.Second, "the command to get SIGTERM", func() bool { return strings.Contains(readFile(t, f), "\nterm\n") })
+	// Only the command's first process gets the signal: its background job
+	// lives on, as the docs say. It holds zkrwlock's stderr open.
+	syscall.Kill(sleeper, syscall.SIGKILL)
+	require.Equal(t, 128+int(syscall.SIGKILL), p.wait(t, 30*time.Second).code)
+}

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zkserver"
+)
+
+// The tests build the command once and run it as a subprocess, as an
+// operator would, against a ZooKeeper server they start themselves.
+
+// binary is the zkrwlock built by TestMain (with -race when the tests run
+// with it).
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "zkrwlock-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "zkrwlock")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "go build:", err)
+		return 1
+	}
+
+	code := m.Run()
+	if shared.cluster != nil {
+		if err := shared.cluster.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "zkserver:", err)
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// shared is one standalone server for all tests; each uses lock paths of
+// its own. Its short tick lets sessions as short as 1s be granted.
+var shared struct {
+	once    sync.Once
+	cluster *zkserver.Cluster
+	err     error
+}
+
+func server(t *testing.T) *zkserver.Cluster {
+	t.Helper()
+	if err := zkserver.Available(); err != nil {
+		if os.Getenv("ZKRWLOCK_REQUIRE_ZK") == "1" || os.Getenv("CI") != "" {
+			t.Fatalf("ZooKeeper is required: %v", err)
+		}
+		t.Skipf("no ZooKeeper: %v (set ZKRWLOCK_REQUIRE_ZK=1 to fail instead)", err)
+	}
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		shared.cluster, shared.err = zkserver.StartCluster(ctx, zkserver.Config{
+			TickTime:          500 * time.Millisecond,
+			MinSessionTimeout: time.Second,
+		})
+	})
+	if shared.err != nil {
+		t.Fatalf("shared server: %v", shared.err)
+	}
+	return shared.cluster
+}
+
+// lockPath returns a lock path no other test uses.
+func lockPath(t *testing.T) string {
+	var b [4]byte
+	rand.Read(b[:])
+	name := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	return fmt.Sprintf("/cli/%s-%s", name, hex.EncodeToString(b[:]))
+}
+
+// outcome is how a zkrwlock run ended.
+type outcome struct {
+	code   int
+	stdout string
+	stderr string
+	took   time.Duration
+}
+
+// proc is a zkrwlock process.
+type proc struct {
+	cmd    *exec.Cmd
+	stdout syncBuffer
+	stderr syncBuffer
+	start  time.Time
+	done   chan struct{}
+	res    outcome
+}
+
+// runTimeout bounds every zkrwlock run of the tests.
+const runTimeout = 2 * time.Minute
+
+// start starts zkrwlock with args, with ZOOKEEPER_SERVERS set to the
+// shared server when there is one (and env added). The test's cleanup
+// kills it (by its pid) if it still runs, and waits for it.
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	p.cmd.Env = append(baseEnv(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.WaitDelay = 5 * time.Second // for leftovers of a killed command that keep the pipes open
+	p.start = time.Now()
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		defer close(p.done)
+		err := p.cmd.Wait()
+		p.res = outcome{code: p.cmd.ProcessState.ExitCode(), took: time.Since(p.start)}
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			p.res.code = 128 + int(ws.Signal())
+		}
+		if err != nil && p.cmd.ProcessState == nil {
+			p.res.code = -1
+		}
+		p.res.stdout, p.res.stderr = p.stdout.String(), p.stderr.String()
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func baseEnv() []string {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "ZOOKEEPER_SERVERS=") || strings.HasPrefix(kv, "ZKRWLOCK_")
+	})
+	if shared.cluster != nil {
+		env = append(env, "ZOOKEEPER_SERVERS="+shared.cluster.ConnectString())
+	}
+	// A -race binary sleeps 1s before it exits, unless told not to.
+	return append(env, "GORACE=atexit_sleep_ms=0")
+}
+
+// wait waits for p to exit, for at most timeout, and logs its stderr.
+func (p *proc) wait(t *testing.T, timeout time.Duration) outcome {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("zkrwlock %v still running after %v; stderr so far:\n%s", p.cmd.Args[1:], timeout, p.stderr.String())
+	}
+	if p.res.stderr != "" {
+		t.Logf("zkrwlock %s: stderr:\n%s", strings.Join(p.cmd.Args[1:], " "), p.res.stderr)
+	}
+	return p.res
+}
+
+// signal sends sig to the zkrwlock process.
+func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig))
+}
+
+// runCLI runs zkrwlock to completion.
+func runCLI(t *testing.T, env []string, args ...string) outcome {
+	t.Helper()
+	return start(t, env, args...).wait(t, runTimeout)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// client opens a session of the test's own to the shared server, closed
+// when the test ends.
+func client(t *testing.T) *zk.Conn {
+	t.Helper()
+	conn, _ := zkserver.Connect(t, server(t).Addrs(), 4*time.Second)
+	return conn
+}
+
+// lockOf returns the lock at path on conn.
+func lockOf(t *testing.T, conn *zk.Conn, path string, opts ...rwlock.Option) *rwlock.RWLock {
+	t.Helper()
+	l, err := rwlock.New(conn, path, append([]rwlock.Option{rwlock.WithSessionTimeout(4 * time.Second)}, opts...)...)
+	require.NoError(t, err)
+	return l
+}
+
+// hold takes the lock at path in mode on a session of the test's own, and
+// releases it when the test ends.
+func hold(t *testing.T, path string, mode rwlock.Mode, owner string) *rwlock.Grant {
+	t.Helper()
+	l := lockOf(t, client(t), path, rwlock.WithOwner(owner))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var g *rwlock.Grant
+	var err error
+	if mode == rwlock.Write {
+		g, err = l.Lock(ctx)
+	} else {
+		g, err = l.RLock(ctx)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { g.Release(context.Background()) })
+	return g
+}
+
+// children returns the children of a lock directory (none if it does not
+// exist), sorted.
+func children(t *testing.T, conn *zk.Conn, path string) []string {
+	t.Helper()
+	c, _, err := conn.Children(path)
+	if err == zk.ErrNoNode {
+		return nil
+	}
+	require.NoError(t, err)
+	slices.Sort(c)
+	return c
+}
+
+// waitFor polls cond every 20ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// requireOneLine checks that an error output is one line and no crash.
+func requireOneLine(t *testing.T, stderr string) {
+	t.Helper()
+	require.Equal(t, 1, strings.Count(stderr, "\n"), "want exactly one line on stderr, got:\n%s", stderr)
+	require.NotContains(t, stderr, "goroutine ")
+	require.NotContains(t, stderr, "panic")
+	require.True(t, strings.HasPrefix(stderr, "zkrwlock"), "the line names the program: %q", stderr)
+}
+
+// readFile returns the content of path, "" if it does not exist.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return ""
+	}
+	require.NoError(t, err)
+	return string(b)
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+// progress tells, on stderr, why an acquisition waits. After delay it
+// reads the queue every interval and prints a line when the answer
+// changes, and every repeat otherwise:
+//
+//	zkrwlock exec: waiting: 2 ahead, holder write-0000000007 owned by build-7:4242 (3s)
+//
+// It finds our own node by our session id: the library does not tell the
+// name of a node while the acquisition is in progress, and the owner
+// string need not be unique, but one zkrwlock process has one session and
+// queues one node per lock.
+type progress struct {
+	l        *rwlock.RWLock
+	session  func() int64 // our session id, which can change if the session expires
+	w        io.Writer
+	prog     string
+	delay    time.Duration
+	interval time.Duration
+	repeat   time.Duration
+
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	printed bool // read after stop
+}
+
+// start starts reporting until stop.
+func (p *progress) start(ctx context.Context) {
+	ctx, p.cancel = context.WithCancel(ctx)
+	p.wg.Go(func() { p.run(ctx) })
+}
+
+// stop ends the reporting and reports whether a line was printed.
+func (p *progress) stop() bool {
+	p.cancel()
+	p.wg.Wait()
+	return p.printed
+}
+
+func (p *progress) run(ctx context.Context) {
+	begin := time.Now()
+	t := time.NewTimer(p.delay)
+	defer t.Stop()
+	var last string
+	var lastAt time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		state := p.state(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if now := time.Now(); state != last || now.Sub(lastAt) >= p.repeat {
+			printLine(p.w, p.prog, fmt.Sprintf("waiting: %s (%v)", state, now.Sub(begin).Round(time.Second)))
+			last, lastAt, p.printed = state, now, true
+		}
+		t.Reset(p.interval)
+	}
+}
+
+// state reads the queue and describes our place in it.
+func (p *progress) state(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, p.interval)
+	defer cancel()
+	q, err := p.l.Queue(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "cannot read the queue: ZooKeeper does not answer"
+		}
+		return "cannot read the queue: " + err.Error()
+	}
+	return describeQueue(q, p.session())
+}
+
+// describeQueue says how many nodes are ahead of ours (the one of session
+// self; all of them while ours is not there yet) and who holds the lock.
+func describeQueue(q []rwlock.Entry, self int64) string {
+	ahead := len(q)
+	var holders []rwlock.Entry
+	for i, e := range q {
+		if e.SessionID == self {
+			ahead = min(ahead, i)
+			continue
+		}
+		if e.Held {
+			holders = append(holders, e)
+		}
+	}
+	s := fmt.Sprintf("%d ahead", ahead)
+	switch len(holders) {
+	case 0:
+	case 1:
+		s += ", holder " + describeHolders(holders)
+	default:
+		s += ", holders " + describeHolders(holders)
+	}
+	return s
+}
+
+// describeHolders names the first holder, and counts the others.
+func describeHolders(holders []rwlock.Entry) string {
+	if len(holders) == 0 {
+		return "none"
+	}
+	h := holders[0]
+	s := fmt.Sprintf("%s owned by %s", nodeName(h.Node), ownerText(h.Owner))
+	if len(holders) > 1 {
+		s += fmt.Sprintf(" and %d more", len(holders)-1)
+	}
+	return s
+}
+
+// nodeName is a lock node's name without the directory and without the
+// client's 32-hex-digit guid prefix: write-0000000007.
+func nodeName(node string) string {
+	base := path.Base(node)
+	i := max(strings.LastIndex(base, "read-"), strings.LastIndex(base, "write-"))
+	if i <= 0 {
+		return base
+	}
+	return base[i:]
+}
+
+func ownerText(owner string) string {
+	if owner == "" {
+		return "(unknown)"
+	}
+	return owner
+}

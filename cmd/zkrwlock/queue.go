@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+const queueUsage = `Usage: zkrwlock queue [flags] PATH
+
+Shows who holds the lock whose directory is PATH and who waits for it:
+holders first, then waiters, in queue order.
+
+  MODE   STATE    OWNER          SESSION             AGE   NODE
+  read   held     build-7:4242   0x10000a1b2c30001   3.2s  read-0000000003
+  write  waiting  deploy-1:977   0x10000a1b2c30002   1.0s  write-0000000004
+
+AGE is the time since the node was created (queued), by the server's clock.
+
+%FLAGS%
+--json prints one JSON array, one object per node, in the same order, with
+these fields: node (full path), name, mode ("read" or "write"), held,
+owner, session_id (hex string "0x..."), seq, created (RFC 3339),
+age_seconds. A lock nobody holds prints [].
+
+` + exitCodes
+
+// queueEntry is the JSON form of a queue entry. Its field names are stable.
+type queueEntry struct {
+	Node       string    `json:"node"`
+	Name       string    `json:"name"`
+	Mode       string    `json:"mode"`
+	Held       bool      `json:"held"`
+	Owner      string    `json:"owner"`
+	SessionID  string    `json:"session_id"`
+	Seq        int32     `json:"seq"`
+	Created    time.Time `json:"created"`
+	AgeSeconds float64   `json:"age_seconds"`
+}
+
+func runQueue(args []string) int {
+	const prog = "zkrwlock queue"
+	var conn connFlags
+	var asJSON bool
+	fs := newFlagSet("queue")
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array instead of a table")
+	conn.register(fs)
+	pos, rest, err := parse(fs, queueUsage, args, 1)
+	switch {
+	case errors.Is(err, errHelp):
+		return 0
+	case err != nil:
+	case len(pos) == 0:
+		err = fail(exitUsage, "missing lock PATH")
+	case len(rest) > 0:
+		err = fail(exitUsage, "unexpected argument %q", rest[0])
+	default:
+		err = conn.validate()
+	}
+	if err == nil {
+		err = checkPath(pos[0])
+	}
+	if err == nil {
+		err = showQueue(&conn, pos[0], asJSON, os.Stdout)
+	}
+	if err != nil {
+		return report(prog, err)
+	}
+	return 0
+}
+
+func showQueue(cf *connFlags, path string, asJSON bool, w io.Writer) error {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	ctx, stop := interruptible(context.Background(), sigs)
+	defer stop()
+	log := cf.logger()
+	conn, err := cf.dial(ctx)
+	if err != nil {
+		if sig := stop(); sig != nil {
+			return interruptedErr(sig, "while connecting to ZooKeeper")
+		}
+		return err
+	}
+	defer closeConn(conn)
+	l, err := rwlock.New(conn, path, rwlock.WithLogger(log))
+	if err != nil {
+		return &failure{exitUsage, err}
+	}
+	// A session that lives is enough for a read; bound it anyway.
+	qctx, cancel := context.WithTimeout(ctx, cf.sessionTimeout)
+	defer cancel()
+	q, err := l.Queue(qctx)
+	if sig := stop(); sig != nil {
+		return interruptedErr(sig, "while reading the queue")
+	}
+	if err != nil {
+		return fail(exitUnavailable, "read the queue of %s: %s", path, describeZKError(err))
+	}
+	now := time.Now()
+	if asJSON {
+		return writeJSON(w, q, now)
+	}
+	return writeTable(w, path, q, now)
+}
+
+func writeJSON(w io.Writer, q []rwlock.Entry, now time.Time) error {
+	out := make([]queueEntry, 0, len(q))
+	for _, e := range q {
+		out = append(out, queueEntry{
+			Node:       e.Node,
+			Name:       nodeName(e.Node),
+			Mode:       e.Mode.String(),
+			Held:       e.Held,
+			Owner:      e.Owner,
+			SessionID:  sessionHex(e.SessionID),
+			Seq:        e.Seq,
+			Created:    e.Created.UTC(),
+			AgeSeconds: age(now, e.Created).Seconds(),
+		})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writeTable(w io.Writer, path string, q []rwlock.Entry, now time.Time) error {
+	if len(q) == 0 {
+		_, err := fmt.Fprintf(w, "%s: no holders, no waiters\n", path)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODE\tSTATE\tOWNER\tSESSION\tAGE\tNODE")
+	for _, e := range q {
+		state := "waiting"
+		if e.Held {
+			state = "held"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Mode, state, ownerText(e.Owner),
+			sessionHex(e.SessionID), formatAge(age(now, e.Created)), nodeName(e.Node))
+	}
+	return tw.Flush()
+}
+
+func sessionHex(id int64) string { return fmt.Sprintf("0x%x", uint64(id)) }
+
+// age is how long ago created was, never negative (the server's clock may
+// run ahead of ours).
+func age(now, created time.Time) time.Duration {
+	return max(now.Sub(created), 0)
+}
+
+// formatAge prints 850ms as 0.8s, 75s as 1m15s, 2h3m as 2h03m and 50h as 2d02h.
+func formatAge(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%02dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}

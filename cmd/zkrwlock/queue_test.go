@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+func TestQueue(t *testing.T) {
+	server(t)
+	path := lockPath(t)
+
+	connA, connB := client(t), client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	ga, err := lockOf(t, connA, path, rwlock.WithOwner("reader-A")).RLock(ctx)
+	require.NoError(t, err)
+	defer ga.Release(context.Background())
+	lockB := lockOf(t, connB, path, rwlock.WithOwner("writer-B"))
+	waiting := make(chan error, 1)
+	go func() {
+		g, err := lockB.Lock(ctx)
+		if err == nil {
+			g.Release(context.Background())
+		}
+		waiting <- err
+	}()
+	defer func() {
+		cancel()
+		<-waiting
+	}()
+	waitFor(t, 30*time.Second, "writer-B to queue", func() bool { return len(children(t, connA, path)) == 2 })
+
+	t.Run("text", func(t *testing.T) {
+		r := runCLI(t, nil, "queue", path)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Empty(t, r.stderr)
+		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		require.Len(t, lines, 3, r.stdout)
+		require.Equal(t, []string{"MODE", "STATE", "OWNER", "SESSION", "AGE", "NODE"}, strings.Fields(lines[0]))
+		rowA, rowB := strings.Fields(lines[1]), strings.Fields(lines[2])
+		require.Len(t, rowA, 6, lines[1])
+		require.Equal(t, []string{"read", "held", "reader-A", fmt.Sprintf("0x%x", connA.SessionID())}, rowA[:4])
+		require.Regexp(t, `^\d+\.\ds$`, rowA[4])
+		require.Regexp(t, `^read-\d{10}$`, rowA[5])
+		require.Len(t, rowB, 6, lines[2])
+		require.Equal(t, []string{"write", "waiting", "writer-B", fmt.Sprintf("0x%x", connB.SessionID())}, rowB[:4])
+		require.Regexp(t, `^write-\d{10}$`, rowB[5])
+	})
+
+	t.Run("json", func(t *testing.T) {
+		r := runCLI(t, nil, "queue", path, "--json") // flags may follow PATH
+		require.Equal(t, 0, r.code, r.stderr)
+		var entries []map[string]any
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &entries), r.stdout)
+		require.Len(t, entries, 2)
+		fields := []string{"node", "name", "mode", "held", "owner", "session_id", "seq", "created", "age_seconds"}
+		for _, e := range entries {
+			var keys []string
+			for k := range e {
+				keys = append(keys, k)
+			}
+			require.ElementsMatch(t, fields, keys, "stable field names")
+			require.True(t, strings.HasPrefix(e["node"].(string), path+"/"), e["node"])
+			require.True(t, strings.HasSuffix(e["node"].(string), e["name"].(string)))
+			created, err := time.Parse(time.RFC3339Nano, e["created"].(string))
+			require.NoError(t, err)
+			require.WithinDuration(t, time.Now(), created, time.Minute)
+			require.GreaterOrEqual(t, e["age_seconds"].(float64), 0.0)
+		}
+		a, b := entries[0], entries[1]
+		require.Equal(t, "read", a["mode"])
+		require.Equal(t, true, a["held"])
+		require.Equal(t, "reader-A", a["owner"])
+		require.Equal(t, fmt.Sprintf("0x%x", connA.SessionID()), a["session_id"])
+		require.Equal(t, "write", b["mode"])
+		require.Equal(t, false, b["held"])
+		require.Equal(t, "writer-B", b["owner"])
+		require.Equal(t, fmt.Sprintf("0x%x", connB.SessionID()), b["session_id"])
+		require.Less(t, a["seq"].(float64), b["seq"].(float64))
+	})
+
+	t.Run("empty", func(t *testing.T) {
+		r := runCLI(t, nil, "queue", "--json", path+"-nobody")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Equal(t, "[]\n", r.stdout)
+		r = runCLI(t, nil, "queue", path+"-nobody")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "no holders, no waiters")
+	})
+}
+
+func TestFormatAge(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0.0s"},
+		{850 * time.Millisecond, "0.8s"},
+		{3200 * time.Millisecond, "3.2s"},
+		{75 * time.Second, "1m15s"},
+		{2*time.Hour + 3*time.Minute, "2h03m"},
+		{50 * time.Hour, "2d02h"},
+	} {
+		require.Equal(t, tc.want, formatAge(tc.d), tc.d)
+	}
+}
+
+func TestDescribeQueue(t *testing.T) {
+	e := func(name string, mode rwlock.Mode, session int64, held bool) rwlock.Entry {
+		return rwlock.Entry{Node: "/l/_c_0123456789abcdef0123456789abcdef-" + name, Mode: mode,
+			SessionID: session, Owner: fmt.Sprintf("host:%d", session), Held: held}
+	}
+	for _, tc := range []struct {
+		name string
+		q    []rwlock.Entry
+		want string
+	}{
+		{"not queued yet", []rwlock.Entry{e("write-0000000001", rwlock.Write, 1, true)},
+			"1 ahead, holder write-0000000001 owned by host:1"},
+		{"behind a writer", []rwlock.Entry{e("write-0000000001", rwlock.Write, 1, true), e("read-0000000002", rwlock.Read, 2, false),
+			e("write-0000000003", rwlock.Write, 9, false)}, "2 ahead, holder write-0000000001 owned by host:1"},
+		{"behind readers", []rwlock.Entry{e("read-0000000001", rwlock.Read, 1, true), e("read-0000000002", rwlock.Read, 2, true),
+			e("write-0000000003", rwlock.Write, 9, false)}, "2 ahead, holders read-0000000001 owned by host:1 and 1 more"},
+		{"empty", nil, "0 ahead"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, describeQueue(slices.Clone(tc.q), 9))
+		})
+	}
+}
