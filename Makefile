@@ -5,7 +5,7 @@ export ZKRWLOCK_REQUIRE_ZK ?= 1
 SIM_SCHEDULES ?= 2000000
 SIM_FIRST ?= $(shell date +%s)
 
-.PHONY: demo test check sim fuzz zookeeper
+.PHONY: demo test check sim fuzz zookeeper bench
 
 zookeeper:
 	@./scripts/install-zookeeper.sh
@@ -27,6 +27,23 @@ sim:
 ## fuzz: fuzz the lock node name parser
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseNode -fuzztime 60s .
+
+## bench: the workloads of ../shared/peers (W1-W6r), the drain scale series and
+## ReadBatch, each run once against a throwaway ZooKeeper (or ZKRWLOCK_BENCH_SERVERS).
+## Progress and Go benchmark lines go to stderr and bench/results/<time>.txt; one
+## JSON line per workload to bench/results/<time>.jsonl, printed at the end for
+## ../shared/peers/compare.py. BENCH picks benchmarks (a -bench regexp);
+## BENCHFLAGS adds flags after the package (e.g. -short, or -bench.waiters=20).
+BENCH ?= .
+BENCHFLAGS ?=
+bench: zookeeper
+	@mkdir -p bench/results
+	@out=bench/results/$$(date +%Y%m%d-%H%M%S); \
+	{ $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 60m ./bench/ \
+		-bench.json="$(CURDIR)/$$out.jsonl" $(BENCHFLAGS) 2>&1; echo $$? >"$$out.rc"; } | tee "$$out.txt" >&2; \
+	rc=$$(cat "$$out.rc"); rm -f "$$out.rc"; \
+	if [ -s "$$out.jsonl" ]; then cat "$$out.jsonl"; fi; \
+	echo "bench: $$out.jsonl, $$out.txt" >&2; exit $$rc
 
 ## check: formatting, vet, and the public API contract
 check:

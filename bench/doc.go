@@ -1,0 +1,73 @@
+// Package bench measures zkrwlock against a real ZooKeeper server, with the
+// workloads that ../shared/peers runs for Apache Curator, kazoo and
+// go-zookeeper's zk.Lock, so the numbers can be put side by side.
+//
+// The package has no code of its own: the benchmarks are in its _test.go
+// files. Run them all once each, as the peers do, with
+//
+//	make bench
+//
+// which runs
+//
+//	go test -run '^$' -bench . -benchtime 1x -timeout 60m ./bench/ -bench.json=FILE
+//
+// and prints FILE: one JSON line per workload run, with the keys the peers'
+// harnesses print (impl "zkrwlock"). Compare with
+//
+//	../shared/peers/compare.py peers.jsonl bench/results/<time>.jsonl
+//
+// Compare ratios measured in one session on one server: by default every
+// `go test` process starts its own throwaway server (internal/zkserver, data
+// on tmpfs, tickTime 2s, maxClientCnxns=0, the peers' JVM heap); with
+// ZKRWLOCK_BENCH_SERVERS=host:port[,host:port...] the benchmarks use that
+// server instead, such as the one ../shared/peers/zk.sh started for the peers.
+//
+// Workloads (definitions: ../shared/peers/README.md). Every client is its
+// own session (rwlock.Dial, 10 s session timeout) and every run uses a fresh
+// lock path /rwbench/zkrwlock/<workload>-<ms>-<rand>.
+//
+//	BenchmarkW1              W1   1 client, 100 warm-up + 2000 write acquire/release cycles
+//	BenchmarkW2              W2   the same with read grants
+//	BenchmarkW3              W3   8 clients loop write acquire/release for 5 s
+//	BenchmarkW4              W4   8 clients loop read acquire/release for 5 s
+//	BenchmarkW5              W5   8 clients, 90% read / 10% write (splitmix64), hold 1 ms, 5 s
+//	BenchmarkW6              W6   200 writers queued behind one holder: drain time, handoffs
+//	BenchmarkW6r             W6r  200 readers queued behind one writer: time until all hold
+//	BenchmarkDrain/...       W6-100, W6-300, W6-1000, W6r-1000: the drain at other queue lengths
+//	BenchmarkReadBatch32/... RB32: ReadBatch of 32 functions; RL32: 32 concurrent RLock/Release
+//
+// The JSON keys are the peers' for the same workload: W1/W2 clients,
+// warmup_cycles, ops, elapsed_s, ops_per_s, acq_p50_us, acq_p99_us,
+// rel_p50_us, rel_p99_us; W3-W5 clients, hold_ms, elapsed_s, acquisitions,
+// acq_per_s, per_client_min, per_client_max, writes (W5), timeouts,
+// violations; W6 waiters, enqueue_s, failed, drain_s, handoff_mean_us,
+// handoff_p50_us, handoff_p99_us, violations; W6r the same with
+// wake_mean_us, wake_p50_us, wake_max_us instead of the handoffs; and for
+// all zk_packets and zk_req_per_acq (the servers' zk_packets_received over
+// the measured phase, less the mntr calls themselves and W6's polling, per
+// acquisition). Extra keys: allocs_per_acq, bytes_per_acq and
+// client_cpu_us_per_acq (this process: the library plus go-zookeeper, not
+// the server), latencies for W3-W5, round_s for W6, and an "error" key
+// (which compare.py skips) when a run failed.
+//
+// Each benchmark also reports its metrics the Go way (b.ReportMetric:
+// cycles/s or acquisitions/s, p50/p99 acquire and release latency in µs,
+// req/acquire, allocs/acquire, cpu-us/acquire, ...), so runs can be
+// compared with benchstat. One benchmark iteration is one whole workload
+// run: -benchtime 1x runs each once, and ns/op is its measured phase. A run
+// with a mutual exclusion violation or a failed acquisition fails the
+// benchmark (acquire timeouts in W3-W5 are counted, as the peers count them).
+//
+// RB32/RL32 have keys of their own: fns, grants_per_batch, batches,
+// batches_per_s, batch_p50_us, batch_p99_us, zk_req_per_batch,
+// allocs_per_batch, client_cpu_us_per_batch.
+//
+// Before the first benchmark, 8 clients loop Lock/Release for 5 s,
+// unmeasured, so that the server's JIT is warm, as the peers' run-all.sh
+// does with a discarded W3 (-bench.serverwarmup sets the time; 0 skips it).
+//
+// Smaller runs, to check that the benchmarks work: -short, or -bench.ops,
+// -bench.warmup, -bench.duration, -bench.waiters, -bench.drain and
+// -bench.batches. Their JSON workload names differ from the peers' (W1-smoke,
+// W6-20, ...), so compare.py leaves them out.
+package bench

@@ -1,0 +1,224 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+// W6, W6r and the scale series: a queue of waiters behind one writer.
+
+func benchDrain(b *testing.B, name string, waiters int, readers bool) {
+	s := sharedServers(b)
+	b.ReportAllocs()
+	var m metrics
+	for b.Loop() {
+		b.StopTimer()
+		r, err := runDrain(b, s, name, waiters, readers, &m)
+		emit(b, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	m.report(b)
+}
+
+// runDrain is one run: waiters+1 sessions, an unmeasured warm-up round on
+// another lock path, then the measured round.
+func runDrain(b *testing.B, s *servers, name string, waiters int, readers bool, m *metrics) (*record, error) {
+	ss := s.dial(b, waiters+1)
+	defer ss.close()
+	path := lockPath(name)
+	var chk checker // over both rounds, as the peers' process-wide counters
+	if r, err := drainRound(b, s, ss, name, path+"-warmup", readers, &chk, nil); err != nil {
+		return r, fmt.Errorf("warm-up round: %w", err)
+	}
+	return drainRound(b, s, ss, name, path, readers, &chk, m)
+}
+
+// drainRound queues len(ss.conns)-1 waiters behind a writer on session 0.
+// It is measured (timer, metrics) unless m is nil: the warm-up round.
+func drainRound(b *testing.B, s *servers, ss *sessions, name, path string, readers bool, chk *checker, m *metrics) (*record, error) {
+	measured := m != nil
+	if !measured {
+		m = &metrics{}
+	}
+	ctx := context.Background()
+	n := len(ss.conns) - 1
+	holder, err := ss.lock(b, 0, path).Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	chk.enter(true)
+	locks := make([]*rwlock.RWLock, n)
+	for i := range locks {
+		locks[i] = ss.lock(b, i+1, path)
+	}
+
+	acqT, relT := make([]time.Duration, n), make([]time.Duration, n)
+	var failed atomic.Int64
+	var errMu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		failed.Add(1)
+		errMu.Lock()
+		errs = append(errs, err)
+		errMu.Unlock()
+	}
+	allHeld := newCountdown(n)
+
+	watch0 := s.mustMntr(b, "zk_watch_count")
+	p0 := s.mustMntr(b, "zk_packets_received")
+	use := startUsage()
+	if measured {
+		b.StartTimer()
+	}
+	tq := now()
+	var wg sync.WaitGroup
+	for i, l := range locks {
+		wg.Go(func() {
+			acquire := l.Lock
+			if readers {
+				acquire = l.RLock
+			}
+			actx, cancel := context.WithTimeout(ctx, waiterTimeout)
+			g, err := acquire(actx)
+			cancel()
+			if err != nil {
+				fail(err)
+				allHeld.arrive()
+				return
+			}
+			acqT[i] = now()
+			chk.enter(!readers)
+			if readers {
+				allHeld.arrive()
+				if !allHeld.wait(waiterTimeout) {
+					fail(errors.New("not every reader held the lock"))
+				}
+			}
+			chk.leave(!readers)
+			relT[i] = now()
+			if err := g.Release(ctx); err != nil {
+				fail(err)
+			}
+		})
+	}
+
+	// Wait until all n lock nodes exist, then until every waiter's watch is
+	// set, counting the holder's requests and our mntr calls, which are not
+	// the workload's: the peers subtract them.
+	polls, mntrPolls := int64(1), int64(1)
+	for {
+		children, _, err := ss.conns[0].Children(path)
+		if err != nil {
+			fail(fmt.Errorf("holder: list %s: %w", path, err))
+			break
+		}
+		if len(children) >= n+1 || failed.Load() > 0 {
+			break
+		}
+		polls++
+		time.Sleep(pollEvery)
+	}
+	watchDeadline := now() + watchTimeout
+	for failed.Load() == 0 {
+		w, err := s.mntr("zk_watch_count")
+		if err != nil {
+			fail(err)
+			break
+		}
+		if w-watch0 >= int64(n) || now() >= watchDeadline {
+			break
+		}
+		mntrPolls++
+		time.Sleep(pollEvery)
+	}
+	chk.leave(true)
+	tRel := now()
+	if err := holder.Release(ctx); err != nil {
+		fail(err)
+	}
+	wg.Wait()
+	end := now()
+	if measured {
+		b.StopTimer()
+	}
+	spent := use.since()
+	p1 := s.mustMntr(b, "zk_packets_received")
+
+	var ok []int // waiters that held the lock
+	var last time.Duration
+	for i := range n {
+		if acqT[i] == 0 {
+			continue
+		}
+		ok = append(ok, i)
+		if readers {
+			last = max(last, acqT[i])
+		} else {
+			last = max(last, relT[i])
+		}
+	}
+	r := newRecord(name)
+	r.put("waiters", n)
+	r.put("enqueue_s", (tRel - tq).Seconds())
+	r.put("failed", failed.Load())
+	r.put("drain_s", (last - tRel).Seconds())
+	m.add("drain-s", (last - tRel).Seconds())
+	m.add("enqueue-s", (tRel - tq).Seconds())
+	if readers {
+		wake := make([]time.Duration, 0, len(ok))
+		for _, i := range ok {
+			wake = append(wake, acqT[i]-tRel)
+		}
+		r.put("wake_mean_us", mean(wake))
+		r.put("wake_p50_us", pct(wake, 50))
+		r.put("wake_max_us", pct(wake, 100))
+		m.add("wake-mean-us", mean(wake))
+		m.add("wake-p50-us", pct(wake, 50))
+		m.add("wake-max-us", pct(wake, 100))
+	} else {
+		slices.SortFunc(ok, func(x, y int) int { return cmp.Compare(acqT[x], acqT[y]) })
+		handoff := make([]time.Duration, 0, len(ok))
+		prev := tRel
+		for _, i := range ok {
+			handoff = append(handoff, acqT[i]-prev)
+			prev = relT[i]
+		}
+		r.put("handoff_mean_us", mean(handoff))
+		r.put("handoff_p50_us", pct(handoff, 50))
+		r.put("handoff_p99_us", pct(handoff, 99))
+		m.add("handoff-mean-us", mean(handoff))
+		m.add("handoff-p50-us", pct(handoff, 50))
+		m.add("handoff-p99-us", pct(handoff, 99))
+	}
+	r.put("violations", chk.violations.Load())
+	other := polls + mntrPolls*int64(len(s.addrs))
+	req := r.reqPerAcq(s, p0, p1, other, int64(n))
+	r.usagePerAcq(m, spent, int64(n))
+	r.put("round_s", (end - tq).Seconds())
+	m.add("req/acquire", req)
+	m.add("violations", float64(chk.violations.Load()))
+
+	if v := chk.violations.Load(); v > 0 {
+		errs = append(errs, fmt.Errorf("%d mutual exclusion violations", v))
+	}
+	if err := errors.Join(errs...); err != nil {
+		if len(errs) > 3 {
+			err = fmt.Errorf("%d failures, the first: %w", len(errs), errors.Join(errs[:3]...))
+		}
+		r.put("error", err.Error())
+		return r, err
+	}
+	return r, nil
+}
