@@ -20,20 +20,26 @@ import (
 // create whose outcome we never learned), in the background.
 func (l *RWLock) finish(path, guid string, session int64) {
 	l.background.Add(1)
-	go func() {
-		defer l.background.Done()
-		l.finishNow(path, guid, session)
-	}()
+	go l.finishing(path, guid, session)
+}
+
+// finishing is finish's goroutine, for callers that Add to l.background
+// themselves.
+func (l *RWLock) finishing(path, guid string, session int64) {
+	defer l.background.Done()
+	l.finishNow(path, guid, session)
 }
 
 // finishCreate receives the outcome of a create its caller stopped waiting
-// for, and makes sure the node does not outlive the call.
-func (l *RWLock) finishCreate(path string, err error, guid string, session int64) {
+// for, and makes sure the node does not outlive the call. The node, if any,
+// belongs to the session the client has now: an older one took its nodes
+// with it.
+func (l *RWLock) finishCreate(path string, err error, guid string) {
 	switch {
 	case err == nil:
-		l.finish(path, "", session)
+		l.finish(path, "", l.conn.SessionID())
 	case connectionLoss(err):
-		l.finish("", guid, session)
+		l.finish("", guid, l.conn.SessionID())
 	}
 }
 

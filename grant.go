@@ -34,9 +34,10 @@ type Grant struct {
 	trip      <-chan zk.Event         // a child watch the acquisition left; see monitor
 	grantedAt time.Time
 
-	token    atomic.Int64 // czxid of node; 0 until read
-	released atomic.Bool  // Release has run
-	handedOn atomic.Bool  // Downgrade gave the node to another grant
+	token atomic.Int64 // czxid of node; 0 until read
+
+	ops      sync.Mutex // serialises Release and Downgrade
+	released bool       // guarded by ops: Release or Downgrade has run
 
 	arm         sync.Once
 	monitorDone chan struct{} // nil unless a monitor was started
@@ -59,12 +60,21 @@ func lostErr(node string, cause error) error {
 }
 
 // lose ends the grant with a cause wrapping ErrLost, unless it has already
-// ended.
+// ended. Call it when the node is gone already.
 func (g *Grant) lose(cause error) {
 	if g.ctx.Err() == nil {
 		g.l.debug("lost: "+cause.Error(), g.node)
 	}
 	g.end(lostErr(g.node, cause))
+}
+
+// loseAndDelete ends the grant, then deletes its node, which may live on
+// with the session, in the background: after the holder has been told,
+// since the deletion lets the next waiter in.
+func (g *Grant) loseAndDelete(cause error) {
+	g.l.background.Add(1)
+	g.lose(cause)
+	go g.l.finishing(g.node, "", g.session)
 }
 
 // root returns the grant that owns the node.
@@ -88,14 +98,17 @@ func (g *Grant) Node() string { return g.node }
 //   - when the node is deleted, or the session is found expired or
 //     replaced (go-zookeeper quietly opens a new session after expiry);
 //   - when the connection has been down for longer than the session can be
-//     trusted: about a third of the session timeout, if the lock knows it
+//     trusted: about a fifth of the session timeout if the lock knows it
 //     (from [WithSessionTimeout] or [Dial]), else at once. go-zookeeper
-//     notices a dead connection only after 2/3 of the session timeout without
-//     a packet, so the last third is all the margin there is.
+//     notices a dead connection only after 2/3 of the session timeout
+//     without a packet, which leaves at most the last third as margin, less
+//     allowances for round trips and a busy machine (see lossGrace).
 //
-// The first call to Done, Err or Token starts watching: one request to
-// ZooKeeper, and a goroutine that polls the connection state and ends with
-// the grant. Grants that are never asked cost nothing beyond their node.
+// The first call to Done, Err or Token starts watching: it checks the
+// session at once, then sets a watch on the node (one request, unless the
+// grant came from WithRead, WithWrite or ReadGroup, which set one for free)
+// and polls the connection state from a goroutine that ends with the
+// grant. Grants that are never asked cost nothing beyond their node.
 func (g *Grant) Done() <-chan struct{} {
 	g.root().startMonitor()
 	return g.ctx.Done()
@@ -103,9 +116,14 @@ func (g *Grant) Done() <-chan struct{} {
 
 // Err returns nil while the grant is held, ErrReleased after Release or
 // Downgrade, or an error wrapping ErrLost (and the cause, such as
-// [zk.ErrSessionExpired]) once it is lost. Like Done, it starts watching.
+// [zk.ErrSessionExpired]) once it is lost. Like Done, it starts watching,
+// and it checks the session on every call.
 func (g *Grant) Err() error {
-	g.root().startMonitor()
+	r := g.root()
+	r.startMonitor()
+	if r.ctx.Err() == nil && r.l.conn.SessionID() != r.session {
+		r.lose(zk.ErrSessionExpired) // the monitor would see it at its next tick
+	}
 	if g.ctx.Err() == nil {
 		return nil
 	}
@@ -118,45 +136,63 @@ func (g *Grant) Err() error {
 // smaller than one it has seen: a holder that lost its grant without
 // noticing (a long GC pause, a partition) is then turned away.
 //
-// The first call reads the node (one request), unless Done, Err or Token was
-// called before. It returns 0 if the grant ended before the token was read.
+// The first call reads the node (one request) and starts watching as Done
+// does (one more, unless watching already); through a disconnection it
+// waits for the client to reconnect or the grant to be lost. It returns 0 if the grant ended before the token could
+// be read, or if the node cannot be read (an ACL without read permission).
 func (g *Grant) Token() int64 {
 	r := g.root()
 	if t := r.token.Load(); t != 0 {
 		return t
 	}
-	st, err := call(r.ctx, func() (*zk.Stat, error) {
-		_, st, err := r.l.conn.Get(r.node)
-		return st, err
-	}, nil)
-	switch {
-	case err == nil:
-		r.token.CompareAndSwap(0, st.Czxid)
-	case errors.Is(err, zk.ErrNoNode):
-		r.lose(errNodeDeleted)
+	r.startMonitor()
+	var retry backoff
+	for {
+		st, err := call(r.ctx, func() (*zk.Stat, error) {
+			_, st, err := r.l.conn.Get(r.node)
+			return st, err
+		}, nil)
+		switch {
+		case err == nil:
+			r.token.CompareAndSwap(0, st.Czxid)
+			return r.token.Load()
+		case errors.Is(err, zk.ErrNoNode):
+			r.lose(r.whyDeleted())
+			return 0
+		case r.ctx.Err() != nil:
+			return r.token.Load()
+		case !connectionLoss(err):
+			return 0
+		}
+		if retry.wait(r.ctx, r.l.conn) != nil {
+			return r.token.Load()
+		}
 	}
-	return r.token.Load()
 }
 
 // Release ends the grant and deletes its node, so the next waiter may go. It
 // returns nil if the grant had already ended (then there is nothing left to
-// delete), and on later calls. If ctx ends or the connection fails before
-// the deletion is confirmed, the deletion goes on in the background until
-// it succeeds or the session ends, and Release returns the error.
+// delete: a lost grant's node is gone or being deleted), and on later calls.
+// ctx bounds the wait: if it ends, or the connection fails, before the
+// deletion is confirmed, the deletion goes on in the background until it
+// succeeds or the session ends, and Release returns the error.
 //
 // Releasing a nested grant (see [ContextWithGrant]) ends only that grant.
 func (g *Grant) Release(ctx context.Context) error {
-	if !g.released.CompareAndSwap(false, true) {
+	g.ops.Lock()
+	defer g.ops.Unlock()
+	if g.released {
 		return nil
 	}
+	g.released = true
 	ended := g.ctx.Err() != nil
 	g.end(ErrReleased)
 	if g.outer != nil {
 		return nil
 	}
 	g.stopMonitor()
-	if ended || g.handedOn.Load() {
-		return nil // lost (the monitor saw to the node), or downgraded
+	if ended {
+		return nil
 	}
 	if err := g.l.deleteNode(ctx, g.node, g.session); err != nil {
 		return fmt.Errorf("rwlock: release %s: %w", g.node, err)
@@ -165,13 +201,32 @@ func (g *Grant) Release(ctx context.Context) error {
 }
 
 // startMonitor starts the lost-grant monitor once, if the grant is held.
+// Its first look is now, not a poll later, so that Err never calls a grant
+// held whose session is already gone.
 func (g *Grant) startMonitor() {
 	g.arm.Do(func() {
-		if g.ctx.Err() == nil {
-			g.monitorDone = make(chan struct{})
-			go g.monitor()
+		if g.ctx.Err() != nil {
+			return
 		}
+		t := g.l.sessionTimeout()
+		poll := pollInterval(t)
+		h := &health{session: g.session, grace: lossGrace(t, poll), lastUp: g.grantedAt}
+		if err := h.check(g.l.conn, time.Now()); err != nil {
+			g.lostHealth(err)
+			return
+		}
+		g.monitorDone = make(chan struct{})
+		go g.monitor(h, poll)
 	})
+}
+
+// lostHealth ends the grant for a failed health check.
+func (g *Grant) lostHealth(err error) {
+	if errors.Is(err, errDisconnected) {
+		g.loseAndDelete(err) // the session, and the node, may well live on
+		return
+	}
+	g.lose(err)
 }
 
 // stopMonitor waits for the monitor, if any, after the grant has ended; it
@@ -201,7 +256,7 @@ func ContextWithGrant(ctx context.Context, g *Grant) context.Context {
 
 // nested returns a nested grant when ctx carries a grant of this lock (same
 // path, same connection); ok is false when it does not.
-func (l *RWLock) nested(ctx context.Context, mode Mode) (g *Grant, err error, ok bool) {
+func (l *RWLock) nested(ctx context.Context, mode Mode, block bool) (g *Grant, err error, ok bool) {
 	outer, _ := ctx.Value(grantKey{}).(*Grant)
 	if outer == nil || outer.l.path != l.path || outer.l.conn != l.conn {
 		return nil, nil, false
@@ -214,7 +269,7 @@ func (l *RWLock) nested(ctx context.Context, mode Mode) (g *Grant, err error, ok
 		err = fmt.Errorf("%w (%s)", ErrUpgrade, r.node)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(mode, true), l.path, err), true
+		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(mode, block), l.path, err), true
 	}
 	ctx, end := context.WithCancelCause(r.ctx)
 	return &Grant{

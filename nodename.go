@@ -147,16 +147,19 @@ func takeSnapshot(children []string, self string, buf []lockNode) (s snapshot, o
 		}
 	}
 	s.before = kept
-	slices.SortFunc(s.before, func(a, b lockNode) int {
-		switch {
-		case precedes(a.seq, b.seq):
-			return -1
-		case precedes(b.seq, a.seq):
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s.before, queueOrder)
 	return s, true
+}
+
+// queueOrder compares lock nodes by sequence number, for slices.SortFunc.
+func queueOrder(a, b lockNode) int {
+	switch {
+	case precedes(a.seq, b.seq):
+		return -1
+	case precedes(b.seq, a.seq):
+		return 1
+	}
+	return 0
 }
 
 // blocker returns the node we must wait for, by the predicate of our mode;

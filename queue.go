@@ -43,12 +43,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 			nodes = append(nodes, n)
 		}
 	}
-	slices.SortFunc(nodes, func(a, b lockNode) int {
-		if precedes(a.seq, b.seq) {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(nodes, queueOrder)
 
 	entries := make([]Entry, len(nodes))
 	found := make([]bool, len(nodes))

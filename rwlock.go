@@ -104,7 +104,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithSessionTimeout tells the lock the session timeout the connection was
 // made with (the one the server granted). With it a holder rides out
-// disconnections shorter than about a third of it; without it (and unless
+// disconnections shorter than about a fifth of it; without it (and unless
 // the connection was made by [Dial]) any disconnection of a holder counts
 // as a loss. See [Grant.Done] for the reasoning. Do not pass more than the
 // server granted: the server clamps timeouts to its maxSessionTimeout.
@@ -287,7 +287,7 @@ type acquisition struct {
 // connection loss and session expiry as it goes. Every failure after our
 // node may exist deletes it before returning.
 func (l *RWLock) acquire(ctx context.Context, mode Mode, block, trip bool) (*Grant, error) {
-	if g, err, ok := l.nested(ctx, mode); ok {
+	if g, err, ok := l.nested(ctx, mode, block); ok {
 		return g, err
 	}
 	a := &acquisition{l: l, mode: mode, block: block, trip: trip, guid: newGUID()}
@@ -362,10 +362,9 @@ func (a *acquisition) create(ctx context.Context) error {
 	l := a.l
 	prefix := nodePrefix(l.path, a.guid, a.mode)
 	for tries := 0; ; tries++ {
-		session := l.conn.SessionID()
 		path, err := call(ctx, func() (string, error) {
 			return l.conn.Create(prefix, l.data, zk.FlagEphemeral|zk.FlagSequence, l.acl)
-		}, func(path string, err error) { l.finishCreate(path, err, a.guid, session) })
+		}, func(path string, err error) { l.finishCreate(path, err, a.guid) })
 		if errors.Is(err, zk.ErrNoNode) && tries < 5 {
 			// The directory is missing, or the server reaped it (an empty
 			// container) between our mkdir and our create.
@@ -377,7 +376,9 @@ func (a *acquisition) create(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.path, a.node, a.session = path, path[len(l.path)+1:], session
+		// The node belongs to the session whose connection answered: a
+		// request queued across an expiry is sent in the new session.
+		a.path, a.node, a.session = path, path[len(l.path)+1:], l.conn.SessionID()
 		l.debug("created", path)
 		return nil
 	}
@@ -537,12 +538,13 @@ func (l *RWLock) deleteNode(ctx context.Context, path string, session int64) err
 		}
 	})
 	switch {
-	case err == nil, errors.Is(err, zk.ErrNoNode), sessionGone(err):
+	case err == nil:
 		l.debug("deleted", path)
 		return nil
+	case errors.Is(err, zk.ErrNoNode), sessionGone(err):
+		return nil // gone already
 	case connectionLoss(err):
 		l.finish(path, "", session)
-		return fmt.Errorf("delete %s: %w", path, err)
 	}
 	return fmt.Errorf("delete %s: %w", path, err)
 }

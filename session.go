@@ -4,13 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"runtime"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -27,6 +21,12 @@ import (
 // polling delay and an allowance for round trips and for a busy machine
 // delaying our goroutines (T/10 + 100ms), declares the grant lost. When T is unknown we cannot compute the margin, and any
 // disconnection is a loss: Curator's SUSPENDED rule.
+//
+// One case escapes the rule: a one-way partition that loses the client's
+// packets but delivers the server's. A watch notification arriving then
+// pushes go-zookeeper's read deadline on while the server hears nothing.
+// Watches fire once, so only the few events already due can do that; the
+// fencing token (Grant.Token) is the defence that does not depend on time.
 //
 // lossGrace returns that margin for a session timeout t (0: unknown) and a
 // polling interval poll.
@@ -128,99 +128,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// Dial connects to the ZooKeeper servers like [zk.Connect] and waits until
-// the client has a session, or ctx ends (then it closes the connection).
-// It remembers the session timeout the server granted, which go-zookeeper
-// does not expose, so that locks on this connection know how long a holder
-// may stay disconnected without losing its grant (see [WithSessionTimeout]).
-// go-zookeeper's own log lines go to [slog.Default] at debug level.
-func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration) (*zk.Conn, error) {
-	g := &grantLogger{learned: make(chan struct{})}
-	conn, events, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g))
-	if err != nil {
-		return nil, fmt.Errorf("rwlock: dial %v: %w", servers, err)
-	}
-	for {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				return nil, fmt.Errorf("rwlock: dial %v: %w", servers, zk.ErrClosing)
-			}
-			if ev.State != zk.StateHasSession {
-				continue
-			}
-			// go-zookeeper logs the timeout just after it reports the
-			// session; without it, locks are merely stricter.
-			select {
-			case <-g.learned:
-			case <-time.After(time.Second):
-			}
-			remember(conn, &g.granted)
-			return conn, nil
-		case <-ctx.Done():
-			conn.Close()
-			err := fmt.Errorf("rwlock: dial %v: %w", servers, ctx.Err())
-			if last := g.lastFailure(); last != "" {
-				err = fmt.Errorf("%w (last attempt: %s)", err, last)
-			}
-			return nil, err
-		}
-	}
-}
-
-// grantLogger passes go-zookeeper's log to slog and picks the granted
-// session timeout out of its "authenticated" line, the only place the
-// client reveals it. If a later version words it differently, locks fall
-// back to treating any disconnection as a loss: safe, only stricter.
-type grantLogger struct {
-	granted atomic.Int64 // nanoseconds
-	once    sync.Once
-	learned chan struct{} // closed when granted is first set
-
-	failure atomic.Pointer[string] // the last failed connection attempt, for Dial's error
-}
-
-func (g *grantLogger) lastFailure() string {
-	if f := g.failure.Load(); f != nil {
-		return *f
-	}
-	return ""
-}
-
-func (g *grantLogger) Printf(format string, args ...any) {
-	if format == "failed to connect to %s: %v" || strings.HasPrefix(format, "authentication failed") {
-		msg := fmt.Sprintf(format, args...)
-		g.failure.Store(&msg)
-	}
-	if format == "authenticated: id=%d, timeout=%d" && len(args) == 2 {
-		if ms, ok := args[1].(int32); ok {
-			g.granted.Store(int64(ms) * int64(time.Millisecond))
-			g.once.Do(func() { close(g.learned) })
-		}
-	}
-	if slog.Default().Enabled(context.Background(), slog.LevelDebug) {
-		slog.Debug("zk: " + fmt.Sprintf(format, args...))
-	}
-}
-
-// dialed maps connections made by Dial to their granted timeouts. It holds
-// them weakly: an entry goes when its connection is garbage collected.
-var dialed sync.Map // weak.Pointer[zk.Conn] -> *atomic.Int64
-
-func remember(c *zk.Conn, granted *atomic.Int64) {
-	key := weak.Make(c)
-	dialed.Store(key, granted)
-	runtime.AddCleanup(c, func(key weak.Pointer[zk.Conn]) { dialed.Delete(key) }, key)
-}
-
-// grantedTimeout returns the granted timeout of a Dial connection, or nil.
-func grantedTimeout(c *zk.Conn) func() time.Duration {
-	v, ok := dialed.Load(weak.Make(c))
-	if !ok {
-		return nil
-	}
-	granted := v.(*atomic.Int64)
-	return func() time.Duration { return time.Duration(granted.Load()) }
 }

@@ -30,14 +30,26 @@ func getW(ctx context.Context, c zkConn, path string) (watched, error) {
 // holds one, await returns relist so that the caller lists again.
 func (a *acquisition) await(ctx context.Context) (relist bool, err error) {
 	for {
+		// A request queued across an expiry runs in the new session, which
+		// has no node of ours: never grant or watch on its behalf.
+		if a.l.conn.SessionID() != a.session {
+			return false, errRestart
+		}
 		b, blocked := a.snap.blocker(a.isShared)
 		if !blocked {
 			return false, nil
 		}
-		if !a.block {
-			return false, ErrWouldBlock
-		}
 		path := a.l.path + "/" + b.name
+		if !a.block {
+			pass, err := a.readerMayPass(ctx, b, path)
+			if err != nil {
+				return false, err
+			}
+			if !pass {
+				return false, ErrWouldBlock
+			}
+			continue
+		}
 		w, err := getW(ctx, a.l.conn, path)
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
@@ -72,6 +84,30 @@ func (a *acquisition) await(ctx context.Context) (relist bool, err error) {
 	}
 }
 
+// readerMayPass is TryRLock's look at the writer in its way: one that is
+// gone or downgraded no longer blocks it (a blocking RLock learns the same
+// from its watch). A writer in TryLock's way always blocks it.
+func (a *acquisition) readerMayPass(ctx context.Context, b lockNode, path string) (bool, error) {
+	if a.mode == Write {
+		return false, nil
+	}
+	data, err := call(ctx, func() ([]byte, error) {
+		data, _, err := a.l.conn.Get(path)
+		return data, err
+	}, nil)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		a.snap.remove(b.name)
+		return true, nil
+	case err != nil:
+		return false, err
+	case downgraded(data):
+		a.markShared(b.name)
+		return true, nil
+	}
+	return false, nil
+}
+
 // gone removes a deleted node from the snapshot and reports whether a
 // candidate blocker remains, so that we must list again to learn which
 // nodes still exist.
@@ -102,11 +138,9 @@ func (a *acquisition) markShared(name string) {
 // The request runs beside the loop, never in it: a request can wait for
 // most of a session timeout (go-zookeeper queues it while it reconnects),
 // and the polling must go on meanwhile.
-func (g *Grant) monitor() {
+func (g *Grant) monitor(h *health, poll time.Duration) {
 	defer close(g.monitorDone)
 	l := g.l
-	poll := pollInterval(l.sessionTimeout())
-	h := health{session: g.session, grace: lossGrace(l.sessionTimeout(), poll), lastUp: g.grantedAt}
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 
@@ -144,19 +178,7 @@ func (g *Grant) monitor() {
 			}
 		case <-tick.C:
 			if err := h.check(l.conn, time.Now()); err != nil {
-				if !errors.Is(err, errDisconnected) {
-					g.lose(err)
-					return
-				}
-				// The session may well live on, and the node with it: it
-				// is deleted once the client is back, and only after the
-				// holder has been told.
-				l.background.Add(1)
-				g.lose(err)
-				go func() {
-					defer l.background.Done()
-					l.finishNow(g.node, "", g.session)
-				}()
+				g.lostHealth(err)
 				return
 			}
 		}

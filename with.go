@@ -35,21 +35,24 @@ func (g *Grant) lossErr() error {
 }
 
 // with runs fn under a grant of mode: WithRead and WithWrite.
-func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) error) error {
+func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) error) (err error) {
 	g, err := l.acquire(ctx, mode, true, true)
 	if err != nil {
 		return err
 	}
 	fctx, cancel, stop := guard(ctx, g, nil)
-	err = fn(fctx)
-	stop()
-	lost := g.lossErr()
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
-	defer rcancel()
-	rerr := g.Release(rctx)
-	cancel(context.Canceled)
-	if lost != nil {
-		return errors.Join(lost, err)
-	}
-	return errors.Join(err, rerr)
+	defer func() { // also when fn panics: the node must not outlive the call
+		stop()
+		lost := g.lossErr()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
+		defer rcancel()
+		rerr := g.Release(rctx)
+		cancel(context.Canceled)
+		if lost != nil {
+			err = errors.Join(lost, err)
+		} else {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	return fn(fctx)
 }

@@ -58,35 +58,58 @@ func (l *RWLock) WithWrite(ctx context.Context, fn func(context.Context) error) 
 // between: CURATOR-276.)
 //
 // On success the write grant ends (its Err returns ErrReleased, its Release
-// does nothing) and the returned read grant owns the node. On failure the
-// write grant is unchanged, unless the failure is its loss. Downgrade of a
-// read grant returns the grant itself.
+// does nothing) and the returned read grant owns the node. If ctx has ended
+// when it is called, or the server refuses the change (an ACL), the write
+// grant is unchanged. Once the request is sent it is waited for up to the
+// cleanup timeout (see [WithCleanupTimeout]), whatever ctx does: if its
+// outcome stays unknown, readers may have joined, so the write grant is lost
+// and its node deleted. Downgrade of a read grant returns the grant itself.
 func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	if g.mode == Read {
 		return g, nil
 	}
-	if !g.released.CompareAndSwap(false, true) || g.ctx.Err() != nil {
-		return nil, fmt.Errorf("rwlock: downgrade %s: %w", g.node, g.ended())
-	}
-	if g.outer != nil {
-		r, _, _ := g.l.nested(ContextWithGrant(ctx, g.outer), Read)
+	g.ops.Lock()
+	defer g.ops.Unlock()
+	fail := func(err error) (*Grant, error) { return nil, fmt.Errorf("rwlock: downgrade %s: %w", g.node, err) }
+	switch {
+	case g.released || g.ctx.Err() != nil:
+		return fail(g.ended())
+	case ctx.Err() != nil:
+		return fail(ctx.Err())
+	case g.outer != nil:
+		r, err, _ := g.l.nested(ContextWithGrant(ctx, g.outer), Read, true)
+		if err != nil {
+			return nil, err
+		}
+		g.released = true
 		g.end(ErrReleased)
 		return r, nil
 	}
+
 	l := g.l
-	_, err := call(ctx, func() (*zk.Stat, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
+	defer cancel()
+	_, err := call(sctx, func() (*zk.Stat, error) {
 		return l.conn.Set(g.node, encodeNodeData(l.owner, true), -1)
 	}, nil)
-	if err != nil {
-		if errors.Is(err, zk.ErrNoNode) {
-			g.lose(errNodeDeleted)
-		}
-		g.released.Store(false)
-		return nil, fmt.Errorf("rwlock: downgrade %s: %w", g.node, err)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		g.lose(g.whyDeleted())
+		return fail(g.ended())
+	case sessionGone(err):
+		g.lose(err)
+		return fail(g.ended())
+	case connectionLoss(err) || sctx.Err() != nil:
+		g.loseAndDelete(fmt.Errorf("outcome of the downgrade unknown: %w", err))
+		return fail(g.ended())
+	case err != nil:
+		return fail(err)
+	case g.ctx.Err() != nil:
+		return fail(g.ended()) // lost while we marked it
 	}
+	g.released = true
 	r := newGrant(l, Read, g.node, g.session, nil)
 	r.token.Store(g.token.Load())
-	g.handedOn.Store(true)
 	g.end(ErrReleased)
 	g.stopMonitor()
 	l.debug("downgraded", g.node)

@@ -29,15 +29,19 @@ var _ zkConn = (*zk.Conn)(nil)
 // ctx's error when ctx ends first. go-zookeeper's calls take no context and
 // can block for most of a session timeout when the network is partitioned.
 // A call left behind finishes on its own goroutine once its response or the
-// connection's failure arrives; late, if not nil, then receives its outcome,
-// so that a node it created is not forgotten.
+// connection's failure arrives.
+//
+// late, if not nil, receives the outcome of a call the caller stopped
+// waiting for, so that a node it created or failed to delete is not
+// forgotten; such a call runs even when ctx has already ended. Without
+// late, an ended ctx skips the call.
 func call[T any](ctx context.Context, op func() (T, error), late func(T, error)) (T, error) {
 	var zero T
-	if err := ctx.Err(); err != nil {
-		return zero, err
-	}
 	if ctx.Done() == nil {
 		return op()
+	}
+	if err := ctx.Err(); err != nil && late == nil {
+		return zero, err
 	}
 	type result struct {
 		v   T

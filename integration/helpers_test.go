@@ -150,13 +150,32 @@ func lockWatchers(t *testing.T, c *zkserver.Cluster, path string) map[string][]s
 // them; it fails the test if that takes more than 20s.
 func waitQueue(t *testing.T, l *rwlock.RWLock, n int) []rwlock.Entry {
 	t.Helper()
-	var q []rwlock.Entry
-	require.Eventually(t, func() bool {
-		var err error
+	var (
+		q   []rwlock.Entry
+		err error
+	)
+	pollUntil(t, 20*time.Second, func() bool {
 		q, err = l.Queue(t.Context())
 		return err == nil && len(q) == n
-	}, 20*time.Second, 10*time.Millisecond, "queue of %s never had %d entries (last: %+v)", l.Path(), n, q)
+	}, func() string {
+		return fmt.Sprintf("the queue of %s never had %d entries (last: %+v, %v)", l.Path(), n, q, err)
+	})
 	return q
+}
+
+// pollUntil calls cond every 10ms, on the test goroutine (so cond may use
+// require, unlike require.Eventually's), until it returns true. If that
+// takes longer than timeout, it fails the test with why(), which can tell
+// what cond saw last.
+func pollUntil(t *testing.T, timeout time.Duration, cond func() bool, why func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, why())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // requestCount returns how many requests the members of c received while
@@ -246,4 +265,13 @@ func (tl *timeline) get() []string {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	return slices.Clone(tl.events)
+}
+
+// testContext returns t.Context() bounded by a minute: a test that would
+// otherwise block for ever (a deadlock is a likely bug in a lock) fails
+// with a deadline instead of hanging until go test's timeout.
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }

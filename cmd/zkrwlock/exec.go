@@ -28,7 +28,7 @@ second it prints a progress line on stderr ("waiting: 2 ahead, holder
 write-0000000007 owned by host:pid").
 
 If the lock is lost while COMMAND runs (its node deleted, the session
-expired, or ZooKeeper out of reach for about a third of --session-timeout),
+expired, or ZooKeeper out of reach for about a fifth of --session-timeout),
 COMMAND's process group gets SIGTERM and, --grace later, SIGKILL, and
 zkrwlock exits 111 with a message saying the lock was lost.
 

@@ -1,0 +1,242 @@
+package rwlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+// The examples need a ZooKeeper server on 127.0.0.1:2181, so they have no
+// Output line: go test compiles them but does not run them. The integration
+// tests run the same flows against real servers.
+
+func ExampleDial() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Dial waits for a session, and remembers the session timeout the
+	// server granted: holders of locks on this connection then ride out
+	// disconnections shorter than about a third of it.
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err) // the context's error if no session came in time
+	}
+	defer conn.Close() // ends the session: its lock nodes go with it
+
+	lock, err := rwlock.New(conn, "/locks/schema", rwlock.WithOwner("billing-api@build-7"))
+	if err != nil {
+		log.Fatal(err) // an invalid path; New itself sends no request
+	}
+	fmt.Println("ready to lock", lock.Path())
+}
+
+func ExampleRWLock_RLock() {
+	ctx := context.Background()
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	lock, err := rwlock.New(conn, "/locks/schema")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// Any number of config readers hold the lock together, but none while
+	// a migration holds it, or waits for it: a waiting writer goes first.
+	// Do not wait for ever: fall back to the cached config.
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	g, err := lock.RLock(rctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		fmt.Println("schema migration in progress; serving the cached config")
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg, err := loadConfig(ctx)
+	if rerr := g.Release(ctx); rerr != nil {
+		log.Print(rerr) // the node is deleted in the background, or goes with the session
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("schema version", cfg.SchemaVersion)
+}
+
+func ExampleRWLock_Lock() {
+	ctx := context.Background()
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	lock, err := rwlock.New(conn, "/locks/schema", rwlock.WithOwner("schema-migration"))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The migration waits for the readers in front of it and holds back
+	// the ones that come after it.
+	g, err := lock.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer g.Release(context.Background())
+
+	var store schemaStore
+	for _, step := range []string{"add column plan_id", "backfill plan_id", "drop column plan"} {
+		select {
+		case <-g.Done():
+			// Lost: the node was deleted, the session expired, or the
+			// connection was down too long. Someone else may hold the lock.
+			log.Printf("migration stopped before %q: %v", step, g.Err())
+			return
+		default:
+		}
+		// The token fences out a holder that lost the lock without noticing
+		// in time: the store rejects tokens older than one it has seen.
+		if err := store.Apply(ctx, step, g.Token()); err != nil {
+			log.Printf("migration stopped at %q: %v", step, err)
+			return
+		}
+	}
+	fmt.Println("migrated")
+}
+
+func ExampleRWLock_WithWrite() {
+	ctx := context.Background()
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	lock, err := rwlock.New(conn, "/locks/schema")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// WithWrite acquires, runs fn, and releases. fn's context is cancelled
+	// when the grant is lost, so a migration written to stop when its
+	// context ends stops in time.
+	err = lock.WithWrite(ctx, func(ctx context.Context) error {
+		return migrate(ctx, "add column plan_id")
+	})
+	switch {
+	case errors.Is(err, rwlock.ErrLost):
+		log.Printf("lost the lock mid-migration; run it again: %v", err)
+	case err != nil:
+		log.Fatal(err)
+	default:
+		fmt.Println("migrated")
+	}
+}
+
+func ExampleRWLock_ReadBatch() {
+	ctx := context.Background()
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	lock, err := rwlock.New(conn, "/locks/schema")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The reads run concurrently under one shared grant: one lock node and
+	// three requests to ZooKeeper for the whole batch. The first error
+	// cancels the others' context and is returned.
+	var users, plans []string
+	err = lock.ReadBatch(ctx,
+		func(ctx context.Context) (err error) {
+			users, err = readTable(ctx, "users")
+			return err
+		},
+		func(ctx context.Context) (err error) {
+			plans, err = readTable(ctx, "plans")
+			return err
+		},
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(users), "users,", len(plans), "plans")
+}
+
+func ExampleGrant_Done() {
+	ctx := context.Background()
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	lock, err := rwlock.New(conn, "/locks/reports")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	g, err := lock.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer g.Release(context.Background())
+
+	// Done closes when the grant ends, released or lost; tie the work's
+	// context to it, so that the work stops when the lock is no longer
+	// ours.
+	work, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-g.Done():
+			stop()
+		case <-work.Done():
+		}
+	}()
+	err = rebuildReports(work)
+	if lost := g.Err(); errors.Is(lost, rwlock.ErrLost) {
+		log.Printf("lost the lock while rebuilding: %v", lost)
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("reports rebuilt")
+}
+
+// What the examples lock: stand-ins for an application's own code.
+
+type config struct{ SchemaVersion int }
+
+func loadConfig(context.Context) (config, error) { return config{SchemaVersion: 42}, nil }
+
+// schemaStore stands for a store that keeps the highest fencing token it has
+// seen and rejects writes that carry a smaller one.
+type schemaStore struct{ highest int64 }
+
+func (s *schemaStore) Apply(_ context.Context, step string, token int64) error {
+	if token < s.highest {
+		return fmt.Errorf("%s: stale fencing token %d < %d", step, token, s.highest)
+	}
+	s.highest = token
+	return nil
+}
+
+func migrate(ctx context.Context, step string) error {
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", step, context.Cause(ctx))
+	case <-time.After(time.Second): // the step's work
+		return nil
+	}
+}
+
+func readTable(context.Context, string) ([]string, error) { return []string{"a", "b"}, nil }
+
+func rebuildReports(ctx context.Context) error { return migrate(ctx, "rebuild reports") }

@@ -1,0 +1,186 @@
+package rwlock
+
+// Interleavings found by review: each broke a promise before it was fixed.
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// `defer g.Release(ctx)` with a request context that has ended must still
+// delete the node.
+func TestReleaseWithEndedContextStillDeletes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		l := newLock(t, s.conn())
+		g, err := l.Lock(t.Context())
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		assert.ErrorIs(t, g.Release(ctx), context.Canceled)
+		l.background.Wait()
+		synctest.Wait()
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+func TestTryRLockJoinsDowngradedGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		w, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		r, err := w.Downgrade(ctx)
+		require.NoError(t, err)
+		g, err := newLock(t, s.conn()).TryRLock(ctx)
+		require.NoError(t, err)
+		_, err = newLock(t, s.conn()).TryLock(ctx)
+		assert.ErrorIs(t, err, ErrWouldBlock)
+		require.NoError(t, g.Release(ctx))
+		require.NoError(t, r.Release(ctx))
+	})
+}
+
+// A downgrade whose mark may have been stored must not leave a writer that
+// believes it still writes alone.
+func TestDowngradeOfUnknownOutcomeLosesTheGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c, WithCleanupTimeout(time.Second))
+		w, err := l.Lock(ctx)
+		require.NoError(t, err)
+		reader := start(ctx, newLock(t, s.conn()).RLock)
+		synctest.Wait()
+		c.after = func(op, p string, err error) error {
+			if op == "set" {
+				return zk.ErrConnectionClosed // applied, answer lost
+			}
+			return err
+		}
+		_, err = w.Downgrade(ctx)
+		assert.ErrorIs(t, err, ErrLost)
+		assert.ErrorIs(t, w.Err(), ErrLost)
+		l.background.Wait()
+		synctest.Wait()
+		require.NoError(t, granted(t, reader).Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+func TestFirstErrSeesReplacedSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		g, err := newLock(t, c).Lock(t.Context())
+		require.NoError(t, err)
+		c.expire()
+		other, err := newLock(t, s.conn()).Lock(t.Context())
+		require.NoError(t, err)
+		assert.ErrorIs(t, g.Err(), ErrLost, "the first Err already knows")
+		require.NoError(t, other.Release(t.Context()))
+	})
+}
+
+// go-zookeeper sends a request queued across an expiry in the new session:
+// the node then belongs to the new one, and must not be left behind.
+func TestCreateQueuedAcrossExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c)
+		require.NoError(t, l.mkdirs(t.Context()))
+		expired := false
+		c.before = func(op, p string) error {
+			if op == "create" && !expired {
+				expired = true
+				c.expire()
+			}
+			return nil
+		}
+		require.NoError(t, l.WithWrite(t.Context(), func(ctx context.Context) error {
+			assert.Len(t, s.lockNodes(dir), 1)
+			return nil
+		}))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A watch request queued across an expiry runs in the new session; the
+// waiter must not take the wake that follows as a grant.
+func TestNoGrantForAReplacedSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		h, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		b := s.conn()
+		w2 := start(ctx, newLock(t, b).Lock)
+		synctest.Wait()
+		w3 := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		fired := false
+		b.before = func(op, p string) error {
+			if op == "get" && !fired {
+				fired = true
+				b.expire()
+			}
+			return nil
+		}
+		r, err := h.Downgrade(ctx) // a data change: w2 sets its watch again
+		require.NoError(t, err)
+		synctest.Wait()
+		require.NoError(t, r.Release(ctx))
+		synctest.Wait()
+		g3 := granted(t, w3)
+		pending(t, w2) // queued again, behind w3
+		require.NoError(t, g3.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, w2).Release(ctx))
+	})
+}
+
+func TestReleaseWaitsForDowngrade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		w, err := newLock(t, c).Lock(ctx)
+		require.NoError(t, err)
+		block := make(chan struct{})
+		c.before = func(op, p string) error {
+			if op == "set" {
+				<-block
+				return zk.ErrNoAuth // refused: the write grant stays as it was
+			}
+			return nil
+		}
+		downgraded := make(chan error, 1)
+		go func() { _, err := w.Downgrade(ctx); downgraded <- err }()
+		synctest.Wait()
+		released := make(chan error, 1)
+		go func() { released <- w.Release(ctx) }() // waits for the Downgrade (sync.Mutex: no synctest.Wait here)
+		close(block)
+		assert.ErrorIs(t, <-downgraded, zk.ErrNoAuth)
+		assert.NoError(t, <-released)
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+func TestWithWriteReleasesOnPanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		l := newLock(t, s.conn())
+		assert.Panics(t, func() {
+			l.WithWrite(t.Context(), func(context.Context) error { panic("boom") })
+		})
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
