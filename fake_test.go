@@ -53,6 +53,7 @@ type fakeConn struct {
 	session atomic.Int64
 	state   atomic.Int32
 	calls   atomic.Int64                 // requests sent to the server
+	lists   atomic.Int64                 // of which Children and ChildrenW
 	watches map[watchKey][]chan zk.Event // guarded by s.mu
 
 	// Events for this session are held back while it is disconnected, as
@@ -163,6 +164,7 @@ func (c *fakeConn) ChildrenW(p string) ([]string, *zk.Stat, <-chan zk.Event, err
 
 func (c *fakeConn) children(p string, watch bool) (children []string, st *zk.Stat, ch <-chan zk.Event, err error) {
 	err = c.do("children", p, func() error {
+		c.lists.Add(1)
 		n := c.s.nodes[p]
 		if n == nil {
 			return zk.ErrNoNode
@@ -230,6 +232,45 @@ func (c *fakeConn) Set(p string, data []byte, version int32) (st *zk.Stat, err e
 
 func (c *fakeConn) Delete(p string, version int32) error {
 	return c.done("delete", p, c.do("delete", p, func() error { return c.s.delete(p) }))
+}
+
+// Multi applies setData and delete operations atomically; like the server,
+// a failed transaction reports the failing operation's error alone.
+func (c *fakeConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
+	var res []zk.MultiResponse
+	err := c.do("multi", "", func() error {
+		for _, op := range ops { // check first: all or nothing
+			switch op := op.(type) {
+			case *zk.SetDataRequest:
+				if c.s.nodes[op.Path] == nil {
+					return zk.ErrNoNode
+				}
+			case *zk.DeleteRequest:
+				if n := c.s.nodes[op.Path]; n == nil {
+					return zk.ErrNoNode
+				}
+			default:
+				return fmt.Errorf("fake multi: unsupported %T", op)
+			}
+		}
+		for _, op := range ops {
+			switch op := op.(type) {
+			case *zk.SetDataRequest:
+				n := c.s.nodes[op.Path]
+				c.s.zxid++
+				n.data = slices.Clone(op.Data)
+				n.stat.Version++
+				c.s.fire(op.Path, dataWatch, zk.EventNodeDataChanged)
+			case *zk.DeleteRequest:
+				if err := c.s.delete(op.Path); err != nil {
+					return err
+				}
+			}
+			res = append(res, zk.MultiResponse{})
+		}
+		return nil
+	})
+	return res, c.done("multi", "", err)
 }
 
 // watch registers a one-shot watch; call with s.mu held.

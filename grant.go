@@ -34,7 +34,8 @@ type Grant struct {
 	trip      <-chan zk.Event         // a child watch the acquisition left; see monitor
 	grantedAt time.Time
 
-	token atomic.Int64 // czxid of node; 0 until read
+	token       atomic.Int64 // czxid of node; 0 until read
+	markRelease bool         // release marks the node held (see deleteNode)
 
 	ops      sync.Mutex // serialises Release and Downgrade
 	released bool       // guarded by ops: Release or Downgrade has run
@@ -194,7 +195,7 @@ func (g *Grant) Release(ctx context.Context) error {
 	if ended {
 		return nil
 	}
-	if err := g.l.deleteNode(ctx, g.node, g.session); err != nil {
+	if err := g.l.deleteNode(ctx, g.node, g.session, g.markRelease); err != nil {
 		return fmt.Errorf("rwlock: release %s: %w", g.node, err)
 	}
 	return nil

@@ -9,23 +9,34 @@ import (
 //
 //	owner=build-7:4242
 //
-// and, once a write grant has been downgraded,
+// Only the node's holder ever changes it, with one of two marks:
 //
 //	owner=build-7:4242
+//	state=held
 //	mode=read
 //
-// Readers that meet a write- node read that second line: a downgraded
-// writer no longer blocks them (see Grant.Downgrade).
+// state=held: a writer that waited behind a long queue sets it as it
+// releases, in the transaction that deletes the node, so that the node's
+// successor learns that every node before it is gone and needs no new
+// listing (see RWLock.deleteNode). mode=read: the write grant was
+// downgraded; readers no longer wait for it (see Grant.Downgrade). Either
+// mark proves that the node held the lock, and so does any change of a lock
+// node's data, which only holders make. Do not write lock node data by
+// hand: a forged change lets waiters in.
 const (
 	ownerKey   = "owner="
+	heldLine   = "state=held\n"
 	sharedLine = "mode=read\n"
 )
 
-func encodeNodeData(owner string, shared bool) []byte {
-	b := make([]byte, 0, len(ownerKey)+len(owner)+1+len(sharedLine))
+func encodeNodeData(owner string, held, shared bool) []byte {
+	b := make([]byte, 0, len(ownerKey)+len(owner)+1+len(heldLine)+len(sharedLine))
 	b = append(b, ownerKey...)
 	b = append(b, owner...)
 	b = append(b, '\n')
+	if held {
+		b = append(b, heldLine...)
+	}
 	if shared {
 		b = append(b, sharedLine...)
 	}
@@ -33,8 +44,13 @@ func encodeNodeData(owner string, shared bool) []byte {
 }
 
 // downgraded reports whether a write- node's data marks it shared.
-func downgraded(data []byte) bool {
-	return bytes.HasPrefix(data, []byte(sharedLine)) || bytes.Contains(data, []byte("\n"+sharedLine))
+func downgraded(data []byte) bool { return hasLine(data, sharedLine) }
+
+// heldMark reports whether a node's data proves that it held the lock.
+func heldMark(data []byte) bool { return hasLine(data, heldLine) || downgraded(data) }
+
+func hasLine(data []byte, line string) bool {
+	return bytes.HasPrefix(data, []byte(line)) || bytes.Contains(data, []byte("\n"+line))
 }
 
 // ownerOf returns who holds a node: the owner line, or, for a node some

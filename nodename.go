@@ -172,6 +172,11 @@ func (s *snapshot) blocker(shared func(name string) bool) (n lockNode, ok bool) 
 	return readBlocker(s.before, shared)
 }
 
+// pruneBefore forgets the nodes before n: n held the lock, so they are gone.
+func (s *snapshot) pruneBefore(n lockNode) {
+	s.before = slices.DeleteFunc(s.before, func(m lockNode) bool { return precedes(m.seq, n.seq) })
+}
+
 // remove forgets a node that is known to be gone.
 func (s *snapshot) remove(name string) {
 	s.before = slices.DeleteFunc(s.before, func(n lockNode) bool { return n.name == name })

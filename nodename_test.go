@@ -160,12 +160,12 @@ func TestValidatePath(t *testing.T) {
 }
 
 func TestNodeData(t *testing.T) {
-	d := encodeNodeData("host:42", false)
+	d := encodeNodeData("host:42", false, false)
 	assert.Equal(t, "owner=host:42\n", string(d))
 	assert.False(t, downgraded(d))
 	assert.Equal(t, "host:42", ownerOf(d))
 
-	d = encodeNodeData("host:42", true)
+	d = encodeNodeData("host:42", true, true)
 	assert.True(t, downgraded(d))
 	assert.Equal(t, "host:42", ownerOf(d))
 

@@ -148,9 +148,16 @@ type RWLock struct {
 	granted func() time.Duration // what the server granted a Dial connection; nil for others
 	cleanup time.Duration
 
+	// A writer that waited behind at least markQueue nodes marks its node
+	// held once granted (see nodedata.go): below that, the listing the mark
+	// saves its successor costs less than the mark.
+	markQueue int
+
 	noContainers atomic.Bool    // the server refused container nodes
 	background   sync.WaitGroup // deletions that outlived the call that needed them
 }
+
+const defaultMarkQueue = 16
 
 // New returns the lock whose directory is path, using conn, which it never
 // closes or replaces. It makes no request: the directory and its parents
@@ -187,14 +194,15 @@ func newRWLock(conn zkConn, path string, opts ...Option) (*RWLock, error) {
 		return nil, o.err
 	}
 	return &RWLock{
-		conn:    conn,
-		path:    path,
-		acl:     o.acl,
-		data:    encodeNodeData(o.owner, false),
-		owner:   o.owner,
-		log:     o.log,
-		timeout: o.sessionTimeout,
-		cleanup: o.cleanupTimeout,
+		conn:      conn,
+		path:      path,
+		acl:       o.acl,
+		data:      encodeNodeData(o.owner, false, false),
+		owner:     o.owner,
+		log:       o.log,
+		timeout:   o.sessionTimeout,
+		cleanup:   o.cleanupTimeout,
+		markQueue: defaultMarkQueue,
 	}, nil
 }
 
@@ -278,6 +286,8 @@ type acquisition struct {
 	session int64  // the session that created node
 	unsure  bool   // a create's outcome was lost: a node with guid may exist
 	snap    snapshot
+	queued  int             // the most nodes seen before ours
+	waited  bool            // we watched a node before being granted
 	shared  map[string]bool // writers seen downgraded (readers only)
 	tripCh  <-chan zk.Event
 }
@@ -468,6 +478,7 @@ func (a *acquisition) locate(children []string) error {
 		return lostErr(a.path, errNodeDeleted)
 	}
 	a.snap = snap
+	a.queued = max(a.queued, len(snap.before))
 	return nil
 }
 
@@ -506,7 +517,11 @@ func (a *acquisition) granted(ctx context.Context) (*Grant, error) {
 		return nil, a.abort(ctx, err)
 	}
 	a.l.debug("granted", a.path)
-	return newGrant(a.l, a.mode, a.path, a.session, a.tripCh), nil
+	g := newGrant(a.l, a.mode, a.path, a.session, a.tripCh)
+	// A writer that waited behind others may be followed by a waiter whose
+	// listing still shows them (see deleteNode).
+	g.markRelease = a.mode == Write && a.waited && a.queued >= a.l.markQueue
+	return g, nil
 }
 
 // abort deletes whatever node the acquisition made, with a fresh bounded
@@ -520,7 +535,7 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 	case a.node != "":
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
 		defer cancel()
-		if err := l.deleteNode(ctx, a.path, a.session); err != nil {
+		if err := l.deleteNode(ctx, a.path, a.session, false); err != nil {
 			return errors.Join(cause, err)
 		}
 	case a.unsure:
@@ -531,8 +546,19 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 
 // deleteNode deletes one of our nodes. When ctx ends or the connection
 // fails first, a background goroutine finishes the job (see finish).
-func (l *RWLock) deleteNode(ctx context.Context, path string, session int64) error {
-	err := call0(ctx, func() error { return l.conn.Delete(path, -1) }, func(err error) {
+//
+// With markHeld, the node's data is marked held in the same transaction
+// (see nodedata.go): the waiter behind it, whose data watch fires on the
+// mark, learns that every node before it is gone, and need not list the
+// whole queue to find out. A queue of writers then drains in constant time
+// per handoff instead of time proportional to its length.
+func (l *RWLock) deleteNode(ctx context.Context, path string, session int64, markHeld bool) error {
+	err := call0(ctx, func() error {
+		if markHeld {
+			return l.markAndDelete(path)
+		}
+		return l.conn.Delete(path, -1)
+	}, func(err error) {
 		if connectionLoss(err) {
 			l.finish(path, "", session)
 		}
@@ -547,6 +573,20 @@ func (l *RWLock) deleteNode(ctx context.Context, path string, session int64) err
 		l.finish(path, "", session)
 	}
 	return fmt.Errorf("delete %s: %w", path, err)
+}
+
+// markAndDelete sets the held mark and deletes path in one transaction, or,
+// where an ACL forbids writing data, just deletes it.
+func (l *RWLock) markAndDelete(path string) error {
+	_, err := l.conn.Multi(
+		&zk.SetDataRequest{Path: path, Data: encodeNodeData(l.owner, true, false), Version: -1},
+		&zk.DeleteRequest{Path: path, Version: -1},
+	)
+	// A failed transaction reports the error of the operation that failed.
+	if err == nil || errors.Is(err, zk.ErrNoNode) || connectionLoss(err) || sessionGone(err) {
+		return err
+	}
+	return l.conn.Delete(path, -1)
 }
 
 // debug logs one protocol step. It takes plain strings, not ...any, so

@@ -548,3 +548,67 @@ func TestErrorsNameTheCall(t *testing.T) {
 		assert.False(t, errors.Is(err, ErrLost))
 	})
 }
+
+// A writer that waited marks its node held once granted, so the writer
+// behind it knows, when the node goes, that nothing before it is left: a
+// queue drains without listing the whole queue at every handoff.
+func TestHeldMarkSparesListing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		holder, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		var conns []*fakeConn
+		var waits []<-chan result
+		for range 4 {
+			c := s.conn()
+			l := newLock(t, c)
+			l.markQueue = 1
+			waits = append(waits, start(ctx, l.Lock))
+			conns = append(conns, c)
+			synctest.Wait()
+		}
+		listed := func() (n int64) {
+			for _, c := range conns {
+				n += c.lists.Load()
+			}
+			return n
+		}
+		before := listed()
+		require.NoError(t, holder.Release(ctx))
+		for _, w := range waits {
+			synctest.Wait()
+			require.NoError(t, granted(t, w).Release(ctx))
+		}
+		assert.Equal(t, before, listed(), "no listing during the drain")
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A node that goes without a held mark (a waiter gave up) proves nothing
+// about the nodes before it: the writer behind it lists again.
+func TestUnmarkedDeletionMeansListAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		holder, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		quitter, cancel := context.WithCancel(ctx)
+		q := start(quitter, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		c := s.conn()
+		l := newLock(t, c)
+		l.markQueue = 0
+		w := start(ctx, l.Lock)
+		synctest.Wait()
+		lists := c.lists.Load()
+		cancel()
+		synctest.Wait()
+		assert.ErrorIs(t, (<-q).err, context.Canceled)
+		pending(t, w) // the holder is still there
+		assert.Equal(t, lists+1, c.lists.Load())
+		require.NoError(t, holder.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, w).Release(ctx))
+	})
+}

@@ -59,10 +59,15 @@ func (a *acquisition) await(ctx context.Context) (relist bool, err error) {
 			continue
 		case err != nil:
 			return false, err
-		case a.mode == Read && downgraded(w.data):
+		}
+		if heldMark(w.data) {
+			a.snap.pruneBefore(b) // b held the lock: nothing before it is left
+		}
+		if a.mode == Read && downgraded(w.data) {
 			a.markShared(b.name)
 			continue
 		}
+		a.waited = true
 		a.l.debug("waiting for", path)
 		select {
 		case ev := <-w.watch:
@@ -71,13 +76,18 @@ func (a *acquisition) await(ctx context.Context) (relist bool, err error) {
 				if a.gone(b.name) {
 					return true, nil
 				}
+			case zk.EventNodeDataChanged:
+				// Only a holder changes its node's data (a held mark, a
+				// downgrade), so nothing before b is left. Take it from the
+				// event: b may be gone before we could read the mark.
+				a.snap.pruneBefore(b)
 			case zk.EventNotWatching:
 				if errors.Is(ev.Err, zk.ErrSessionExpired) {
 					return false, errRestart
 				}
 				return false, ev.Err // closing
 			}
-			// Data changed (a downgrade?), or the blocker is gone: look again.
+			// Look again: at b's data, or at what blocks us now.
 		case <-ctx.Done():
 			return false, ctx.Err()
 		}
@@ -103,6 +113,7 @@ func (a *acquisition) readerMayPass(ctx context.Context, b lockNode, path string
 		return false, err
 	case downgraded(data):
 		a.markShared(b.name)
+		a.snap.pruneBefore(b)
 		return true, nil
 	}
 	return false, nil

@@ -90,7 +90,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
 	defer cancel()
 	_, err := call(sctx, func() (*zk.Stat, error) {
-		return l.conn.Set(g.node, encodeNodeData(l.owner, true), -1)
+		return l.conn.Set(g.node, encodeNodeData(l.owner, false, true), -1)
 	}, nil)
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
@@ -110,6 +110,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	g.released = true
 	r := newGrant(l, Read, g.node, g.session, nil)
 	r.token.Store(g.token.Load())
+	r.markRelease = g.markRelease
 	g.end(ErrReleased)
 	g.stopMonitor()
 	l.debug("downgraded", g.node)

@@ -19,6 +19,7 @@ type zkConn interface {
 	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
 	Set(path string, data []byte, version int32) (*zk.Stat, error)
 	Delete(path string, version int32) error
+	Multi(ops ...any) ([]zk.MultiResponse, error)
 	State() zk.State
 	SessionID() int64
 }
