@@ -319,6 +319,11 @@ func (c *Cluster) launch(m *member) error {
 		"-cp", c.classpath,
 		"-Dzookeeper.root.logger=INFO,CONSOLE",
 		"-Dzookeeper.log.dir="+m.dir,
+		// Leader election backs off up to 60s between rounds by default; on
+		// a loaded machine one slow round after a leader's death can then
+		// outlast a test. 2s keeps elections quick and is still far above
+		// the time a round takes on loopback.
+		"-Dzookeeper.fastleader.maxNotificationInterval=2000",
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain", m.configPath())
 	cmd := exec.Command(c.java, args...)
 	cmd.Dir = m.dir
