@@ -149,15 +149,14 @@ type RWLock struct {
 	cleanup time.Duration
 
 	// A writer that waited behind at least markQueue nodes marks its node
-	// held once granted (see nodedata.go): below that, the listing the mark
-	// saves its successor costs less than the mark.
+	// held as it releases it (see deleteNode). Tests vary it.
 	markQueue int
 
 	noContainers atomic.Bool    // the server refused container nodes
 	background   sync.WaitGroup // deletions that outlived the call that needed them
 }
 
-const defaultMarkQueue = 16
+const defaultMarkQueue = 1
 
 // New returns the lock whose directory is path, using conn, which it never
 // closes or replaces. It makes no request: the directory and its parents

@@ -146,8 +146,12 @@ func TestOneWatchPerWaiter(t *testing.T) {
 		assert.Equal(t, map[int]int{0: 3, 1: 4, 3: 1}, byWatchers)
 		for _, c := range conns {
 			s.mu.Lock()
-			assert.Len(t, c.watches, 1, "one watch per waiter")
+			paths := map[string]bool{}
+			for k := range c.watches {
+				paths[k.path] = true
+			}
 			s.mu.Unlock()
+			assert.Len(t, paths, 1, "each waiter watches one node")
 		}
 
 		require.NoError(t, holder.Release(ctx))

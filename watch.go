@@ -68,30 +68,87 @@ func (a *acquisition) await(ctx context.Context) (relist bool, err error) {
 			continue
 		}
 		a.waited = true
+		var deleted <-chan zk.Event
+		if a.mode == Write && len(a.snap.before) > 1 {
+			// b's going proves the way clear only if b held the lock,
+			// which b tells by marking its node as it goes (see
+			// deleteNode). The mark uses up the data watch; a child
+			// watch, which fires only when b goes, tells the rest.
+			deleted = watchGoing(ctx, a.l.conn, path)
+		}
 		a.l.debug("waiting for", path)
+		gone, err := a.wait(ctx, b, w.watch, deleted)
+		switch {
+		case err != nil:
+			return false, err
+		case gone && a.gone(b.name):
+			return true, nil
+		}
+		// Look again: at b's data, or at what blocks us now.
+	}
+}
+
+// wait waits for b to go or to change its data, on its data watch and, if
+// not nil, its child watch. A change of b's data means that b held the lock
+// (only holders change their data), so nothing before b is left; that is
+// taken from the event itself, since b may be gone before its mark could be
+// read.
+func (a *acquisition) wait(ctx context.Context, b lockNode, data, deleted <-chan zk.Event) (gone bool, err error) {
+	for {
 		select {
-		case ev := <-w.watch:
+		case ev := <-data:
+			data = nil
 			switch ev.Type {
 			case zk.EventNodeDeleted:
-				if a.gone(b.name) {
-					return true, nil
-				}
+				return true, nil
 			case zk.EventNodeDataChanged:
-				// Only a holder changes its node's data (a held mark, a
-				// downgrade), so nothing before b is left. Take it from the
-				// event: b may be gone before we could read the mark.
 				a.snap.pruneBefore(b)
-			case zk.EventNotWatching:
-				if errors.Is(ev.Err, zk.ErrSessionExpired) {
-					return false, errRestart
+				if deleted == nil {
+					return false, nil
 				}
-				return false, ev.Err // closing
+			case zk.EventNotWatching:
+				return false, notWatching(ev)
+			default:
+				return false, nil
 			}
-			// Look again: at b's data, or at what blocks us now.
+		case ev := <-deleted:
+			if ev.Type == zk.EventNotWatching {
+				return false, notWatching(ev)
+			}
+			// A mark came before: go-zookeeper hands each notification to
+			// its channel before it reads the next.
+			select {
+			case ev := <-data:
+				if ev.Type == zk.EventNodeDataChanged {
+					a.snap.pruneBefore(b)
+				}
+			default:
+			}
+			return true, nil
 		case <-ctx.Done():
 			return false, ctx.Err()
 		}
 	}
+}
+
+func notWatching(ev zk.Event) error {
+	if errors.Is(ev.Err, zk.ErrSessionExpired) {
+		return errRestart
+	}
+	return ev.Err // closing
+}
+
+// watchGoing sets a child watch on path, which fires when path goes (lock
+// nodes have no children); nil if it could not be set.
+func watchGoing(ctx context.Context, c zkConn, path string) <-chan zk.Event {
+	ch, err := call(ctx, func() (<-chan zk.Event, error) {
+		_, _, ch, err := c.ChildrenW(path)
+		return ch, err
+	}, nil)
+	if err != nil {
+		return nil
+	}
+	return ch
 }
 
 // readerMayPass is TryRLock's look at the writer in its way: one that is
