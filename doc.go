@@ -9,6 +9,13 @@
 // waiting writer blocks later readers, every waiter watches one node (no
 // herd effect), and a dead client's nodes vanish with its session.
 //
+// When the watched node goes, the listing taken after our own create
+// usually proves the way clear without another request. Where it cannot (a
+// writer with more nodes ahead than its predecessor), the predecessor tells:
+// a writer that waited marks its node held in the transaction that deletes
+// it, which proves that nothing before it is left, so a queue of writers
+// drains in constant time per handoff instead of listing the queue each time.
+//
 //	l, err := rwlock.New(conn, "/locks/schema")
 //	g, err := l.RLock(ctx)
 //	defer g.Release(ctx)

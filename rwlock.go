@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,15 +149,9 @@ type RWLock struct {
 	granted func() time.Duration // what the server granted a Dial connection; nil for others
 	cleanup time.Duration
 
-	// A writer that waited behind at least markQueue nodes marks its node
-	// held as it releases it (see deleteNode). Tests vary it.
-	markQueue int
-
 	noContainers atomic.Bool    // the server refused container nodes
 	background   sync.WaitGroup // deletions that outlived the call that needed them
 }
-
-const defaultMarkQueue = 1
 
 // New returns the lock whose directory is path, using conn, which it never
 // closes or replaces. It makes no request: the directory and its parents
@@ -193,15 +188,14 @@ func newRWLock(conn zkConn, path string, opts ...Option) (*RWLock, error) {
 		return nil, o.err
 	}
 	return &RWLock{
-		conn:      conn,
-		path:      path,
-		acl:       o.acl,
-		data:      encodeNodeData(o.owner, false, false),
-		owner:     o.owner,
-		log:       o.log,
-		timeout:   o.sessionTimeout,
-		cleanup:   o.cleanupTimeout,
-		markQueue: defaultMarkQueue,
+		conn:    conn,
+		path:    path,
+		acl:     o.acl,
+		data:    encodeNodeData(o.owner, false, false),
+		owner:   o.owner,
+		log:     o.log,
+		timeout: o.sessionTimeout,
+		cleanup: o.cleanupTimeout,
 	}, nil
 }
 
@@ -285,8 +279,8 @@ type acquisition struct {
 	session int64  // the session that created node
 	unsure  bool   // a create's outcome was lost: a node with guid may exist
 	snap    snapshot
-	queued  int             // the most nodes seen before ours
 	waited  bool            // we watched a node before being granted
+	writers bool            // a listing showed a writer before ours
 	shared  map[string]bool // writers seen downgraded (readers only)
 	tripCh  <-chan zk.Event
 }
@@ -477,7 +471,7 @@ func (a *acquisition) locate(children []string) error {
 		return lostErr(a.path, errNodeDeleted)
 	}
 	a.snap = snap
-	a.queued = max(a.queued, len(snap.before))
+	a.writers = a.writers || slices.ContainsFunc(snap.before, func(n lockNode) bool { return n.mode == Write })
 	return nil
 }
 
@@ -517,9 +511,11 @@ func (a *acquisition) granted(ctx context.Context) (*Grant, error) {
 	}
 	a.l.debug("granted", a.path)
 	g := newGrant(a.l, a.mode, a.path, a.session, a.tripCh)
-	// A writer that waited behind others may be followed by a waiter whose
-	// listing still shows them (see deleteNode).
-	g.markRelease = a.mode == Write && a.waited && a.queued >= a.l.markQueue
+	// A writer that waited behind writers may be followed by a waiter whose
+	// listing still shows them: its release mark spares that waiter a
+	// listing (see deleteNode). Behind readers only, it would spare no
+	// reader anything, and cost a reader waiting on us a request.
+	g.markRelease = a.mode == Write && a.waited && a.writers
 	return g, nil
 }
 

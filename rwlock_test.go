@@ -567,7 +567,6 @@ func TestHeldMarkSparesListing(t *testing.T) {
 		for range 4 {
 			c := s.conn()
 			l := newLock(t, c)
-			l.markQueue = 1
 			waits = append(waits, start(ctx, l.Lock))
 			conns = append(conns, c)
 			synctest.Wait()
@@ -602,7 +601,6 @@ func TestUnmarkedDeletionMeansListAgain(t *testing.T) {
 		synctest.Wait()
 		c := s.conn()
 		l := newLock(t, c)
-		l.markQueue = 0
 		w := start(ctx, l.Lock)
 		synctest.Wait()
 		lists := c.lists.Load()

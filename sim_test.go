@@ -159,7 +159,6 @@ func (s *sim) run() {
 			s.fail("newRWLock: %v", err)
 			return
 		}
-		l.markQueue = []int{0, 1, defaultMarkQueue}[s.rng.IntN(3)]
 		c.lock = l
 		for range 1 + s.rng.IntN(3) {
 			hold := time.Duration(s.rng.IntN(50)) * time.Millisecond

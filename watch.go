@@ -69,9 +69,9 @@ func (a *acquisition) await(ctx context.Context) (relist bool, err error) {
 		}
 		a.waited = true
 		var deleted <-chan zk.Event
-		if a.mode == Write && len(a.snap.before) > 1 {
+		if a.mode == Write && b.mode == Write && len(a.snap.before) > 1 {
 			// b's going proves the way clear only if b held the lock,
-			// which b tells by marking its node as it goes (see
+			// which a writer tells by marking its node as it goes (see
 			// deleteNode). The mark uses up the data watch; a child
 			// watch, which fires only when b goes, tells the rest.
 			deleted = watchGoing(ctx, a.l.conn, path)
