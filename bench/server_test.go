@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,16 +104,20 @@ func startServers() (*servers, error) {
 
 var flagServerWarmup = flag.Duration("bench.serverwarmup", -1, "before the first benchmark, "+
 	"8 clients loop Lock/Release this long, unmeasured, to warm up the server's JIT as the peers' "+
-	"run-all.sh does with a discarded W3 (default 5s; 1s with -short; 0 skips it)")
+	"run-all.sh does with a discarded W3 (default 5s on a throwaway server, 1s with -short; "+
+	"0 on ZKRWLOCK_BENCH_SERVERS, which run-all.sh has warmed; 0 skips it)")
 
 // warmServer runs the unmeasured server warm-up: W3 without a record.
 func warmServer(s *servers) error {
 	d := *flagServerWarmup
-	if d < 0 {
+	switch {
+	case d >= 0:
+	case s.cluster == nil:
+		d = 0 // the peers' run-all.sh warms a server everyone shares
+	case testing.Short():
+		d = smoke.duration
+	default:
 		d = standard.duration
-		if testing.Short() {
-			d = smoke.duration
-		}
 	}
 	if d == 0 {
 		return nil
@@ -148,6 +153,16 @@ func warmServer(s *servers) error {
 	if err := eg.Wait(); err != nil {
 		return fmt.Errorf("bench: server warm-up: %w", err)
 	}
+	// The warm-up's sessions and garbage must not slow the first workload,
+	// as they cannot in the peers' harnesses, where it is another process.
+	settle := time.Now().Add(10 * time.Second)
+	for time.Now().Before(settle) {
+		if n, err := s.mntr("zk_num_alive_connections"); err != nil || n == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	runtime.GC()
 	return nil
 }
 
