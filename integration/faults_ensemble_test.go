@@ -116,7 +116,7 @@ func TestFaultEnsembleLeaderKill(t *testing.T) {
 				default:
 				}
 				return st.grants.Load() >= n
-			}, "%d grants, want %d %s", lazyText(func() string { return fmt.Sprint(st.grants.Load()) }), n, when)
+			}, "%s grants, want %d %s", lazyText(func() string { return fmt.Sprint(st.grants.Load()) }), n, when)
 		}
 
 		progress(batch, "before the kill")

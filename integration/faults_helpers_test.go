@@ -269,23 +269,10 @@ func parseString(b []byte) (string, bool) {
 	return string(b[4 : 4+n]), true
 }
 
-// waitFor polls cond every 20ms, on the test goroutine, until it holds;
-// it fails the test with the message when timeout passes first.
+// waitFor is pollUntil with a formatted message.
 func waitFor(t *testing.T, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: "+format, append([]any{timeout}, args...)...)
-		}
-		select {
-		case <-tick.C:
-		case <-t.Context().Done():
-			t.Fatal("test context done")
-		}
-	}
+	pollUntil(t, timeout, cond, func() string { return fmt.Sprintf(format, args...) })
 }
 
 // nodesNow lists a lock directory (nil when it does not exist); ok is false

@@ -170,11 +170,17 @@ func waitQueue(t *testing.T, l *rwlock.RWLock, n int) []rwlock.Entry {
 func pollUntil(t *testing.T, timeout time.Duration, cond func() bool, why func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %v: %s", timeout, why())
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-tick.C:
+		case <-t.Context().Done():
+			t.Fatal("test context done")
+		}
 	}
 }
 

@@ -44,12 +44,7 @@ var shared struct {
 // installed, unless ZKRWLOCK_REQUIRE_ZK=1.
 func sharedServer(t *testing.T) *zkserver.Cluster {
 	t.Helper()
-	if err := zkserver.Available(); err != nil {
-		if os.Getenv("ZKRWLOCK_REQUIRE_ZK") == "1" || os.Getenv("CI") != "" {
-			t.Fatalf("ZooKeeper is required: %v", err)
-		}
-		t.Skipf("no ZooKeeper: %v (set ZKRWLOCK_REQUIRE_ZK=1 to fail instead)", err)
-	}
+	zkserver.SkipUnlessAvailable(t)
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -19,7 +19,7 @@ const connectTimeout = 30 * time.Second
 // ZKRWLOCK_REQUIRE_ZK=1.
 func Start(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
-	skipUnlessAvailable(t)
+	SkipUnlessAvailable(t)
 	c, err := StartCluster(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -37,8 +37,10 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	return c
 }
 
-// skipUnlessAvailable applies Start's rules for -short and missing servers.
-func skipUnlessAvailable(t testing.TB) {
+// SkipUnlessAvailable skips the test when real servers are not wanted
+// (-short) or not installed, unless ZKRWLOCK_REQUIRE_ZK=1 (or CI) asks for
+// them: then a missing server fails the test. Start applies it.
+func SkipUnlessAvailable(t testing.TB) {
 	t.Helper()
 	required := os.Getenv("ZKRWLOCK_REQUIRE_ZK") == "1"
 	if testing.Short() && !required {

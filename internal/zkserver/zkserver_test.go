@@ -155,7 +155,7 @@ func TestEnsemble(t *testing.T) {
 }
 
 func TestTakenPortIsDetected(t *testing.T) {
-	skipUnlessAvailable(t)
+	SkipUnlessAvailable(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
