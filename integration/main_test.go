@@ -5,10 +5,8 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,9 +17,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.cluster != nil {
-		shared.cluster.Close()
-	}
+	shared.Close()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
@@ -31,30 +27,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// shared is one standalone server for every test that does not break its
-// server; each test uses lock paths of its own (see lockPath).
-var shared struct {
-	once    sync.Once
-	cluster *zkserver.Cluster
-	err     error
-}
+// shared is one standalone server for the tests that do not break theirs.
+// Its short tick lets sessions as short as 1s be granted.
+var shared = zkserver.Shared{Config: zkserver.Config{
+	TickTime:          500 * time.Millisecond,
+	MinSessionTimeout: time.Second,
+}}
 
-// sharedServer returns the shared standalone server, starting it on first
-// use. Like zkserver.Start, it skips the test when ZooKeeper is not
-// installed, unless ZKRWLOCK_REQUIRE_ZK=1.
-func sharedServer(t *testing.T) *zkserver.Cluster {
-	t.Helper()
-	zkserver.SkipUnlessAvailable(t)
-	shared.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		shared.cluster, shared.err = zkserver.StartCluster(ctx, zkserver.Config{
-			TickTime:          500 * time.Millisecond,
-			MinSessionTimeout: time.Second,
-		})
-	})
-	if shared.err != nil {
-		t.Fatalf("shared server: %v", shared.err)
-	}
-	return shared.cluster
-}
+func sharedServer(t *testing.T) *zkserver.Cluster { return shared.Get(t) }

@@ -55,10 +55,8 @@ func testMain(m *testing.M) int {
 	}
 
 	code := m.Run()
-	if shared.cluster != nil {
-		if err := shared.cluster.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "zkserver:", err)
-		}
+	if err := shared.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "zkserver:", err)
 	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -69,30 +67,14 @@ func testMain(m *testing.M) int {
 	return code
 }
 
-// shared is one standalone server for all tests; each uses lock paths of
-// its own. Its short tick lets sessions as short as 1s be granted.
-var shared struct {
-	once    sync.Once
-	cluster *zkserver.Cluster
-	err     error
-}
+// shared is one standalone server for the tests that do not break theirs.
+// Its short tick lets sessions as short as 1s be granted.
+var shared = zkserver.Shared{Config: zkserver.Config{
+	TickTime:          500 * time.Millisecond,
+	MinSessionTimeout: time.Second,
+}}
 
-func server(t *testing.T) *zkserver.Cluster {
-	t.Helper()
-	zkserver.SkipUnlessAvailable(t)
-	shared.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		shared.cluster, shared.err = zkserver.StartCluster(ctx, zkserver.Config{
-			TickTime:          500 * time.Millisecond,
-			MinSessionTimeout: time.Second,
-		})
-	})
-	if shared.err != nil {
-		t.Fatalf("shared server: %v", shared.err)
-	}
-	return shared.cluster
-}
+func server(t *testing.T) *zkserver.Cluster { return shared.Get(t) }
 
 // lockPath returns a lock path no other test uses.
 func lockPath(t *testing.T) string {
@@ -161,8 +143,8 @@ func baseEnv() []string {
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "ZOOKEEPER_SERVERS=") || strings.HasPrefix(kv, "ZKRWLOCK_")
 	})
-	if shared.cluster != nil {
-		env = append(env, "ZOOKEEPER_SERVERS="+shared.cluster.ConnectString())
+	if c := shared.Started(); c != nil {
+		env = append(env, "ZOOKEEPER_SERVERS="+c.ConnectString())
 	}
 	// A -race binary sleeps 1s before it exits, unless told not to.
 	return append(env, "GORACE=atexit_sleep_ms=0")

@@ -1,7 +1,9 @@
 package zkserver
 
 import (
+	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,3 +111,41 @@ func Connect(t testing.TB, servers []string, sessionTimeout time.Duration) (*zk.
 type quietLogger struct{}
 
 func (quietLogger) Printf(string, ...any) {}
+
+// Shared is one cluster, started by the first test that asks for it and
+// used by every test of a package that does not break its servers (each
+// with lock paths of its own). TestMain closes it after m.Run.
+type Shared struct {
+	Config Config
+
+	once    sync.Once
+	cluster *Cluster
+	err     error
+}
+
+// Get returns the cluster, starting it on first use; it skips or fails the
+// test as SkipUnlessAvailable does.
+func (s *Shared) Get(t testing.TB) *Cluster {
+	t.Helper()
+	SkipUnlessAvailable(t)
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s.cluster, s.err = StartCluster(ctx, s.Config)
+	})
+	if s.err != nil {
+		t.Fatalf("zkserver: shared cluster: %v", s.err)
+	}
+	return s.cluster
+}
+
+// Close stops the cluster, if it was started.
+func (s *Shared) Close() error {
+	if s.cluster == nil {
+		return nil
+	}
+	return s.cluster.Close()
+}
+
+// Started returns the cluster if a test has started it, else nil.
+func (s *Shared) Started() *Cluster { return s.cluster }
