@@ -73,6 +73,7 @@ func (g *grantLogger) lastFailure() string {
 	return ""
 }
 
+// Printf is zk.Logger's method.
 func (g *grantLogger) Printf(format string, args ...any) {
 	if format == "failed to connect to %s: %v" || strings.HasPrefix(format, "authentication failed") {
 		msg := fmt.Sprintf(format, args...)

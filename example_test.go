@@ -20,7 +20,7 @@ func ExampleDial() {
 
 	// Dial waits for a session, and remembers the session timeout the
 	// server granted: holders of locks on this connection then ride out
-	// disconnections shorter than about a third of it.
+	// disconnections shorter than about a fifth of it.
 	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
 	if err != nil {
 		log.Fatal(err) // the context's error if no session came in time
@@ -240,3 +240,101 @@ func migrate(ctx context.Context, step string) error {
 func readTable(context.Context, string) ([]string, error) { return []string{"a", "b"}, nil }
 
 func rebuildReports(ctx context.Context) error { return migrate(ctx, "rebuild reports") }
+
+// lock stands for a lock made as in the Dial example; the examples below
+// are compiled, never run.
+var lock *rwlock.RWLock
+
+func ExampleRWLock_WithRead() {
+	err := lock.WithRead(context.Background(), func(ctx context.Context) error {
+		// ctx is cancelled, with a cause wrapping ErrLost, if the grant is
+		// lost: pass it to everything that reads.
+		_, err := loadConfig(ctx)
+		return err
+	})
+	if errors.Is(err, rwlock.ErrLost) {
+		log.Print("the read lock was lost while loading; the config may be half-read")
+	}
+}
+
+func ExampleRWLock_ReadGroup() {
+	g, ctx, err := lock.ReadGroup(context.Background()) // one node for all of them
+	if err != nil {
+		log.Fatal(err)
+	}
+	g.SetLimit(4)
+	for _, shard := range []string{"eu", "us", "ap"} {
+		g.Go(func() error { return loadShard(ctx, shard) })
+	}
+	if err := g.Wait(); err != nil { // waits for all, then releases
+		log.Fatal(err)
+	}
+}
+
+func ExampleRWLock_TryLock() {
+	g, err := lock.TryLock(context.Background())
+	if errors.Is(err, rwlock.ErrWouldBlock) {
+		fmt.Println("another job holds the lock; skipping this run") // no node was left behind
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer g.Release(context.Background())
+	fmt.Println("running")
+}
+
+func ExampleGrant_Downgrade() {
+	ctx := context.Background()
+	w, err := lock.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... migrate ...
+
+	// Keep reading what we wrote, and let the readers queued behind us in,
+	// without letting in a writer that queued meanwhile.
+	r, err := w.Downgrade(ctx)
+	if err != nil {
+		log.Fatal(err) // the write grant is unchanged, or lost (errors.Is ErrLost)
+	}
+	defer r.Release(ctx)
+	fmt.Println("verifying the migration under a read lock, token", r.Token())
+}
+
+func ExampleContextWithGrant() {
+	ctx := context.Background()
+	w, err := lock.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Release(ctx)
+
+	// A helper that takes the read lock itself, called with a context that
+	// carries our write grant, gets a nested grant at once, without a new
+	// node, instead of waiting behind us for ever.
+	ctx = rwlock.ContextWithGrant(ctx, w)
+	err = lock.WithRead(ctx, func(ctx context.Context) error {
+		_, err := loadConfig(ctx)
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleRWLock_Queue() {
+	q, err := lock.Queue(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range q {
+		state := "waits"
+		if e.Held {
+			state = "holds"
+		}
+		fmt.Printf("%s %s %s (session %#x, since %s)\n", e.Owner, state, e.Mode, e.SessionID, e.Created.Format(time.TimeOnly))
+	}
+}
+
+func loadShard(context.Context, string) error { return nil }

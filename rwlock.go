@@ -52,6 +52,7 @@ const (
 	Write
 )
 
+// String returns "read" or "write".
 func (m Mode) String() string {
 	switch m {
 	case Read:
