@@ -1,6 +1,7 @@
 package rwlock
 
-// Interleavings found by review: each broke a promise before it was fixed.
+// Interleavings of release, downgrade, expiry and cancellation that each
+// broke a promise until they were fixed.
 
 import (
 	"context"
