@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -95,19 +96,51 @@ func (p *process) stop(grace time.Duration) error {
 }
 
 // freePorts returns n distinct ports that were free on 127.0.0.1 a moment
-// ago. All n listeners are open at once so the kernel cannot hand out a
-// port twice; they close on return, just before the servers bind them.
+// ago. All n listeners are open at once so no port is handed out twice; they
+// close on return, just before the servers bind them.
+//
+// The ports lie below the kernel's ephemeral range when it leaves room: a
+// follower binds its quorum port only on becoming leader, and a killed
+// member's ports stay unbound until it restarts, so a port from the
+// ephemeral range can meanwhile become the source port of any outgoing
+// connection on the machine and the bind then fails.
 func freePorts(n int) ([]int, error) {
+	lo, hi := portRange()
 	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for attempts := 0; len(ports) < n; attempts++ {
+		addr := "127.0.0.1:0"
+		if hi > lo && attempts < 100*n {
+			addr = fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			if addr != "127.0.0.1:0" {
+				continue // taken: try another
+			}
 			return nil, fmt.Errorf("zkserver: free port: %w", err)
 		}
 		defer l.Close()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// lowestPort keeps clear of the well-known and registered ports that
+// services on a developer's machine commonly bind.
+const lowestPort = 10000
+
+// portRange returns [lo, hi) below the ephemeral range, or lo == hi when
+// that range is unknown or leaves too little room.
+func portRange() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	var ephemeralLo, ephemeralHi int
+	if _, err := fmt.Sscan(string(b), &ephemeralLo, &ephemeralHi); err != nil || ephemeralLo-lowestPort < 1000 {
+		return 0, 0
+	}
+	return lowestPort, ephemeralLo
 }
 
 // prefixWriter writes whole lines to w, each prefixed, under mu, so several

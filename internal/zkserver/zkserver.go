@@ -159,7 +159,7 @@ type Cluster struct {
 
 	members []*member // fixed once StartCluster returns
 
-	mu     sync.Mutex // guards closed and every member's proc
+	mu     sync.Mutex // guards closed and every member's proc, logStart and served
 	closed bool
 }
 
@@ -168,6 +168,7 @@ type member struct {
 	dir                                  string
 	clientPort, quorumPort, electionPort int
 	logStart                             int64    // size of zk.log when proc started; older lines are not its own
+	served                               bool     // proc has served since it started
 	proc                                 *process // nil until started and after Kill or Stop
 }
 
@@ -342,6 +343,7 @@ func (c *Cluster) launch(m *member) error {
 		return fmt.Errorf("zkserver: start member %d: %w", m.index, err)
 	}
 	m.proc = p
+	m.served = false
 	return nil
 }
 
@@ -361,7 +363,9 @@ func (c *Cluster) waitServing(ctx context.Context, ms []*member) error {
 			if err := c.startFailure(m); err != nil {
 				return false, err
 			}
-			if !serving(ctx, m.addr()) {
+			if serving(ctx, m.addr()) {
+				c.markServed(m)
+			} else {
 				still = append(still, m)
 			}
 		}
@@ -377,21 +381,31 @@ func (c *Cluster) waitServing(ctx context.Context, ms []*member) error {
 }
 
 // startFailure returns an error when m can no longer come up: its process
-// has exited, or its log shows a port bind failure (wrapping errPortTaken).
+// has exited, or, before it first served, its log shows a port bind failure
+// (wrapping errPortTaken). Later bind failures are the server's to handle: a
+// member that fails to bind its quorum port on becoming leader goes back to
+// electing.
 func (c *Cluster) startFailure(m *member) error {
-	p := c.proc(m)
+	c.mu.Lock()
+	p, served, logStart := m.proc, m.served, m.logStart
+	c.mu.Unlock()
 	if p == nil {
 		return fmt.Errorf("zkserver: member %d was stopped while starting", m.index)
 	}
-	bindErr := strings.Contains(readFrom(m.logPath(), m.logStart), "Address already in use")
 	switch {
-	case bindErr:
+	case !served && strings.Contains(readFrom(m.logPath(), logStart), "Address already in use"):
 		return fmt.Errorf("%w: member %d (ports %d, %d, %d)\n%s", errPortTaken,
 			m.index, m.clientPort, m.quorumPort, m.electionPort, c.logTail(m, 30))
 	case !p.running():
 		return fmt.Errorf("zkserver: member %d exited while starting (%v)\n%s", m.index, p.err, c.logTail(m, 30))
 	}
 	return nil
+}
+
+func (c *Cluster) markServed(m *member) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m.served = true
 }
 
 // WaitServing waits until every running member serves client requests (for

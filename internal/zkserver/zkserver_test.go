@@ -3,6 +3,7 @@ package zkserver
 import (
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -177,6 +178,35 @@ func TestTakenPortIsDetected(t *testing.T) {
 
 	err = c.waitServing(t.Context(), c.members)
 	require.ErrorIs(t, err, errPortTaken, "StartCluster retries only on this error")
+}
+
+func TestBindFailureAfterServingIsTheServersToHandle(t *testing.T) {
+	c := Start(t, Config{})
+	// What a member logs when a quorum port is taken as it becomes leader
+	// long after it first served; it then goes back to electing.
+	f, err := os.OpenFile(c.members[0].logPath(), os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("java.net.BindException: Address already in use\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	require.NoError(t, c.WaitServing(t.Context()))
+}
+
+func TestFreePortsAvoidTheEphemeralRange(t *testing.T) {
+	lo, hi := portRange()
+	if lo == hi {
+		t.Skip("no room below this machine's ephemeral port range")
+	}
+	ports, err := freePorts(30)
+	require.NoError(t, err)
+	seen := map[int]bool{}
+	for _, p := range ports {
+		require.GreaterOrEqual(t, p, lo)
+		require.Less(t, p, hi, "ephemeral ports start at %d", hi)
+		require.False(t, seen[p], "port %d twice", p)
+		seen[p] = true
+	}
 }
 
 func TestConfigDefaults(t *testing.T) {
