@@ -44,6 +44,7 @@ func benchContention(b *testing.B, name string, mx mix) {
 type client struct {
 	count, timeouts, writes int64
 	acq, rel                []time.Duration
+	held                    time.Duration // the holds' total, as slept
 	err                     error // the first failure, after which it stopped
 }
 
@@ -107,7 +108,7 @@ func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *me
 				}
 				chk.enter(write)
 				if hold > 0 {
-					time.Sleep(hold)
+					c.held += sleepPrecisely(hold)
 				}
 				chk.leave(write)
 				t2 := now()
@@ -137,11 +138,13 @@ func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *me
 	p1 := s.mustMntr(b, "zk_packets_received")
 
 	var total, writes, timeouts int64
+	var held time.Duration
 	lo, hi := int64(math.MaxInt64), int64(0)
 	var acq, rel []time.Duration
 	var errs []error
 	for _, c := range clients {
 		total, writes, timeouts = total+c.count, writes+c.writes, timeouts+c.timeouts
+		held += c.held
 		lo, hi = min(lo, c.count), max(hi, c.count)
 		acq, rel = append(acq, c.acq...), append(rel, c.rel...)
 		if c.err != nil {
@@ -158,6 +161,7 @@ func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *me
 	r.put("per_client_max", hi)
 	if mx == mixed {
 		r.put("writes", writes)
+		r.put("hold_mean_us", float64(held.Microseconds())/float64(max(total, 1)))
 	}
 	r.put("timeouts", timeouts)
 	r.put("violations", chk.violations.Load())
@@ -180,6 +184,7 @@ func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *me
 	m.add("req/acquire", req)
 	if mx == mixed {
 		m.add("writes", float64(writes))
+		m.add("us/hold", float64(held.Microseconds())/float64(max(total, 1)))
 	}
 
 	if v := chk.violations.Load(); v > 0 {

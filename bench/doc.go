@@ -47,7 +47,8 @@
 // the measured phase, less the mntr calls themselves and W6's polling, per
 // acquisition). Extra keys: allocs_per_acq, bytes_per_acq and
 // client_cpu_us_per_acq (this process: the library plus go-zookeeper, not
-// the server), latencies for W3-W5, round_s for W6, and an "error" key
+// the server), latencies for W3-W5, hold_mean_us for W5 (the holds as
+// slept: see sleepPrecisely), round_s for W6, and an "error" key
 // (which compare.py skips) when a run failed.
 //
 // Each benchmark also reports its metrics the Go way (b.ReportMetric:
