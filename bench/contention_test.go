@@ -45,7 +45,7 @@ type client struct {
 	count, timeouts, writes int64
 	acq, rel                []time.Duration
 	held                    time.Duration // the holds' total, as slept
-	err                     error // the first failure, after which it stopped
+	err                     error         // the first failure, after which it stopped
 }
 
 // runContention is one run. It returns an error, after which the benchmark
