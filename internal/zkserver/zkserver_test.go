@@ -193,19 +193,22 @@ func TestBindFailureAfterServingIsTheServersToHandle(t *testing.T) {
 	require.NoError(t, c.WaitServing(t.Context()))
 }
 
-func TestFreePortsAvoidTheEphemeralRange(t *testing.T) {
-	lo, hi := portRange()
-	if lo == hi {
-		t.Skip("no room below this machine's ephemeral port range")
-	}
+func TestFreePorts(t *testing.T) {
 	ports, err := freePorts(30)
 	require.NoError(t, err)
 	seen := map[int]bool{}
 	for _, p := range ports {
-		require.GreaterOrEqual(t, p, lo)
-		require.Less(t, p, hi, "ephemeral ports start at %d", hi)
 		require.False(t, seen[p], "port %d twice", p)
 		seen[p] = true
+	}
+	lo, hi := portRange()
+	if lo == hi {
+		t.Log("no room below this machine's ephemeral port range: the kernel picked the ports")
+		return
+	}
+	for _, p := range ports {
+		require.GreaterOrEqual(t, p, lo)
+		require.Less(t, p, hi, "the ephemeral range starts at %d", hi)
 	}
 }
 
