@@ -20,7 +20,16 @@ import (
 // does not expose, so that locks on this connection know how long a holder
 // may stay disconnected without losing its grant (see [WithSessionTimeout]).
 // go-zookeeper's own log lines go to [slog.Default] at debug level.
+//
+// A sessionTimeout below 100ms fails at once with an error wrapping
+// ErrInvalidArgument: no ZooKeeper server grants one (the minimum is two
+// ticks, 4s with the default tickTime), and go-zookeeper would time out its
+// own handshake; it is nearly always a forgotten unit (10 for 10*time.Second).
 func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration) (*zk.Conn, error) {
+	if sessionTimeout < minSessionTimeout {
+		return nil, fmt.Errorf("rwlock: dial %v: %w: session timeout %v is below %v, less than any server grants (a forgotten unit? %d*time.Second)",
+			servers, ErrInvalidArgument, sessionTimeout, minSessionTimeout, int64(sessionTimeout))
+	}
 	g := &grantLogger{learned: make(chan struct{})}
 	conn, events, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g))
 	if err != nil {
@@ -53,6 +62,9 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration) (
 		}
 	}
 }
+
+// minSessionTimeout is the smallest timeout Dial asks a server for.
+const minSessionTimeout = 100 * time.Millisecond
 
 // grantLogger passes go-zookeeper's log to slog and picks the granted
 // session timeout out of its "authenticated" line, the only place the

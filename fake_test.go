@@ -2,6 +2,7 @@ package rwlock
 
 import (
 	"fmt"
+	"math"
 	"path"
 	"slices"
 	"strings"
@@ -27,20 +28,8 @@ type fakeServer struct {
 type fakeNode struct {
 	data     []byte
 	stat     zk.Stat
-	counter  int32 // sequence number of the next child: one per child ever created
+	counter  int32 // sequence number of the next child: one per child ever created, stuck at the top as in ZooKeeper 3.8
 	children map[string]bool
-}
-
-type watchKind int
-
-const (
-	dataWatch watchKind = iota
-	childWatch
-)
-
-type watchKey struct {
-	path string
-	kind watchKind
 }
 
 func newFakeServer() *fakeServer {
@@ -63,18 +52,12 @@ type fakeConn struct {
 	held []heldEvent // guarded by s.mu
 	dead bool        // guarded by s.mu
 
-	// intercept, if set, wraps each call: it decides when apply runs, and
-	// whether at all, and what the caller gets (the simulation schedules
-	// every call through it).
-	intercept func(op, path string, apply func() error) error
-	// before, if set, runs before each call, outside the server's lock;
-	// an error fails the call without effect. It may block (the
-	// simulation schedules calls through it).
-	before func(op, path string) error
-	// after, if set, runs after a call took effect (for a create, path is
-	// the node created); its result replaces the call's error
-	// (zk.ErrConnectionClosed: the response was lost).
-	after func(op, path string, err error) error
+	// Hooks, set with setIntercept, setBefore and setAfter: the lock's
+	// own goroutines (its lease's keepalive) may be calling meanwhile.
+	hooks      sync.Mutex
+	hIntercept func(op, path string, apply func() error) error
+	hBefore    func(op, path string) error
+	hAfter     func(op, path string, err error) error
 }
 
 func (s *fakeServer) conn() *fakeConn {
@@ -90,6 +73,38 @@ func (s *fakeServer) conn() *fakeConn {
 
 var _ zkConn = (*fakeConn)(nil)
 
+// setIntercept wraps each call in fn: it decides when apply runs, and
+// whether at all, and what the caller gets (the simulation schedules every
+// call through it).
+func (c *fakeConn) setIntercept(fn func(op, path string, apply func() error) error) {
+	c.hooks.Lock()
+	defer c.hooks.Unlock()
+	c.hIntercept = fn
+}
+
+// setBefore runs fn before each call, outside the server's lock; an error
+// fails the call without effect. It may block.
+func (c *fakeConn) setBefore(fn func(op, path string) error) {
+	c.hooks.Lock()
+	defer c.hooks.Unlock()
+	c.hBefore = fn
+}
+
+// setAfter runs fn after a call took effect (for a create, path is the
+// node created); its result replaces the call's error
+// (zk.ErrConnectionClosed: the response was lost).
+func (c *fakeConn) setAfter(fn func(op, path string, err error) error) {
+	c.hooks.Lock()
+	defer c.hooks.Unlock()
+	c.hAfter = fn
+}
+
+func (c *fakeConn) hook() (intercept func(string, string, func() error) error, before func(string, string) error, after func(string, string, error) error) {
+	c.hooks.Lock()
+	defer c.hooks.Unlock()
+	return c.hIntercept, c.hBefore, c.hAfter
+}
+
 type heldEvent struct {
 	ch chan zk.Event
 	ev zk.Event
@@ -97,15 +112,15 @@ type heldEvent struct {
 
 // do runs one call: hooks, connection state, then op under the lock.
 func (c *fakeConn) do(op, p string, f func() error) error {
-	if c.intercept != nil {
-		return c.intercept(op, p, func() error { return c.apply(op, p, f) })
+	if intercept, _, _ := c.hook(); intercept != nil {
+		return intercept(op, p, func() error { return c.apply(op, p, f) })
 	}
 	return c.apply(op, p, f)
 }
 
 func (c *fakeConn) apply(op, p string, f func() error) error {
-	if c.before != nil {
-		if err := c.before(op, p); err != nil {
+	if _, before, _ := c.hook(); before != nil {
+		if err := before(op, p); err != nil {
 			return err
 		}
 	}
@@ -125,8 +140,8 @@ func (c *fakeConn) apply(op, p string, f func() error) error {
 
 // done runs the after hook.
 func (c *fakeConn) done(op, p string, err error) error {
-	if c.after != nil {
-		return c.after(op, p, err)
+	if _, _, after := c.hook(); after != nil {
+		return after(op, p, err)
 	}
 	return err
 }
@@ -230,6 +245,11 @@ func (c *fakeConn) Set(p string, data []byte, version int32) (st *zk.Stat, err e
 	return
 }
 
+// Sync is the lease's keepalive; the fake has no followers to catch up.
+func (c *fakeConn) Sync(p string) (string, error) {
+	return p, c.done("sync", p, c.do("sync", p, func() error { return nil }))
+}
+
 func (c *fakeConn) Delete(p string, version int32) error {
 	return c.done("delete", p, c.do("delete", p, func() error { return c.s.delete(p) }))
 }
@@ -313,7 +333,9 @@ func (s *fakeServer) create(c *fakeConn, p string, data []byte, flags int32) (st
 	if s.nodes[p] != nil {
 		return "", zk.ErrNodeExists
 	}
-	parent.counter++
+	if parent.counter < math.MaxInt32 {
+		parent.counter++ // ZooKeeper 3.8 stores only a larger counter: it sticks at the top
+	}
 	s.zxid++
 	n := &fakeNode{data: slices.Clone(data), children: map[string]bool{}}
 	n.stat.Czxid, n.stat.Mzxid = s.zxid, s.zxid
@@ -478,16 +500,44 @@ func (s *fakeServer) setCounter(dir string, next int32) {
 	s.mu.Unlock()
 }
 
-// watchCount counts live watches on p across sessions, as the server's
-// wchp would.
-func (s *fakeServer) watchers(p string) int {
+// othersWatching counts the sessions other than its owner's that watch
+// the node at p, as the server's wchp would show them.
+func (s *fakeServer) othersWatching(p string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
+	var owner int64
+	if n := s.nodes[p]; n != nil {
+		owner = n.stat.EphemeralOwner
+	}
+	count := 0
 	for _, c := range s.conns {
+		if c.session.Load() == owner {
+			continue
+		}
 		if len(c.watches[watchKey{p, dataWatch}]) > 0 || len(c.watches[watchKey{p, childWatch}]) > 0 {
-			n++
+			count++
 		}
 	}
-	return n
+	return count
 }
+
+// othersWatchedBy returns the lock nodes c watches that are not its own.
+func (s *fakeServer) othersWatchedBy(c *fakeConn) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var paths []string
+	for k, chans := range c.watches {
+		n := s.nodes[k.path]
+		if len(chans) == 0 || n == nil || n.stat.EphemeralOwner == c.session.Load() || n.stat.EphemeralOwner == 0 {
+			continue
+		}
+		if !slices.Contains(paths, k.path) {
+			paths = append(paths, k.path)
+		}
+	}
+	return paths
+}
+
+// formatSeq formats a sequence number as ZooKeeper does (Java's %010d, which
+// pads negative numbers after the sign, as Go's does).
+func formatSeq(seq int32) string { return fmt.Sprintf("%010d", seq) }

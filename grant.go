@@ -17,72 +17,45 @@ import (
 // It is NOT safe to assume that the lock is still held just because Release
 // has not been called. ZooKeeper ends a grant without asking: when its node
 // is deleted, when its session expires, or when the client has been cut off
-// long enough that the server may have expired the session. [Grant.Done]
-// and [Grant.Err] report that, and the Token lets a store reject a holder
-// that did not notice in time.
+// long enough that the server may expire the session. [Grant.Done] and
+// [Grant.Err] report that, and the Token lets a store reject a holder that
+// did not notice in time.
 //
 // A Grant's methods are safe for concurrent use.
 type Grant struct {
 	l       *RWLock
+	c       *client
 	mode    Mode
-	node    string // full path
-	session int64  // the session that owns node
-	outer   *Grant // for a nested grant: the grant that owns the node
+	node    string        // full path
+	session int64         // the session that owns node
+	timeout time.Duration // the session timeout its loss is judged by; 0 if unknown
+	outer   *Grant        // for a nested grant, the grant it is nested in
 
-	ctx       context.Context         // done when the grant ends; its cause says why
-	end       context.CancelCauseFunc // first cause wins
-	trip      <-chan zk.Event         // a child watch the acquisition left; see monitor
-	grantedAt time.Time
+	ctx    context.Context         // done when the grant ends; its cause says why
+	cancel context.CancelCauseFunc // first cause wins
+
+	mu        sync.Mutex
+	onEnd     map[*func(error)]struct{} // run as the grant ends; guarded by mu
+	deadline  time.Time                 // when lost: by when the holder must have stopped; guarded by mu
+	releasing bool                      // our own delete is under way: its event is no loss; guarded by mu
+	ignored   bool                      // a deletion event came while releasing; guarded by mu
+	unwatch   func()                    // stops the node watch's callback; guarded by mu
+	unnest    func()                    // for a nested grant: stops the outer's hook; guarded by mu
 
 	token       atomic.Int64 // czxid of node; 0 until read
-	markRelease bool         // release marks the node held (see deleteNode)
+	markRelease bool         // release marks the node held (see Release)
 
-	ops      sync.Mutex // serialises Release and Downgrade
-	released bool       // guarded by ops: Release or Downgrade has run
-
-	arm         sync.Once
-	monitorDone chan struct{} // nil unless a monitor was started
+	ops       sync.Mutex // serialises Release and Downgrade
+	released  bool       // guarded by ops: Release or Downgrade has run
+	successor *Grant     // guarded by ops: the read grant a Downgrade made of this one
 }
 
-func newGrant(l *RWLock, mode Mode, node string, session int64, trip <-chan zk.Event) *Grant {
-	ctx, end := context.WithCancelCause(context.Background())
-	return &Grant{
-		l: l, mode: mode, node: node, session: session,
-		ctx: ctx, end: end, trip: trip, grantedAt: time.Now(),
-	}
-}
-
-// errNodeDeleted is the cause of a loss when our node was deleted by
-// someone else (an operator, another client) while the session lived.
-var errNodeDeleted = errors.New("lock node deleted")
-
-func lostErr(node string, cause error) error {
-	return fmt.Errorf("%w: %s: %w", ErrLost, node, cause)
-}
-
-// lose ends the grant with a cause wrapping ErrLost, unless it has already
-// ended. Call it when the node is gone already.
-func (g *Grant) lose(cause error) {
-	if g.ctx.Err() == nil {
-		g.l.debug("lost: "+cause.Error(), g.node)
-	}
-	g.end(lostErr(g.node, cause))
-}
-
-// loseAndDelete ends the grant, then deletes its node, which may live on
-// with the session, in the background: after the holder has been told,
-// since the deletion lets the next waiter in.
-func (g *Grant) loseAndDelete(cause error) {
-	g.l.background.Add(1)
-	g.lose(cause)
-	go g.l.finishing(g.node, "", g.session)
-}
-
-// root returns the grant that owns the node.
-func (g *Grant) root() *Grant {
-	if g.outer != nil {
-		return g.outer
-	}
+// newGrant makes the grant of a node, and puts it under the lease clock.
+// The grant takes over the acquisition's use of the client.
+func newGrant(l *RWLock, c *client, mode Mode, node string, session int64, timeout time.Duration) *Grant {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	g := &Grant{l: l, c: c, mode: mode, node: node, session: session, timeout: timeout, ctx: ctx, cancel: cancel}
+	c.hold(g)
 	return g
 }
 
@@ -93,161 +66,474 @@ func (g *Grant) Mode() Mode { return g.mode }
 func (g *Grant) Node() string { return g.node }
 
 // Done returns a channel that is closed when the grant ends: after Release
-// or Downgrade, or as soon as the grant is lost. The holder learns of a loss
-// no later than the moment another client could be granted the lock:
+// or Downgrade, or as soon as the grant is lost. The holder is told of a
+// loss before another client can be granted the lock:
 //
-//   - when the node is deleted, or the session is found expired or
-//     replaced (go-zookeeper quietly opens a new session after expiry);
-//   - when the connection has been down for longer than the session can be
-//     trusted: about a fifth of the session timeout if the lock knows it
-//     (from [WithSessionTimeout] or [Dial]), else at once. go-zookeeper
-//     notices a dead connection only after 2/3 of the session timeout
-//     without a packet, which leaves at most the last third as margin, less
-//     allowances for round trips and a busy machine (see lossGrace).
+//   - when the session cannot be shown alive for more than the head start
+//     ([HeadStart], a quarter of the session timeout T), by the lock's own
+//     lease clock: a request the server answered proves the session alive
+//     for T from the moment it was sent, and the lock sends one every T/16
+//     while grants are held. A silent connection (a partition, a restarted
+//     server, a leader election) is ridden out for about 0.69·T. The
+//     holder then has until [Grant.Deadline] to stop: the whole head start
+//     on a standalone server or through the leader; through a follower that
+//     loses the leader at the worst moment, at least T/16 if T is at least
+//     four ticks of the server (8 s with ZooKeeper's default tickTime);
+//   - when the session is found expired or replaced (go-zookeeper quietly
+//     opens a new session after an expiry);
+//   - when its node is deleted by someone else: the holder learns it from
+//     its watch, at about the moment the next waiter does. No client can
+//     promise more for that cause; the fencing token ([Grant.Token]) is
+//     the defence.
 //
-// The first call to Done, Err or Token starts watching: it checks the
-// session at once, then sets a watch on the node (one request, unless the
-// grant came from WithRead, WithWrite or ReadGroup, which set one for free)
-// and polls the connection state from a goroutine that ends with the
-// grant. Grants that are never asked cost nothing beyond their node.
+// Without a session timeout ([WithSessionTimeout], or a connection made by
+// [Dial]), any disconnection is a loss, noticed when go-zookeeper notices.
+//
+// Done and Err consult the clock at every call: a process that was paused
+// (SIGSTOP, a long GC or VM pause) sees the loss at its first call after
+// resuming.
 func (g *Grant) Done() <-chan struct{} {
-	g.root().startMonitor()
+	g.judge()
 	return g.ctx.Done()
 }
 
 // Err returns nil while the grant is held, ErrReleased after Release or
 // Downgrade, or an error wrapping ErrLost (and the cause, such as
-// [zk.ErrSessionExpired]) once it is lost. Like Done, it starts watching,
-// and it checks the session on every call.
+// [zk.ErrSessionExpired]) once it is lost. Like Done, it consults the
+// lease clock at every call.
 func (g *Grant) Err() error {
-	r := g.root()
-	r.startMonitor()
-	if r.ctx.Err() == nil && r.l.conn.SessionID() != r.session {
-		r.lose(zk.ErrSessionExpired) // the monitor would see it at its next tick
-	}
+	g.judge()
 	if g.ctx.Err() == nil {
 		return nil
 	}
 	return context.Cause(g.ctx)
 }
 
-// Token returns the fencing token of the grant: the czxid of its node, which
-// ZooKeeper makes strictly larger for every later grant of any lock. Pass it
-// to the store you protect and have the store reject writes carrying a token
-// smaller than one it has seen: a holder that lost its grant without
-// noticing (a long GC pause, a partition) is then turned away.
+// judge ends the grant if the lease clock or the session says it is lost.
+func (g *Grant) judge() {
+	r := g.root()
+	if r.ctx.Err() == nil {
+		r.c.judge(r)
+	}
+}
+
+// Deadline returns the earliest time at which the server may expire the
+// grant's session, so that another client could be granted the lock, as
+// far as the lease clock knows: while the grant is held, it moves on with
+// every renewal of the lease; once the grant is lost, it is the time by
+// which the holder must have stopped (at once for a deleted node or an
+// expired session). It counts the worst case of an ensemble (see
+// [Grant.Done]). ok is false when the lock does not know the session
+// timeout, and after Release.
+func (g *Grant) Deadline() (deadline time.Time, ok bool) {
+	r := g.root()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx.Err() != nil {
+		return r.deadline, !r.deadline.IsZero()
+	}
+	end, ok := r.c.deadlineOf(r)
+	if !ok {
+		return time.Time{}, false
+	}
+	return end.Add(-relayAllowance(r.timeout)), true
+}
+
+// Token returns the fencing token of the grant: the czxid of its node. For
+// one lock, a grant that conflicts with an earlier one (a write after any
+// grant, a read after a write) carries a larger token, because grants come
+// in the order of their nodes' creation. Pass it to the store you protect,
+// and have the store reject writes carrying a token smaller than one it has
+// seen for this lock: a holder that lost its grant without noticing (a long
+// pause, a partition) is then turned away. Tokens of different locks are
+// not ordered by grant time (a node created early may be granted late), so
+// a store that several locks protect keeps the largest token per lock. A
+// downgraded grant keeps its token; readers granted together carry tokens
+// in no particular order.
 //
-// The first call reads the node (one request) and starts watching as Done
-// does (one more, unless watching already); through a disconnection it
-// waits for the client to reconnect or the grant to be lost. It returns 0 if the grant ended before the token could
-// be read, or if the node cannot be read (an ACL without read permission).
+// The first call reads the node (one request) unless the acquisition read
+// it already; through a disconnection it waits for the client to
+// reconnect or the grant to be lost. It returns 0 if the grant ended before
+// the token could be read, or if the node cannot be read (an ACL without
+// read permission).
 func (g *Grant) Token() int64 {
 	r := g.root()
 	if t := r.token.Load(); t != 0 {
 		return t
 	}
-	r.startMonitor()
 	var retry backoff
 	for {
-		st, err := call(r.ctx, func() (*zk.Stat, error) {
-			_, st, err := r.l.conn.Get(r.node)
-			return st, err
-		}, nil)
+		n := r.c.get(r.ctx, r.node)
 		switch {
-		case err == nil:
-			r.token.CompareAndSwap(0, st.Czxid)
+		case n.err == nil:
+			r.token.CompareAndSwap(0, n.v.stat.Czxid)
 			return r.token.Load()
-		case errors.Is(err, zk.ErrNoNode):
-			r.lose(r.whyDeleted())
+		case errors.Is(n.err, zk.ErrNoNode):
+			r.lost(r.whyDeleted())
 			return 0
 		case r.ctx.Err() != nil:
 			return r.token.Load()
-		case !connectionLoss(err):
+		case !connectionLoss(n.err):
 			return 0
 		}
-		if retry.wait(r.ctx, r.l.conn) != nil {
+		if retry.wait(r.ctx, r.c.zk) != nil {
 			return r.token.Load()
 		}
 	}
 }
 
-// Release ends the grant and deletes its node, so the next waiter may go. It
-// returns nil if the grant had already ended (then there is nothing left to
-// delete: a lost grant's node is gone or being deleted), and on later calls.
-// ctx bounds the wait: if it ends, or the connection fails, before the
+// Release ends the grant and deletes its node, so the next waiter may go.
+// It returns nil if the grant had already ended (a lost grant's node is
+// gone or being deleted), and on later calls. Releasing a write grant that
+// was downgraded releases the read grant it became, so that
+// `defer g.Release(ctx)` before a Downgrade still releases the node.
+//
+// The grant ends once its node is gone. If the server refuses the deletion
+// (an ACL that changed since the lock was taken), Release returns the error
+// and the grant stays held: the lock never reports a grant released while
+// its node exists. If ctx ends, or the connection fails, before the
 // deletion is confirmed, the deletion goes on in the background until it
-// succeeds or the session ends, and Release returns the error.
+// succeeds or the session ends; the grant ends, and Release returns the
+// error.
 //
 // Releasing a nested grant (see [ContextWithGrant]) ends only that grant.
 func (g *Grant) Release(ctx context.Context) error {
 	g.ops.Lock()
+	if s := g.successor; s != nil {
+		g.ops.Unlock()
+		return s.Release(ctx)
+	}
 	defer g.ops.Unlock()
-	if g.released {
+	switch {
+	case g.released:
 		return nil
+	case g.outer != nil:
+		g.released = true
+		g.end(ErrReleased)
+		return nil
+	case g.ctx.Err() != nil:
+		g.released = true
+		return nil
+	}
+	g.setReleasing(true)
+	err := g.l.deleteNode(ctx, g.c, g.node, g.session, g.markRelease)
+	if err != nil && !errors.Is(err, errFinishing) {
+		if g.setReleasing(false) {
+			g.watchNode() // someone else's delete may have come meanwhile: look again
+		}
+		return fmt.Errorf("rwlock: release %s: %w", g.node, err)
 	}
 	g.released = true
-	ended := g.ctx.Err() != nil
 	g.end(ErrReleased)
-	if g.outer != nil {
-		return nil
-	}
-	g.stopMonitor()
-	if ended {
-		return nil
-	}
-	if err := g.l.deleteNode(ctx, g.node, g.session, g.markRelease); err != nil {
+	if err != nil {
 		return fmt.Errorf("rwlock: release %s: %w", g.node, err)
 	}
 	return nil
 }
 
-// startMonitor starts the lost-grant monitor once, if the grant is held.
-// Its first look is now, not a poll later, so that Err never calls a grant
-// held whose session is already gone.
-func (g *Grant) startMonitor() {
-	g.arm.Do(func() {
-		if g.ctx.Err() != nil {
-			return
+// Downgrade turns a write grant into a read grant without releasing the
+// lock for a moment. It keeps the same node, and so the same place in the
+// queue and the same token, and marks the node shared in its data: readers
+// queued behind it (before any other writer) join at once, while writers
+// keep waiting for the node to go. (Deleting the node and queueing a new
+// read node, as Curator 5.4 does, lets a writer that queued meanwhile in
+// between: CURATOR-276.)
+//
+// On success the write grant ends (its Err returns ErrReleased) and the
+// returned read grant owns the node; releasing either of them releases it.
+// If ctx has ended when it is called, or the server refuses the change (an
+// ACL), the write grant is unchanged. Once the request is sent it is waited
+// for up to the cleanup timeout (see [WithCleanupTimeout]), whatever ctx
+// does: if its outcome stays unknown, readers may have joined, so the write
+// grant is lost and its node deleted. Downgrade of a read grant returns the
+// grant itself.
+func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
+	if g.mode == Read {
+		return g, nil
+	}
+	g.ops.Lock()
+	defer g.ops.Unlock()
+	fail := func(err error) (*Grant, error) { return nil, fmt.Errorf("rwlock: downgrade %s: %w", g.node, err) }
+	switch {
+	case g.released || g.ctx.Err() != nil:
+		return fail(g.ended())
+	case ctx.Err() != nil:
+		return fail(ctx.Err())
+	case g.outer != nil:
+		r, err, _ := g.l.nested(ContextWithGrant(ctx, g.outer), want{mode: Read, block: true})
+		if err != nil {
+			return nil, err
 		}
-		t := g.l.sessionTimeout()
-		poll := pollInterval(t)
-		h := &health{session: g.session, grace: lossGrace(t, poll), lastUp: g.grantedAt}
-		if err := h.check(g.l.conn, time.Now()); err != nil {
-			g.lostHealth(err)
-			return
-		}
-		g.monitorDone = make(chan struct{})
-		go g.monitor(h, poll)
-	})
+		g.released, g.successor = true, r
+		g.end(ErrReleased)
+		return r, nil
+	}
+
+	l := g.l
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
+	defer cancel()
+	r := g.c.set(sctx, g.node, encodeNodeData(l.owner, false, true))
+	switch {
+	case errors.Is(r.err, zk.ErrNoNode):
+		g.lost(g.whyDeleted())
+		return fail(g.ended())
+	case sessionGone(r.err):
+		g.lost(r.err)
+		return fail(g.ended())
+	case connectionLoss(r.err) || sctx.Err() != nil:
+		g.lost(fmt.Errorf("%w: outcome of the downgrade unknown: %w", errMayLive, r.err))
+		return fail(g.ended())
+	case r.err != nil:
+		return fail(r.err)
+	case g.ctx.Err() != nil:
+		return fail(g.ended()) // lost while we marked it
+	}
+	d := &Grant{
+		l: l, c: g.c, mode: Read, node: g.node, session: g.session, timeout: g.timeout,
+		markRelease: g.markRelease,
+	}
+	d.ctx, d.cancel = context.WithCancelCause(context.Background())
+	d.token.Store(g.token.Load())
+	g.released, g.successor = true, d
+	g.c.retain() // the read grant's own use of the client
+	g.c.hold(d)
+	g.end(ErrReleased)
+	d.watchNode()
+	l.debug("downgraded", g.node)
+	return d, nil
 }
 
-// lostHealth ends the grant for a failed health check.
-func (g *Grant) lostHealth(err error) {
-	if errors.Is(err, errDisconnected) {
-		g.loseAndDelete(err) // the session, and the node, may well live on
+// ended returns why a grant is no longer held.
+func (g *Grant) ended() error {
+	if g.ctx.Err() != nil {
+		return context.Cause(g.ctx)
+	}
+	return ErrReleased
+}
+
+// root returns the grant that owns the node.
+func (g *Grant) root() *Grant {
+	for g.outer != nil {
+		g = g.outer
+	}
+	return g
+}
+
+// end ends the grant with cause, unless it has ended already, and runs its
+// onEnd hooks on the caller's goroutine, so that the contexts derived from
+// it are cancelled before end returns. A grant that owns its node leaves
+// the lease clock and stops watching its node.
+func (g *Grant) end(cause error) bool {
+	g.mu.Lock()
+	if g.ctx.Err() != nil {
+		g.mu.Unlock()
+		return false
+	}
+	g.cancel(cause)
+	hooks, unwatch, unnest := g.onEnd, g.unwatch, g.unnest
+	g.onEnd, g.unwatch, g.unnest = nil, nil, nil
+	g.mu.Unlock()
+	for h := range hooks {
+		(*h)(cause)
+	}
+	if unnest != nil {
+		unnest()
+	}
+	if g.outer == nil {
+		if unwatch != nil {
+			unwatch()
+		}
+		g.c.unhold(g)
+		g.c.release()
+	}
+	return true
+}
+
+// whenEnded runs fn with the cause as g ends (at once if it has), on the
+// goroutine that ends it. stop forgets fn if it has not run.
+func (g *Grant) whenEnded(fn func(cause error)) (stop func()) {
+	g.mu.Lock()
+	if g.ctx.Err() != nil {
+		g.mu.Unlock()
+		fn(context.Cause(g.ctx))
+		return func() {}
+	}
+	if g.onEnd == nil {
+		g.onEnd = make(map[*func(error)]struct{})
+	}
+	key := &fn
+	g.onEnd[key] = struct{}{}
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		delete(g.onEnd, key)
+		g.mu.Unlock()
+	}
+}
+
+// errNodeDeleted is the cause of a loss when our node was deleted by
+// someone else (an operator, another client) while the session lived.
+var errNodeDeleted = errors.New("lock node deleted")
+
+// errMayLive marks causes after which the session, and the node with it,
+// may live on: the node must be deleted once the holder has been told.
+var errMayLive = errors.New("the node may outlive the grant")
+
+func lostErr(node string, cause error) error {
+	return fmt.Errorf("%w: %s: %w", ErrLost, node, cause)
+}
+
+// lost ends the grant with a cause wrapping ErrLost, unless it has ended
+// already. Where the session may live on (the lease ran out, the
+// connection dropped with no known timeout, a downgrade of unknown
+// outcome), its node is deleted in the background, after the holder has
+// been told, since the deletion lets the next waiter in.
+func (g *Grant) lost(cause error) {
+	var lapsed *errLeaseLapsed
+	mayLive := errors.As(cause, &lapsed) || errors.Is(cause, errDisconnected) || errors.Is(cause, errMayLive)
+	g.mu.Lock()
+	if g.ctx.Err() == nil {
+		now := time.Now()
+		g.deadline = now
+		if lapsed != nil && g.timeout > 0 {
+			g.deadline = now.Add(max(lapsed.left-relayAllowance(g.timeout), 0))
+		}
+	}
+	g.mu.Unlock()
+	var finish func(path, guid string, session int64)
+	if mayLive {
+		// Reserved before the holder is told, so that anyone who waits for
+		// the lock's background work after Done waits for this deletion.
+		var cancel func()
+		finish, cancel = g.l.reserveFinish(g.c)
+		defer cancel()
+	}
+	if !g.end(lostErr(g.node, cause)) {
 		return
 	}
-	g.lose(err)
+	g.l.debug("lost: "+cause.Error(), g.node)
+	if finish != nil {
+		finish(g.node, "", g.session)
+	}
 }
 
-// stopMonitor waits for the monitor, if any, after the grant has ended; it
-// also prevents one from starting later.
-func (g *Grant) stopMonitor() {
-	g.arm.Do(func() {})
-	if g.monitorDone != nil {
-		<-g.monitorDone
+// whyDeleted names the cause of our node's disappearance: the end of our
+// session, or someone's delete.
+func (g *Grant) whyDeleted() error {
+	if g.c.zk.SessionID() != g.session {
+		return zk.ErrSessionExpired
 	}
+	return errNodeDeleted
+}
+
+// setReleasing marks our own delete under way, or over; it reports
+// whether a deletion event was ignored meanwhile.
+func (g *Grant) setReleasing(on bool) (ignored bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.releasing, ignored, g.ignored = on, g.ignored, false
+	return ignored
+}
+
+// The node watch: a grant learns that its node was deleted from a watch
+// that is set from the start, at no extra request where the acquisition
+// left one: the data watch on its own node that a waiter sets, or the
+// child watch on the directory that the first listing sets. A child watch
+// also fires on the changes of other nodes; then the grant sets a data
+// watch on its own node (one request), which fires only when the node
+// goes or its data changes (a Downgrade).
+
+// watchFrom starts watching the node with what the acquisition left.
+func (g *Grant) watchFrom(own <-chan zk.Event, dir *watchEntry) {
+	switch {
+	case own != nil:
+		g.subscribe(g.c.register(watchKey{g.node, dataWatch}, own, g.session, false))
+	case dir != nil:
+		g.subscribe(dir)
+	default:
+		g.watchNode()
+	}
+}
+
+// watchNode sets a data watch on the node, on a goroutine of its own,
+// retrying through disconnections until it is set or the grant ends.
+func (g *Grant) watchNode() {
+	g.c.retain()
+	go func() {
+		defer g.c.release()
+		var retry backoff
+		for g.ctx.Err() == nil {
+			r, w := g.c.getW(g.ctx, g.node)
+			switch {
+			case r.err == nil:
+				g.token.CompareAndSwap(0, r.v.stat.Czxid)
+				g.subscribe(w)
+				return
+			case errors.Is(r.err, zk.ErrNoNode):
+				if !g.ownRelease() {
+					g.lost(g.whyDeleted())
+				}
+				return
+			case sessionGone(r.err):
+				g.lost(r.err)
+				return
+			case !connectionLoss(r.err):
+				g.l.log.Warn("rwlock: cannot watch lock node; its deletion will not be noticed",
+					"lock", g.l.path, "node", g.node, "err", r.err)
+				return
+			}
+			if retry.wait(g.ctx, g.c.zk) != nil {
+				return
+			}
+		}
+	}()
+}
+
+// subscribe hands the node watch's event to watchEvent.
+func (g *Grant) subscribe(w *watchEntry) {
+	cancel := w.subscribe(g.watchEvent)
+	g.mu.Lock()
+	if g.ctx.Err() != nil {
+		g.mu.Unlock()
+		cancel()
+		return
+	}
+	g.unwatch = cancel
+	g.mu.Unlock()
+}
+
+func (g *Grant) watchEvent(ev zk.Event) {
+	switch {
+	case g.ctx.Err() != nil, g.ownRelease():
+	case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired) && g.c.zk.SessionID() == g.session:
+		g.watchNode() // a shared watch of an earlier session ended: ours lives on
+	case ev.Type == zk.EventNotWatching:
+		g.lost(ev.Err) // the session expired, or the connection was closed
+	case ev.Type == zk.EventNodeDeleted && ev.Path == g.node:
+		g.lost(g.whyDeleted())
+	default:
+		g.watchNode() // another node changed, or ours was downgraded: watch ours
+	}
+}
+
+// ownRelease reports whether our own Release is under way, so that an
+// event about the node is no loss; it notes that one was set aside.
+func (g *Grant) ownRelease() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ignored = g.ignored || g.releasing
+	return g.releasing
 }
 
 type grantKey struct{}
 
 // ContextWithGrant returns a copy of ctx that carries g. Lock and RLock on
 // the same lock path and connection, called with such a context, return a
-// nested grant of g at once, without a new node: a read grant inside a write
-// grant, or a grant of the same mode. A write grant inside a read grant fails
-// with ErrUpgrade, because two readers upgrading at once would wait for each
-// other forever. Releasing a nested grant leaves g held; when g ends, so do
-// its nested grants.
+// nested grant of g at once, without a new node: a read grant inside a
+// write or read grant, or a write grant inside a write grant. A write grant
+// inside a read grant fails with ErrUpgrade, because two readers upgrading
+// at once would wait for each other forever. Releasing a nested grant
+// leaves g held; when g ends, so do the grants nested in it, and theirs.
 //
 // The contexts that WithRead, WithWrite and ReadGroup hand to their
 // functions already carry their grant.
@@ -257,24 +543,28 @@ func ContextWithGrant(ctx context.Context, g *Grant) context.Context {
 
 // nested returns a nested grant when ctx carries a grant of this lock (same
 // path, same connection); ok is false when it does not.
-func (l *RWLock) nested(ctx context.Context, mode Mode, block bool) (g *Grant, err error, ok bool) {
+func (l *RWLock) nested(ctx context.Context, w want) (g *Grant, err error, ok bool) {
 	outer, _ := ctx.Value(grantKey{}).(*Grant)
 	if outer == nil || outer.l.path != l.path || outer.l.conn != l.conn {
 		return nil, nil, false
 	}
-	r := outer.root()
 	switch {
 	case outer.ctx.Err() != nil:
 		err = fmt.Errorf("the grant in the context has ended: %w", context.Cause(outer.ctx))
-	case mode == Write && r.mode == Read:
-		err = fmt.Errorf("%w (%s)", ErrUpgrade, r.node)
+	case w.mode == Write && outer.mode == Read:
+		err = fmt.Errorf("%w (%s)", ErrUpgrade, outer.node)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(mode, block), l.path, err), true
+		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err), true
 	}
-	ctx, end := context.WithCancelCause(r.ctx)
-	return &Grant{
-		l: r.l, mode: mode, node: r.node, session: r.session, outer: r,
-		ctx: ctx, end: end, grantedAt: time.Now(),
-	}, nil, true
+	r := outer.root()
+	g = &Grant{l: r.l, c: r.c, mode: w.mode, node: r.node, session: r.session, timeout: r.timeout, outer: outer}
+	g.ctx, g.cancel = context.WithCancelCause(context.Background())
+	// Ended by its outer grant on the goroutine that ends that one, so that
+	// its own hooks (a WithRead's function context) run in time too.
+	stop := outer.whenEnded(func(cause error) { g.end(cause) })
+	g.mu.Lock()
+	g.unnest = stop
+	g.mu.Unlock()
+	return g, nil, true
 }

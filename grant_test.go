@@ -1,6 +1,9 @@
 package rwlock
 
 import (
+	"context"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -44,7 +47,7 @@ func TestLostWhenSessionExpires(t *testing.T) {
 				s := newFakeServer()
 				c := s.conn()
 				l := newLock(t, c)
-				g, err := l.acquire(t.Context(), mode, true, false)
+				g, err := l.acquire(t.Context(), want{mode: mode, block: true})
 				require.NoError(t, err)
 				require.NoError(t, g.Err())
 				synctest.Wait()
@@ -79,12 +82,10 @@ func TestDisconnectionWithUnknownTimeoutIsLoss(t *testing.T) {
 		l := newLock(t, c)
 		g, err := l.Lock(t.Context())
 		require.NoError(t, err)
-		g.Done()
-		synctest.Wait()
 		start := time.Now()
 		c.disconnect()
 		<-g.Done()
-		assert.LessOrEqual(t, time.Since(start), 2*pollInterval(0))
+		assert.LessOrEqual(t, time.Since(start), unknownTimeoutPoll)
 		assert.ErrorIs(t, g.Err(), ErrLost)
 		assert.ErrorIs(t, g.Err(), errDisconnected)
 
@@ -97,64 +98,143 @@ func TestDisconnectionWithUnknownTimeoutIsLoss(t *testing.T) {
 	})
 }
 
-func TestDisconnectionWithinGraceIsRiddenOut(t *testing.T) {
+// answeredSyncs records when the lease's keepalives were answered.
+type answeredSyncs struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func recordSyncs(c *fakeConn) *answeredSyncs {
+	a := &answeredSyncs{}
+	c.setAfter(func(op, p string, err error) error {
+		if op == "sync" && err == nil {
+			a.mu.Lock()
+			a.at = append(a.at, time.Now())
+			a.mu.Unlock()
+		}
+		return err
+	})
+	return a
+}
+
+func (a *answeredSyncs) times() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.at)
+}
+
+func TestLeaseRidesOutASilentConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const timeout = 9 * time.Second
-		grace := lossGrace(timeout, pollInterval(timeout))
-		require.Greater(t, grace, time.Second)
+		const timeout = 8 * time.Second
 		s := newFakeServer()
 		c := s.conn()
 		g, err := newLock(t, c, WithSessionTimeout(timeout)).Lock(t.Context())
 		require.NoError(t, err)
-		g.Done()
-		synctest.Wait()
+		answered := recordSyncs(c)
+		time.Sleep(timeout)
+		assert.GreaterOrEqual(t, len(answered.times()), 15, "a keepalive every T/16 while held")
+		assert.LessOrEqual(t, len(answered.times()), 16)
 
-		c.disconnect()
-		time.Sleep(grace - time.Second)
+		c.disconnect() // no answers: a partition, a restart, an election
+		time.Sleep(timeout / 2)
 		c.reconnect()
 		time.Sleep(time.Minute)
-		assert.NoError(t, g.Err(), "a short disconnection is ridden out")
-
-		start := time.Now()
-		c.disconnect()
-		<-g.Done()
-		lost := time.Since(start)
-		assert.ErrorIs(t, g.Err(), errDisconnected)
-		// The server can expire the session no earlier than T/3 after the
-		// client notices (see lossGrace).
-		assert.Less(t, lost, timeout/3)
-		assert.GreaterOrEqual(t, lost, grace-pollInterval(timeout))
-		c.reconnect()
+		assert.NoError(t, g.Err(), "a silence of T/2 is ridden out")
+		require.NoError(t, g.Release(t.Context()))
 	})
 }
 
-// A request can hang for most of a session timeout (go-zookeeper queues it
-// while it reconnects); the monitor's polling must not wait for it.
-func TestLossNoticedWhileWatchRequestHangs(t *testing.T) {
+// The holder is told at lease end minus the head start, counted from the
+// last keepalive the server answered, whatever go-zookeeper's connection
+// state says: here it still says connected (a notification arrived just
+// before a partition moved go-zookeeper's read deadline on), but nothing
+// is answered any more.
+func TestLeaseLapsesWhileGoZookeeperSaysConnected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const timeout = 6 * time.Second
+		const timeout = 8 * time.Second
 		s := newFakeServer()
 		c := s.conn()
-		g, err := newLock(t, c, WithSessionTimeout(timeout)).Lock(t.Context())
+		l := newLock(t, c, WithSessionTimeout(timeout))
+		g, err := l.Lock(t.Context())
 		require.NoError(t, err)
-		hang := make(chan struct{})
-		c.before = func(op, p string) error {
-			if op == "get" && p == g.Node() {
-				<-hang
-				return zk.ErrConnectionClosed
-			}
-			return nil
-		}
-		g.Done()
-		synctest.Wait() // the watch request hangs
-		start := time.Now()
-		c.disconnect()
+		answered := recordSyncs(c)
+		time.Sleep(timeout / 2)
+		require.NotEmpty(t, answered.times())
+
+		partitioned := make(chan struct{})
+		c.setBefore(func(op, p string) error {
+			<-partitioned // sent, never answered
+			return zk.ErrConnectionClosed
+		})
+		last := answered.times()[len(answered.times())-1]
 		<-g.Done()
-		assert.Less(t, time.Since(start), timeout/3)
-		assert.ErrorIs(t, g.Err(), errDisconnected)
-		close(hang)
-		c.reconnect()
+		lost := time.Now()
+		assert.Equal(t, zk.StateHasSession, c.State())
+		assert.ErrorIs(t, g.Err(), ErrLost)
+		var lapsed *errLeaseLapsed
+		assert.ErrorAs(t, g.Err(), &lapsed)
+		// The last answered keepalive was sent at most T/16 before it was
+		// answered, here at once; the server may expire the session T after
+		// it was sent.
+		assert.LessOrEqual(t, lost.Sub(last), timeout-HeadStart(timeout))
+		assert.Greater(t, lost.Sub(last), timeout-HeadStart(timeout)-renewInterval(timeout))
+		deadline, ok := g.Deadline()
+		require.True(t, ok)
+		assert.True(t, deadline.After(lost), "the holder has until Deadline to stop")
+		assert.False(t, deadline.After(last.Add(timeout-relayAllowance(timeout))))
+		close(partitioned)
+		c.setBefore(nil)
+		l.background.Wait()
+		assert.Empty(t, s.lockNodes(dir), "the node of a session that may live on is deleted")
 	})
+}
+
+// Err consults the clock itself: a process paused past its lease sees the
+// loss at its first call after resuming, before the clock's timer could
+// fire. (The timer is stopped here to stand for a process whose goroutines
+// did not run.)
+func TestFirstErrAfterAPauseSeesTheLoss(t *testing.T) {
+	for _, check := range []struct {
+		name string
+		lost func(g *Grant) bool
+	}{
+		{"Err", func(g *Grant) bool { return g.Err() != nil }},
+		{"Done", func(g *Grant) bool { return ended(g) }},
+		{"WithWrite's context", nil},
+	} {
+		t.Run(check.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const timeout = 8 * time.Second
+				s := newFakeServer()
+				c := s.conn()
+				l := newLock(t, c, WithSessionTimeout(timeout))
+				pause := func(g *Grant) {
+					c.setBefore(func(string, string) error { return zk.ErrNoServer }) // frozen: nothing sent
+					synctest.Wait()
+					g.c.mu.Lock()
+					g.c.timer.Stop()
+					g.c.mu.Unlock()
+					time.Sleep(timeout)
+					c.setBefore(nil)
+				}
+				if check.lost == nil {
+					err := l.WithWrite(t.Context(), func(ctx context.Context) error {
+						pause(ctx.Value(grantKey{}).(*Grant))
+						assert.Error(t, ctx.Err(), "the first check after resuming")
+						assert.ErrorIs(t, context.Cause(ctx), ErrLost)
+						return nil
+					})
+					assert.ErrorIs(t, err, ErrLost)
+					return
+				}
+				g, err := l.Lock(t.Context())
+				require.NoError(t, err)
+				pause(g)
+				assert.True(t, check.lost(g), "the first check after resuming")
+				assert.ErrorIs(t, g.Err(), ErrLost)
+			})
+		})
+	}
 }
 
 func TestTokenIsLazyAndStable(t *testing.T) {
@@ -166,18 +246,15 @@ func TestTokenIsLazyAndStable(t *testing.T) {
 		require.NoError(t, err)
 		before := c.calls.Load()
 		t1 := g1.Token()
-		synctest.Wait()
-		assert.Equal(t, int64(2), c.calls.Load()-before, "a read, and the watch it starts")
+		assert.Equal(t, int64(1), c.calls.Load()-before, "one read")
 		assert.Equal(t, t1, g1.Token())
-		assert.Equal(t, int64(2), c.calls.Load()-before, "then cached")
+		assert.Equal(t, int64(1), c.calls.Load()-before, "then cached")
 		require.NoError(t, g1.Release(t.Context()))
 		assert.Equal(t, t1, g1.Token())
 
 		g2, err := l.Lock(t.Context())
 		require.NoError(t, err)
 		assert.Greater(t, g2.Token(), t1, "tokens grow")
-		g2.Done() // the monitor's watch reads the token too
-		synctest.Wait()
 		require.NoError(t, g2.Release(t.Context()))
 	})
 }
@@ -197,10 +274,15 @@ func TestNestedGrants(t *testing.T) {
 		require.NoError(t, err, "read inside write")
 		assert.Equal(t, w.Node(), r.Node())
 		assert.Equal(t, Read, r.Mode())
-		w2, err := l.Lock(ContextWithGrant(ctx, r))
-		require.NoError(t, err, "write inside a read nested in a write: the node is a write node")
+		_, err = l.Lock(ContextWithGrant(ctx, r))
+		assert.ErrorIs(t, err, ErrUpgrade, "write inside a read grant, even one nested in a write grant")
+		w2, err := l.Lock(wctx)
+		require.NoError(t, err, "write inside write")
+		r2, err := l.RLock(ContextWithGrant(ctx, w2))
+		require.NoError(t, err, "read inside write inside write")
 		assert.Equal(t, before, c.calls.Load(), "no request")
 		require.NoError(t, w2.Release(ctx))
+		assert.ErrorIs(t, r2.Err(), ErrReleased, "a grant nested in a nested grant ends with it")
 		require.NoError(t, r.Release(ctx))
 		assert.NoError(t, w.Err(), "releasing nested grants leaves the outer one held")
 
@@ -208,10 +290,10 @@ func TestNestedGrants(t *testing.T) {
 		require.NoError(t, err, "another *RWLock, same path, same conn: still nested")
 		_, err = newLock(t, s.conn()).TryRLock(wctx)
 		assert.ErrorIs(t, err, ErrWouldBlock, "another connection is another client")
-		r2, err := l.RLock(wctx)
+		r3, err := l.RLock(wctx)
 		require.NoError(t, err)
 		require.NoError(t, w.Release(ctx))
-		assert.ErrorIs(t, r2.Err(), ErrReleased, "the outer grant's end ends its nested grants")
+		assert.ErrorIs(t, r3.Err(), ErrReleased, "the outer grant's end ends its nested grants")
 		_, err = l.RLock(wctx)
 		assert.ErrorIs(t, err, ErrReleased)
 
@@ -263,7 +345,6 @@ func TestDowngrade(t *testing.T) {
 		assert.Equal(t, w.Node(), r.Node())
 		assert.Equal(t, token, r.Token())
 		assert.ErrorIs(t, w.Err(), ErrReleased)
-		require.NoError(t, w.Release(ctx), "a no-op after Downgrade")
 		synctest.Wait()
 		joined := granted(t, reader)
 		pending(t, writer)
@@ -310,5 +391,28 @@ func TestDowngradeEdgeCases(t *testing.T) {
 		_, err = w.Downgrade(ctx)
 		assert.ErrorIs(t, err, ErrLost)
 		assert.ErrorIs(t, w.Err(), ErrLost)
+	})
+}
+
+// The README's pattern: `defer g.Release(ctx)`, then `g, err = g.Downgrade(ctx)`.
+// The deferred call releases the write grant, which must release the node
+// the read grant now owns.
+func TestReleasingTheDowngradedWriteGrantReleasesTheNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := newLock(t, s.conn())
+		var r *Grant
+		func() {
+			g, err := l.Lock(ctx)
+			require.NoError(t, err)
+			defer g.Release(ctx)
+			g, err = g.Downgrade(ctx)
+			require.NoError(t, err)
+			r = g
+		}()
+		assert.ErrorIs(t, r.Err(), ErrReleased)
+		assert.Empty(t, s.lockNodes(dir))
+		assert.NoError(t, r.Release(ctx), "and releasing the read grant afterwards is a no-op")
 	})
 }

@@ -5,6 +5,7 @@ package rwlock
 
 import (
 	"context"
+	"path"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -60,12 +61,12 @@ func TestDowngradeOfUnknownOutcomeLosesTheGrant(t *testing.T) {
 		require.NoError(t, err)
 		reader := start(ctx, newLock(t, s.conn()).RLock)
 		synctest.Wait()
-		c.after = func(op, p string, err error) error {
+		c.setAfter(func(op, p string, err error) error {
 			if op == "set" {
 				return zk.ErrConnectionClosed // applied, answer lost
 			}
 			return err
-		}
+		})
 		_, err = w.Downgrade(ctx)
 		assert.ErrorIs(t, err, ErrLost)
 		assert.ErrorIs(t, w.Err(), ErrLost)
@@ -97,15 +98,18 @@ func TestCreateQueuedAcrossExpiry(t *testing.T) {
 		s := newFakeServer()
 		c := s.conn()
 		l := newLock(t, c)
-		require.NoError(t, l.mkdirs(t.Context()))
+		_, err := c.Create(path.Dir(dir), nil, 0, nil)
+		require.NoError(t, err)
+		_, err = c.Create(dir, nil, 0, nil)
+		require.NoError(t, err)
 		expired := false
-		c.before = func(op, p string) error {
+		c.setBefore(func(op, p string) error {
 			if op == "create" && !expired {
 				expired = true
 				c.expire()
 			}
 			return nil
-		}
+		})
 		require.NoError(t, l.WithWrite(t.Context(), func(ctx context.Context) error {
 			assert.Len(t, s.lockNodes(dir), 1)
 			return nil
@@ -128,13 +132,13 @@ func TestNoGrantForAReplacedSession(t *testing.T) {
 		w3 := start(ctx, newLock(t, s.conn()).Lock)
 		synctest.Wait()
 		fired := false
-		b.before = func(op, p string) error {
+		b.setBefore(func(op, p string) error {
 			if op == "get" && !fired {
 				fired = true
 				b.expire()
 			}
 			return nil
-		}
+		})
 		r, err := h.Downgrade(ctx) // a data change: w2 sets its watch again
 		require.NoError(t, err)
 		synctest.Wait()
@@ -156,13 +160,13 @@ func TestReleaseWaitsForDowngrade(t *testing.T) {
 		w, err := newLock(t, c).Lock(ctx)
 		require.NoError(t, err)
 		block := make(chan struct{})
-		c.before = func(op, p string) error {
+		c.setBefore(func(op, p string) error {
 			if op == "set" {
 				<-block
 				return zk.ErrNoAuth // refused: the write grant stays as it was
 			}
 			return nil
-		}
+		})
 		downgraded := make(chan error, 1)
 		go func() { _, err := w.Downgrade(ctx); downgraded <- err }()
 		synctest.Wait()

@@ -1,7 +1,9 @@
 package rwlock
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -10,6 +12,19 @@ import (
 // where ZooKeeper appends <seq>, the parent's signed 32-bit creation counter,
 // formatted as Java's %010d. The guid lets a client find a node whose create
 // response it never saw.
+//
+// The counter's end. ZooKeeper 3.8 does not wrap a directory's counter:
+// PrepRequestProcessor computes cversion+1, which overflows in its
+// in-flight record, but DataTree.createNode only ever stores a larger
+// cversion, so the stored counter sticks at 2147483647. Past it, nodes
+// get 2147483647 again and again (duplicates), and creates in flight
+// together briefly get negative numbers. No order can be trusted there, so
+// the queue is ordered by the plain integer within 0…2147483646, and an
+// acquisition whose own number is outside it, or that sees two lock nodes
+// share a number, deletes its node and fails with ErrSequenceExhausted:
+// the remedy is a fresh lock directory. (Serial-number arithmetic, which
+// would order a wrapped counter, also lets a grant held across 2^31 later
+// creates be overtaken.)
 const (
 	protectedPrefix = "_c_"
 	guidLen         = 32
@@ -105,14 +120,13 @@ func parseSeq(s string) (int32, bool) {
 	return int32(v), true
 }
 
-// formatSeq is the inverse of parseSeq, for tests and the in-memory fake.
-// Go's %010d pads negative numbers after the sign, as Java's does.
-func formatSeq(seq int32) string { return fmt.Sprintf("%010d", seq) }
+// precedes reports whether sequence a was issued before b, for numbers
+// within 0…2147483646 (see above).
+func precedes(a, b int32) bool { return a < b }
 
-// precedes reports whether sequence a was issued before b. Sequence numbers
-// wrap from 2147483647 to -2147483648, so they are compared with serial
-// number arithmetic, exact while the live queue spans fewer than 2^31 numbers.
-func precedes(a, b int32) bool { return b-a > 0 }
+// usableSeq reports whether a node's own number can be ordered: within
+// 0…2147483646.
+func usableSeq(seq int32) bool { return seq >= 0 && seq < math.MaxInt32 }
 
 // snapshot is what one listing of the lock directory told us: the lock
 // nodes that preceded ours, nearest last. Nodes with lower sequence numbers
@@ -122,33 +136,56 @@ type snapshot struct {
 	self   lockNode
 }
 
-// takeSnapshot parses children and keeps those that precede self. ok is
-// false when self is not among them: our node is gone.
-func takeSnapshot(children []string, self string, buf []lockNode) (s snapshot, ok bool) {
-	s.before = slices.Grow(buf[:0], len(children))
+// errNotListed means our node is not among the children: it is gone.
+var errNotListed = errors.New("our node is not listed")
+
+// takeSnapshot parses children and keeps those that precede self. It fails
+// with errNotListed when self is not among them, and with an error
+// wrapping ErrSequenceExhausted when the numbers cannot be ordered: self's
+// own is out of range, or a node before it (or it) shares its number with
+// another.
+func takeSnapshot(children []string, self string, buf []lockNode) (snapshot, error) {
+	s := snapshot{before: slices.Grow(buf[:0], len(children))}
+	found := false
 	for _, name := range children {
 		n, isLock := parseNode(name)
 		if !isLock {
 			continue
 		}
 		if name == self {
-			s.self, ok = n, true
+			s.self, found = n, true
 			continue
 		}
 		s.before = append(s.before, n)
 	}
-	if !ok {
-		return snapshot{before: s.before[:0]}, false
+	if !found {
+		return snapshot{before: s.before[:0]}, errNotListed
+	}
+	if !usableSeq(s.self.seq) {
+		return snapshot{before: s.before[:0]}, exhausted(s.self)
 	}
 	kept := s.before[:0]
 	for _, n := range s.before {
-		if precedes(n.seq, s.self.seq) {
+		switch {
+		case n.seq == s.self.seq:
+			return snapshot{before: s.before[:0]}, exhausted(n)
+		case precedes(n.seq, s.self.seq):
 			kept = append(kept, n)
 		}
 	}
 	s.before = kept
 	slices.SortFunc(s.before, queueOrder)
-	return s, true
+	for i := 1; i < len(s.before); i++ {
+		if s.before[i].seq == s.before[i-1].seq {
+			return snapshot{before: s.before[:0]}, exhausted(s.before[i])
+		}
+	}
+	return s, nil
+}
+
+func exhausted(n lockNode) error {
+	return fmt.Errorf("%w: node %s has number %d; move the lock to a fresh lock directory",
+		ErrSequenceExhausted, n.name, n.seq)
 }
 
 // queueOrder compares lock nodes by sequence number, for slices.SortFunc.

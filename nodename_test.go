@@ -81,10 +81,8 @@ func TestPrecedes(t *testing.T) {
 		{1, 2, true},
 		{2, 1, false},
 		{5, 5, false},
-		{math.MaxInt32, math.MinInt32, true}, // the counter wraps
-		{math.MinInt32, math.MaxInt32, false},
-		{math.MaxInt32 - 3, -2147483645, true},
-		{-1, 0, true},
+		{0, math.MaxInt32 - 1, true},
+		{math.MaxInt32 - 1, 0, false}, // plain integers: a grant held across 2^31 creates is not overtaken
 	}
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, precedes(tc.a, tc.b), "precedes(%d, %d)", tc.a, tc.b)
@@ -102,19 +100,43 @@ func names(nodes []lockNode) []string {
 func TestTakeSnapshot(t *testing.T) {
 	children := []string{
 		"foo", // foreign
-		"_c_" + guid + "-write-2147483646",
-		"read--2147483647",
-		"write--2147483648",
-		"read-2147483647",
-		"write--2147483646", // after us
+		"_c_" + guid + "-write-0000000007",
+		"read-0000000010",
+		"write-0000000002",
+		"read-0000000009",
+		"write-0000000011", // after us
 	}
-	snap, ok := takeSnapshot(children, "read--2147483647", nil)
-	require.True(t, ok)
-	assert.Equal(t, []string{"_c_" + guid + "-write-2147483646", "read-2147483647", "write--2147483648"}, names(snap.before))
+	snap, err := takeSnapshot(children, "read-0000000010", nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"write-0000000002", "_c_" + guid + "-write-0000000007", "read-0000000009"}, names(snap.before))
 	assert.Equal(t, Read, snap.self.mode)
 
-	_, ok = takeSnapshot(children, "read-0000000001", nil)
-	assert.False(t, ok, "our own node missing is never 'we are first'")
+	_, err = takeSnapshot(children, "read-0000000001", nil)
+	assert.ErrorIs(t, err, errNotListed, "our own node missing is never 'we are first'")
+}
+
+// At the counter's end ZooKeeper 3.8 gives 2147483647 again and again, and
+// creates in flight together negative numbers: fail rather than guess.
+func TestTakeSnapshotAtTheCounterEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		children []string
+		self     string
+	}{
+		{"our number at the top", []string{"write-2147483646", "write-2147483647"}, "write-2147483647"},
+		{"our number negative", []string{"write-2147483647", "read--2147483648"}, "read--2147483648"},
+		{"a duplicate of ours", []string{"_c_" + guid + "-write-0000000005", "read-0000000005"}, "read-0000000005"},
+		{"duplicates before us", []string{"write-0000000003", "read-0000000003", "read-0000000009"}, "read-0000000009"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := takeSnapshot(tc.children, tc.self, nil)
+			assert.ErrorIs(t, err, ErrSequenceExhausted)
+			assert.ErrorContains(t, err, "fresh lock directory")
+		})
+	}
+	snap, err := takeSnapshot([]string{"write-2147483646", "read-2147483647", "read-2147483647"}, "write-2147483646", nil)
+	require.NoError(t, err, "duplicates after us are theirs to find")
+	assert.Empty(t, snap.before)
 }
 
 func TestBlocker(t *testing.T) {
@@ -134,13 +156,13 @@ func TestBlocker(t *testing.T) {
 		{"downgraded writer does not block readers", []string{"write-0000000001", "read-0000000002"}, "read-0000000002", func(n string) bool { return n == "write-0000000001" }, ""},
 		{"downgraded writer still blocks writers", []string{"write-0000000001", "write-0000000002"}, "write-0000000002", func(string) bool { return true }, "write-0000000001"},
 		{"reader skips downgraded to the next writer", []string{"write-0000000001", "write-0000000002", "read-0000000003"}, "read-0000000003", func(n string) bool { return n == "write-0000000002" }, "write-0000000001"},
-		{"wrap", []string{"write-2147483647", "read--2147483648"}, "read--2147483648", none, "write-2147483647"},
+		{"the largest usable number", []string{"write-0000000000", "read-2147483646"}, "read-2147483646", none, "write-0000000000"},
 		{"foreign children never block", []string{"foo", "write-abc", "write-00000000001", "read-0000000009"}, "read-0000000009", none, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			snap, ok := takeSnapshot(tc.children, tc.self, nil)
-			require.True(t, ok)
+			snap, err := takeSnapshot(tc.children, tc.self, nil)
+			require.NoError(t, err)
 			b, blocked := snap.blocker(tc.shared)
 			assert.Equal(t, tc.want != "", blocked)
 			assert.Equal(t, tc.want, b.name)
@@ -150,11 +172,11 @@ func TestBlocker(t *testing.T) {
 
 func TestValidatePath(t *testing.T) {
 	for _, p := range []string{"/a", "/locks/schema", "/a/b/c-d_e.f", "/ü"} {
-		assert.NoError(t, validatePath(p), p)
+		assert.NoError(t, ValidatePath(p), p)
 	}
 	for _, p := range []string{"", "a", "/", "/a/", "//a", "/a//b", "/a/./b", "/a/..", "/zookeeper", "/zookeeper/quota",
 		"/a\x00b", "/a\x01", "/a\u0085", "/a\ufffe", "/\xff"} {
-		err := validatePath(p)
+		err := ValidatePath(p)
 		assert.ErrorIs(t, err, ErrInvalidPath, "%q", p)
 	}
 }

@@ -27,18 +27,20 @@ type Entry struct {
 // that vanish meanwhile are left out). Children that are not lock nodes are
 // ignored. A lock directory that does not exist is an empty queue.
 func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
-	children, err := call(ctx, func() ([]string, error) {
-		children, _, err := l.conn.Children(l.path)
-		return children, err
-	}, nil)
-	if errors.Is(err, zk.ErrNoNode) {
+	if l.conn == nil {
+		return nil, fmt.Errorf("rwlock: queue: %w: the RWLock was not made by New", ErrInvalidArgument)
+	}
+	c := acquireClient(l.conn)
+	defer c.release()
+	children := c.children(ctx, l.path)
+	if errors.Is(children.err, zk.ErrNoNode) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("rwlock: queue %s: %w", l.path, err)
+	if children.err != nil {
+		return nil, fmt.Errorf("rwlock: queue %s: %w", l.path, children.err)
 	}
 	var nodes []lockNode
-	for _, name := range children {
+	for _, name := range children.v {
 		if n, ok := parseNode(name); ok {
 			nodes = append(nodes, n)
 		}
@@ -52,23 +54,20 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	for i, n := range nodes {
 		eg.Go(func() error {
 			path := l.path + "/" + n.name
-			r, err := call(ectx, func() (watched, error) {
-				data, stat, err := l.conn.Get(path)
-				return watched{data: data, stat: stat}, err
-			}, nil)
-			if errors.Is(err, zk.ErrNoNode) {
+			r := c.get(ectx, path)
+			if errors.Is(r.err, zk.ErrNoNode) {
 				return nil
 			}
-			if err != nil {
-				return fmt.Errorf("rwlock: queue %s: %w", path, err)
+			if r.err != nil {
+				return fmt.Errorf("rwlock: queue %s: %w", path, r.err)
 			}
 			mode := n.mode
-			if mode == Write && downgraded(r.data) {
+			if mode == Write && downgraded(r.v.data) {
 				mode = Read
 			}
 			entries[i] = Entry{
-				Node: path, Mode: mode, Seq: n.seq, SessionID: r.stat.EphemeralOwner,
-				Owner: ownerOf(r.data), Created: time.UnixMilli(r.stat.Ctime),
+				Node: path, Mode: mode, Seq: n.seq, SessionID: r.v.stat.EphemeralOwner,
+				Owner: ownerOf(r.v.data), Created: time.UnixMilli(r.v.stat.Ctime),
 			}
 			found[i] = true
 			return nil

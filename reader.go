@@ -2,6 +2,7 @@ package rwlock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
@@ -20,35 +21,6 @@ func readBlocker(before []lockNode, shared func(name string) bool) (lockNode, bo
 	return lockNode{}, false
 }
 
-// RLock blocks until it holds the lock shared, or ctx ends. It queues behind
-// every grant and waiter already there: a waiting writer blocks it. On
-// failure, including a cancelled ctx, it returns an error (wrapping ctx's
-// error when ctx ended) and leaves no node behind. It rides out connection
-// loss and server restarts while it waits, and queues again if the session
-// expires.
-//
-// If ctx carries a grant of this lock (see [ContextWithGrant]), RLock
-// returns a nested grant of it at once.
-func (l *RWLock) RLock(ctx context.Context) (*Grant, error) {
-	return l.acquire(ctx, Read, true, false)
-}
-
-// TryRLock returns a shared grant if it can have one without waiting, and
-// otherwise an error wrapping ErrWouldBlock, leaving no node behind. It
-// still makes its requests (create, list, delete), so ctx bounds them.
-func (l *RWLock) TryRLock(ctx context.Context) (*Grant, error) {
-	return l.acquire(ctx, Read, false, false)
-}
-
-// WithRead runs fn while holding the lock shared, and releases it when fn
-// returns. fn's context carries the grant, and is cancelled, with a cause
-// wrapping ErrLost, if the grant is lost; WithRead then returns an error
-// wrapping ErrLost (joined with fn's error). Errors acquiring the lock are
-// returned as from RLock, without running fn.
-func (l *RWLock) WithRead(ctx context.Context, fn func(context.Context) error) error {
-	return l.with(ctx, Read, fn)
-}
-
 // A Group runs functions concurrently under ONE shared grant: one node, one
 // grant, any number of goroutines. It has the semantics of
 // [errgroup.Group]: the first error cancels the group's context and is
@@ -57,11 +29,12 @@ type Group struct {
 	eg      *errgroup.Group
 	grant   *Grant
 	cancel  context.CancelCauseFunc
-	stop    func() bool
+	stop    func()
 	release context.Context
 
-	mu  sync.Mutex
-	err error // the first error
+	mu     sync.Mutex
+	err    error // the first error
+	waited bool  // Wait has run: the grant is released
 }
 
 // ReadGroup acquires a shared grant (as RLock) and returns a Group that runs
@@ -70,20 +43,29 @@ type Group struct {
 // (with a cause wrapping ErrLost), and when Wait returns. The grant is
 // released by Wait, which must be called.
 func (l *RWLock) ReadGroup(ctx context.Context) (*Group, context.Context, error) {
-	g, err := l.acquire(ctx, Read, true, true)
+	g, err := l.acquire(ctx, want{mode: Read, block: true})
 	if err != nil {
 		return nil, nil, err
 	}
 	gr := &Group{grant: g, release: context.WithoutCancel(ctx)}
 	gctx, cancel, stop := guard(ctx, g, gr.fail)
-	gr.eg, gctx = errgroup.WithContext(gctx)
+	var ectx context.Context
+	gr.eg, ectx = errgroup.WithContext(gctx)
 	gr.cancel, gr.stop = cancel, stop
-	return gr, gctx, nil
+	return gr, grantContext{ectx, g}, nil
 }
 
 // Go runs fn in a new goroutine, blocking first while SetLimit's limit of
-// active goroutines is reached.
+// active goroutines is reached. Go after Wait panics: the group's grant is
+// released then, and fn would run without the lock (a Group is not
+// reusable, unlike an errgroup.Group).
 func (gr *Group) Go(fn func() error) {
+	gr.mu.Lock()
+	waited := gr.waited
+	gr.mu.Unlock()
+	if waited {
+		panic(fmt.Sprintf("rwlock: Group.Go after Wait: the read grant on %s is released", gr.grant.l.path))
+	}
 	gr.eg.Go(func() error {
 		err := fn()
 		if err != nil {
@@ -102,11 +84,15 @@ func (gr *Group) SetLimit(n int) { gr.eg.SetLimit(n) }
 // first; else an error from the release.
 func (gr *Group) Wait() error {
 	gr.eg.Wait()
+	gr.mu.Lock()
+	gr.waited = true
+	gr.mu.Unlock()
 	gr.stop()
+	gr.grant.judge()
 	if lost := gr.grant.lossErr(); lost != nil {
 		gr.fail(lost)
 	}
-	ctx, cancel := context.WithTimeout(gr.release, gr.grant.l.cleanup)
+	ctx, cancel := context.WithTimeout(gr.release, gr.grant.l.releaseTimeout())
 	defer cancel()
 	rerr := gr.grant.Release(ctx)
 	gr.cancel(context.Canceled)

@@ -21,6 +21,7 @@ func newLock(t *testing.T, c *fakeConn, opts ...Option) *RWLock {
 	l, err := newRWLock(c, dir, opts...)
 	require.NoError(t, err)
 	t.Cleanup(l.background.Wait)
+	t.Cleanup(c.close) // ends the watches still set, as closing a *zk.Conn does
 	return l
 }
 
@@ -141,17 +142,11 @@ func TestOneWatchPerWaiter(t *testing.T) {
 		}
 		byWatchers := map[int]int{}
 		for _, name := range s.lockNodes(dir) {
-			byWatchers[s.watchers(dir+"/"+name)]++
+			byWatchers[s.othersWatching(dir+"/"+name)]++
 		}
 		assert.Equal(t, map[int]int{0: 3, 1: 4, 3: 1}, byWatchers)
 		for _, c := range conns {
-			s.mu.Lock()
-			paths := map[string]bool{}
-			for k := range c.watches {
-				paths[k.path] = true
-			}
-			s.mu.Unlock()
-			assert.Len(t, paths, 1, "each waiter watches one node")
+			assert.Len(t, s.othersWatchedBy(c), 1, "each waiter watches one node besides its own")
 		}
 
 		require.NoError(t, holder.Release(ctx))
@@ -187,7 +182,8 @@ func TestWakeWithoutRelist(t *testing.T) {
 		require.NoError(t, w.Release(ctx))
 		synctest.Wait()
 		g := granted(t, r)
-		assert.Equal(t, int64(3), c.calls.Load()-before, "create, list, watch the writer")
+		assert.Equal(t, int64(5), c.calls.Load()-before,
+			"the DELETE check (first acquisition of a lock), create, list, watch our own node, watch the writer")
 		require.NoError(t, g.Release(ctx))
 	})
 }
@@ -201,15 +197,16 @@ func TestPredecessorGoneBeforeWatch(t *testing.T) {
 		require.NoError(t, err)
 
 		c := s.conn()
-		c.before = func(op, p string) error {
+		c.setBefore(func(op, p string) error {
 			if op == "get" && p == w.Node() {
 				assert.NoError(t, owner.Delete(p, -1)) // between our list and our watch
 			}
 			return nil
-		}
+		})
 		g, err := newLock(t, c).Lock(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, int64(3), c.calls.Load(), "create, list, get: NoNode is the way clear")
+		assert.Equal(t, int64(5), c.calls.Load(),
+			"the DELETE check, create, list, watch our own node, get the writer: NoNode is the way clear")
 		require.NoError(t, g.Release(ctx))
 		assert.NoError(t, w.Release(ctx))
 	})
@@ -223,19 +220,19 @@ func TestOwnNodeMissingIsLost(t *testing.T) {
 		require.NoError(t, err)
 		other := s.conn()
 		c := s.conn()
-		c.after = func(op, p string, err error) error {
+		c.setAfter(func(op, p string, err error) error {
 			if op == "create" && err == nil {
 				assert.NoError(t, other.Delete(p, -1)) // gone before we list
 			}
 			return err
-		}
+		})
 		_, err = newLock(t, c).Lock(ctx)
 		assert.ErrorIs(t, err, ErrLost, "never 'we are first'")
 		assert.Equal(t, []string{w.Node()[len(dir)+1:]}, s.lockNodes(dir))
 
 		// A waiter whose node is deleted notices at its next listing: here
 		// when the node it watches goes and another candidate remains.
-		c.after = nil
+		c.setAfter(nil)
 		ctx2, cancel2 := context.WithCancel(ctx)
 		r2 := start(ctx2, newLock(t, s.conn()).Lock)
 		synctest.Wait()
@@ -263,18 +260,18 @@ func TestCreateResponseLost(t *testing.T) {
 				c := s.conn()
 				l := newLock(t, c)
 				var lost atomic.Bool
-				c.before = func(op, p string) error {
+				c.setBefore(func(op, p string) error {
 					if op == "create" && p != "/locks" && p != dir && !applied && !lost.Swap(true) {
 						return zk.ErrConnectionClosed
 					}
 					return nil
-				}
-				c.after = func(op, p string, err error) error {
+				})
+				c.setAfter(func(op, p string, err error) error {
 					if op == "create" && err == nil && p != "/locks" && p != dir && applied && !lost.Swap(true) {
 						return zk.ErrConnectionClosed
 					}
 					return err
-				}
+				})
 				g, err := l.Lock(t.Context())
 				require.NoError(t, err)
 				assert.Equal(t, []string{g.Node()[len(dir)+1:]}, s.lockNodes(dir), "exactly one node, found by its guid")
@@ -320,13 +317,13 @@ func TestCancelRacingGrant(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		c := s.conn()
-		c.after = func(op, p string, err error) error {
+		c.setAfter(func(op, p string, err error) error {
 			if op == "get" {
 				cancel() // the watch is set, the holder leaves, and we are cancelled
 				assert.NoError(t, w.Release(context.Background()))
 			}
 			return err
-		}
+		})
 		_, err = newLock(t, c).Lock(ctx)
 		assert.ErrorIs(t, err, context.Canceled)
 		assert.Empty(t, s.lockNodes(dir))
@@ -344,16 +341,16 @@ func TestCancelDuringCreate(t *testing.T) {
 
 		ctx, cancel := context.WithCancel(t.Context())
 		release := make(chan struct{})
-		c.before = func(op, p string) error {
+		c.setBefore(func(op, p string) error {
 			if op == "create" {
 				cancel()
 				<-release // the create is in flight when the caller gives up
 			}
 			return nil
-		}
+		})
 		_, err = l.Lock(ctx)
 		assert.ErrorIs(t, err, context.Canceled)
-		c.before = nil
+		c.setBefore(nil)
 		close(release)
 		l.background.Wait()
 		synctest.Wait()
@@ -403,27 +400,54 @@ func TestForeignChildrenIgnored(t *testing.T) {
 	})
 }
 
-func TestSequenceWrap(t *testing.T) {
+// ZooKeeper 3.8's counter sticks at 2147483647: every node created past
+// it gets that number again. An acquisition that gets it, or sees it
+// shared, fails and leaves no node; the grants before it are unharmed.
+func TestSequenceCounterAtItsEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
 		s.conn().Create("/locks", nil, 0, nil)
-		s.setCounter(dir, 2147483646)
+		s.setCounter(dir, 2147483645)
 		ctx := t.Context()
-		w1, err := newLock(t, s.conn()).Lock(ctx) // 2147483646
+		w1, err := newLock(t, s.conn()).Lock(ctx) // 2147483645
 		require.NoError(t, err)
-		w2 := start(ctx, newLock(t, s.conn()).Lock) // 2147483647
+		r2 := start(ctx, newLock(t, s.conn()).RLock) // 2147483646, the last usable number
 		synctest.Wait()
-		r3 := start(ctx, newLock(t, s.conn()).RLock) // -2147483648
-		synctest.Wait()
-		pending(t, w2)
-		pending(t, r3)
+		for _, acquire := range []func(*RWLock) func(context.Context) (*Grant, error){
+			func(l *RWLock) func(context.Context) (*Grant, error) { return l.Lock },
+			func(l *RWLock) func(context.Context) (*Grant, error) { return l.TryRLock },
+			func(l *RWLock) func(context.Context) (*Grant, error) { return l.RLock },
+		} {
+			_, err := acquire(newLock(t, s.conn()))(ctx) // 2147483647, again and again
+			assert.ErrorIs(t, err, ErrSequenceExhausted)
+			assert.ErrorContains(t, err, "fresh lock directory")
+		}
+		assert.Len(t, s.lockNodes(dir), 2, "the failed acquisitions left nothing")
+		pending(t, r2)
 		require.NoError(t, w1.Release(ctx))
 		synctest.Wait()
-		g2 := granted(t, w2)
-		pending(t, r3) // behind the writer despite sorting first as a string and as a number
-		require.NoError(t, g2.Release(ctx))
+		require.NoError(t, granted(t, r2).Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// Serial-number arithmetic would let a grant held across 2^31 later
+// creates be overtaken; plain integers do not.
+func TestAGrantHeldAcrossTheCounterIsNotOvertaken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		w1, err := newLock(t, s.conn()).Lock(ctx) // 0
+		require.NoError(t, err)
+		s.mu.Lock()
+		s.nodes[dir].counter = 1 << 30 * 3 / 2 // more than 2^31 / 2 later
+		s.mu.Unlock()
+		w2 := start(ctx, newLock(t, s.conn()).Lock)
 		synctest.Wait()
-		require.NoError(t, granted(t, r3).Release(ctx))
+		pending(t, w2)
+		require.NoError(t, w1.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, w2).Release(ctx))
 	})
 }
 
@@ -540,12 +564,12 @@ func TestErrorsNameTheCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
 		c := s.conn()
-		c.before = func(op, p string) error {
+		c.setBefore(func(op, p string) error {
 			if op == "create" {
 				return zk.ErrNoAuth
 			}
 			return nil
-		}
+		})
 		_, err := newLock(t, c).RLock(t.Context())
 		require.ErrorIs(t, err, zk.ErrNoAuth)
 		assert.Contains(t, err.Error(), "rwlock: rlock /locks/x")

@@ -145,7 +145,7 @@ func runSchedule(t *testing.T, seed uint64, verbose bool) (ok bool) {
 func (s *sim) run() {
 	if s.rng.IntN(4) == 0 {
 		s.server.conn().Create("/locks", nil, 0, nil)
-		s.server.setCounter(dir, math.MaxInt32-int32(s.rng.IntN(4))) // the queue wraps
+		s.server.setCounter(dir, math.MaxInt32-int32(s.rng.IntN(4))) // the counter reaches its end
 	}
 	nClients := 2 + s.rng.IntN(3)
 	for i := range nClients {
@@ -167,7 +167,7 @@ func (s *sim) run() {
 			}
 			c.steps = append(c.steps, simStep{mode: Mode(1 + s.rng.IntN(2)), try: s.rng.IntN(8) == 0, hold: hold})
 		}
-		c.conn.intercept = s.intercept(c)
+		c.conn.setIntercept(s.intercept(c))
 		s.clients = append(s.clients, c)
 	}
 
@@ -241,16 +241,11 @@ func (s *sim) client(c *simClient) {
 		s.mu.Lock()
 		c.cancel = cancel
 		s.mu.Unlock()
-		var g *Grant
-		var err error
-		if step.try {
-			g, err = c.lock.acquire(ctx, step.mode, false, false)
-		} else {
-			g, err = c.lock.acquire(ctx, step.mode, true, false)
-		}
+		w := want{mode: step.mode, block: !step.try}
+		g, err := c.lock.acquire(ctx, w)
 		cancel()
 		if err != nil {
-			s.logf("c%d step %d: %s: %v", c.id, i, verb(step.mode, !step.try), err)
+			s.logf("c%d step %d: %s: %v", c.id, i, verb(w), err)
 			if !expectedFailure(err) {
 				s.fail("c%d: unexpected error: %v", c.id, err)
 			}
@@ -277,7 +272,7 @@ func (s *sim) client(c *simClient) {
 }
 
 func expectedFailure(err error) bool {
-	for _, e := range []error{context.Canceled, ErrWouldBlock, ErrLost} {
+	for _, e := range []error{context.Canceled, ErrWouldBlock, ErrLost, ErrSequenceExhausted} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -402,13 +397,6 @@ func (s *sim) partitionActions(c *simClient, faults *int) []func() {
 		time.AfterFunc(c.noticedAt.Sub(now), func() { c.conn.disconnect(); close(notice) })
 		s.logf("c%d partitioned: notices at +%v, heals at +%v", c.id, c.noticedAt.Sub(now), c.healAt.Sub(now))
 	}}
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // partitionEvents plays out partitions: the server expires the session

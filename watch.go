@@ -3,177 +3,200 @@ package rwlock
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 )
 
-type watched struct {
-	data  []byte
-	stat  *zk.Stat
-	watch <-chan zk.Event
-}
-
-// getW reads a node and leaves a data watch on it. A data watch, unlike
-// the exists watch of ExistsW, is never set on a missing node, so a node
-// that vanished before we looked leaves no stray watch behind.
-func getW(ctx context.Context, c zkConn, path string) (watched, error) {
-	return call(ctx, func() (watched, error) {
-		data, stat, ch, err := c.GetW(path)
-		return watched{data, stat, ch}, err
-	}, nil)
-}
-
-// await waits until nothing in the snapshot blocks us, watching one node at
+// wait waits until nothing in the snapshot blocks us, watching one node at
 // a time. When a watched node goes and the snapshot holds no other
-// candidate blocker, the lock is ours without another round trip; when it
-// holds one, await returns relist so that the caller lists again.
-func (a *acquisition) await(ctx context.Context) (relist bool, err error) {
+// candidate blocker, the lock is ours without another request, provided
+// our own node is still there (see acquire.go); when the snapshot holds
+// one, we list again.
+func (a *acquisition) wait(ctx context.Context) (step, error) {
+	if !a.block {
+		return a.tryPass(ctx)
+	}
+	if a.own == nil {
+		w, err := a.watchOwn(ctx, a.path)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			return a.ownDeleted()
+		case err != nil:
+			return a.after(err)
+		case !a.ours(w.session):
+			return stepRequeue, nil
+		}
+		a.own, a.tok = w.watch, w.stat.Czxid
+	}
 	for {
-		// A request queued across an expiry runs in the new session, which
-		// has no node of ours: never grant or watch on its behalf.
-		if a.l.conn.SessionID() != a.session {
-			return false, errRestart
+		if ev, gone := a.ownGone(); gone {
+			return a.ownEvent(ev)
 		}
 		b, blocked := a.snap.blocker(a.isShared)
 		if !blocked {
-			return false, nil
+			return stepGrant, nil
 		}
 		path := a.l.path + "/" + b.name
-		if !a.block {
-			pass, err := a.readerMayPass(ctx, b, path)
-			if err != nil {
-				return false, err
-			}
-			if !pass {
-				return false, ErrWouldBlock
-			}
-			continue
-		}
-		w, err := getW(ctx, a.l.conn, path)
+		r, data := a.c.getW(ctx, path)
 		switch {
-		case errors.Is(err, zk.ErrNoNode):
+		case errors.Is(r.err, zk.ErrNoNode):
 			if a.gone(b.name) {
-				return true, nil
+				return stepList, nil
 			}
-			continue
-		case err != nil:
-			return false, err
+			continue // looked at our own node above, before the next blocker
+		case r.err != nil:
+			return a.after(r.err)
+		case !a.ours(r.session):
+			return stepRequeue, nil
 		}
-		if heldMark(w.data) {
+		if heldMark(r.v.data) {
 			a.snap.pruneBefore(b) // b held the lock: nothing before it is left
 		}
-		if a.mode == Read && downgraded(w.data) {
+		if a.mode == Read && downgraded(r.v.data) {
 			a.markShared(b.name)
 			continue
 		}
 		a.waited = true
-		var deleted <-chan zk.Event
+		var deleted *watchEntry
 		if a.mode == Write && b.mode == Write && len(a.snap.before) > 1 {
 			// b's going proves the way clear only if b held the lock,
 			// which a writer tells by marking its node as it goes (see
-			// deleteNode). The mark uses up the data watch; a child
+			// Grant.Release). The mark uses up the data watch; a child
 			// watch, which fires only when b goes, tells the rest.
-			deleted = watchGoing(ctx, a.l.conn, path)
+			deleted = a.watchGoing(ctx, path)
 		}
 		a.l.debug("waiting for", path)
-		gone, err := a.wait(ctx, b, w.watch, deleted)
+		gone, next, err := a.await(ctx, b, data, deleted)
 		switch {
-		case err != nil:
-			return false, err
+		case err != nil || next != stepWait:
+			return next, err
 		case gone && a.gone(b.name):
-			return true, nil
+			return stepList, nil
 		}
-		// Look again: at b's data, or at what blocks us now.
+		// Look again: at our node, at b's data, or at what blocks us now.
 	}
 }
 
-// wait waits for b to go or to change its data, on its data watch and, if
-// not nil, its child watch. A change of b's data means that b held the lock
-// (only holders change their data), so nothing before b is left; that is
-// taken from the event itself, since b may be gone before its mark could be
-// read.
-func (a *acquisition) wait(ctx context.Context, b lockNode, data, deleted <-chan zk.Event) (gone bool, err error) {
+// await waits for b to go or to change its data, on its data watch and, if
+// not nil, its child watch, and for our own node's watch and ctx. A change
+// of b's data means that b held the lock (only holders change their data),
+// so nothing before b is left; that is taken from the event itself, since
+// b may be gone before its mark could be read. next is stepWait unless our
+// node or our session is gone.
+func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *watchEntry) (gone bool, next step, err error) {
+	var deletedFired <-chan struct{}
+	if deleted != nil {
+		deletedFired = deleted.Fired()
+	}
+	dataFired := data.Fired()
 	for {
 		select {
-		case ev := <-data:
-			data = nil
-			switch ev.Type {
+		case ev := <-a.own:
+			next, err := a.ownEvent(ev)
+			return false, next, err
+		case <-dataFired:
+			dataFired = nil
+			switch ev := data.Event(); ev.Type {
 			case zk.EventNodeDeleted:
-				return true, nil
+				return true, stepWait, nil
 			case zk.EventNodeDataChanged:
 				a.snap.pruneBefore(b)
-				if deleted == nil {
-					return false, nil
+				if deletedFired == nil {
+					return false, stepWait, nil
 				}
 			case zk.EventNotWatching:
-				return false, notWatching(ev)
+				next, err := a.notWatching(ev)
+				return false, next, err
 			default:
-				return false, nil
+				return false, stepWait, nil
 			}
-		case ev := <-deleted:
-			if ev.Type == zk.EventNotWatching {
-				return false, notWatching(ev)
+		case <-deletedFired:
+			if ev := deleted.Event(); ev.Type == zk.EventNotWatching {
+				next, err := a.notWatching(ev)
+				return false, next, err
 			}
-			// A mark came before: go-zookeeper hands each notification to
-			// its channel before it reads the next.
-			select {
-			case ev := <-data:
-				if ev.Type == zk.EventNodeDataChanged {
-					a.snap.pruneBefore(b)
+			if dataFired != nil {
+				// b's deletion fires its data watch too, with the mark if
+				// the mark came first: go-zookeeper has both events in
+				// their channels already, but the goroutines that relay
+				// them may run in either order, so wait for this one.
+				select {
+				case <-dataFired:
+					if data.Event().Type == zk.EventNodeDataChanged {
+						a.snap.pruneBefore(b)
+					}
+				case <-ctx.Done():
+					return false, 0, ctx.Err()
 				}
-			default:
 			}
-			return true, nil
+			return true, stepWait, nil
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return false, 0, ctx.Err()
 		}
 	}
 }
 
-func notWatching(ev zk.Event) error {
-	if errors.Is(ev.Err, zk.ErrSessionExpired) {
-		return errRestart
+// ownEvent handles an event about our own node while we wait.
+func (a *acquisition) ownEvent(ev zk.Event) (step, error) {
+	if ev.Type == zk.EventNotWatching {
+		return a.notWatching(ev)
 	}
-	return ev.Err // closing
+	return a.ownDeleted()
+}
+
+// ownDeleted: someone deleted our node while we waited. It lost its place
+// in the queue, and the waiter behind it may already hold the lock.
+func (a *acquisition) ownDeleted() (step, error) {
+	path := a.path
+	a.node, a.own = "", nil
+	return 0, lostErr(path, errNodeDeleted)
+}
+
+// notWatching handles the end of a watch: the session expired (queue
+// again, unless the session is still ours: then the end was that of a
+// shared watch of an earlier session, and we look again) or the connection
+// was closed.
+func (a *acquisition) notWatching(ev zk.Event) (step, error) {
+	switch {
+	case !errors.Is(ev.Err, zk.ErrSessionExpired):
+		return 0, ev.Err // closing
+	case a.c.zk.SessionID() == a.session:
+		return stepList, nil
+	}
+	return stepRequeue, nil
 }
 
 // watchGoing sets a child watch on path, which fires when path goes (lock
 // nodes have no children); nil if it could not be set.
-func watchGoing(ctx context.Context, c zkConn, path string) <-chan zk.Event {
-	ch, err := call(ctx, func() (<-chan zk.Event, error) {
-		_, _, ch, err := c.ChildrenW(path)
-		return ch, err
-	}, nil)
-	if err != nil {
+func (a *acquisition) watchGoing(ctx context.Context, path string) *watchEntry {
+	r, w := a.c.childrenW(ctx, path, false)
+	if r.err != nil {
 		return nil
 	}
-	return ch
+	return w
 }
 
-// readerMayPass is TryRLock's look at the writer in its way: one that is
-// gone or downgraded no longer blocks it (a blocking RLock learns the same
-// from its watch). A writer in TryLock's way always blocks it.
-func (a *acquisition) readerMayPass(ctx context.Context, b lockNode, path string) (bool, error) {
+// tryPass is TryLock's and TryRLock's look at the node in their way. A
+// reader may pass a writer that is gone or downgraded (a blocking RLock
+// learns the same from its watch); it then lists again, which proves our
+// node still there. A writer, or a node in TryLock's way, blocks.
+func (a *acquisition) tryPass(ctx context.Context) (step, error) {
+	b, _ := a.snap.blocker(a.isShared)
 	if a.mode == Write {
-		return false, nil
+		return 0, ErrWouldBlock
 	}
-	data, err := call(ctx, func() ([]byte, error) {
-		data, _, err := a.l.conn.Get(path)
-		return data, err
-	}, nil)
+	r := a.c.get(ctx, a.l.path+"/"+b.name)
 	switch {
-	case errors.Is(err, zk.ErrNoNode):
+	case errors.Is(r.err, zk.ErrNoNode):
 		a.snap.remove(b.name)
-		return true, nil
-	case err != nil:
-		return false, err
-	case downgraded(data):
+		return stepList, nil
+	case r.err != nil:
+		return a.after(r.err)
+	case downgraded(r.v.data):
 		a.markShared(b.name)
-		a.snap.pruneBefore(b)
-		return true, nil
+		return stepList, nil
 	}
-	return false, nil
+	return 0, ErrWouldBlock
 }
 
 // gone removes a deleted node from the snapshot and reports whether a
@@ -183,97 +206,4 @@ func (a *acquisition) gone(name string) (relist bool) {
 	a.snap.remove(name)
 	_, blocked := a.snap.blocker(a.isShared)
 	return blocked
-}
-
-func (a *acquisition) isShared(name string) bool { return a.shared[name] }
-
-func (a *acquisition) markShared(name string) {
-	if a.shared == nil {
-		a.shared = make(map[string]bool)
-	}
-	a.shared[name] = true
-}
-
-// monitor notices a lost grant. It watches the grant's node and polls the
-// connection state (see lossGrace for the rule), and ends with the grant.
-//
-// Its watch on the node is set with one request when the monitor starts,
-// unless the acquisition left a child watch on the directory, set for free
-// by the listing that granted us: that one fires on any change among the
-// children, and only then is the node watch set. The grant's token comes
-// with the node watch.
-//
-// The request runs beside the loop, never in it: a request can wait for
-// most of a session timeout (go-zookeeper queues it while it reconnects),
-// and the polling must go on meanwhile.
-func (g *Grant) monitor(h *health, poll time.Duration) {
-	defer close(g.monitorDone)
-	l := g.l
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
-
-	events, needWatch := g.trip, g.trip == nil
-	var watching <-chan watchResult // the node watch request in flight
-	for {
-		if needWatch && watching == nil && l.conn.State() == zk.StateHasSession {
-			watching = g.watchSelf()
-		}
-		select {
-		case <-g.ctx.Done():
-			return
-		case r := <-watching:
-			watching = nil
-			switch {
-			case r.err == nil:
-				events, needWatch = r.watch, false
-				g.token.CompareAndSwap(0, r.stat.Czxid)
-			case errors.Is(r.err, zk.ErrNoNode):
-				g.lose(g.whyDeleted())
-				return
-			case sessionGone(r.err):
-				g.lose(r.err)
-				return
-			} // otherwise a transient failure: try again when connected
-		case ev := <-events:
-			events, needWatch = nil, true
-			switch {
-			case ev.Type == zk.EventNotWatching:
-				g.lose(ev.Err)
-				return
-			case ev.Type == zk.EventNodeDeleted && ev.Path == g.node:
-				g.lose(g.whyDeleted())
-				return
-			}
-		case <-tick.C:
-			if err := h.check(l.conn, time.Now()); err != nil {
-				g.lostHealth(err)
-				return
-			}
-		}
-	}
-}
-
-type watchResult struct {
-	watched
-	err error
-}
-
-// watchSelf sets a data watch on the grant's node, on its own goroutine;
-// the channel gets the outcome.
-func (g *Grant) watchSelf() <-chan watchResult {
-	ch := make(chan watchResult, 1)
-	go func() {
-		data, stat, watch, err := g.l.conn.GetW(g.node)
-		ch <- watchResult{watched{data, stat, watch}, err}
-	}()
-	return ch
-}
-
-// whyDeleted names the cause of our node's disappearance: the end of our
-// session, or someone's delete.
-func (g *Grant) whyDeleted() error {
-	if g.l.conn.SessionID() != g.session {
-		return zk.ErrSessionExpired
-	}
-	return errNodeDeleted
 }

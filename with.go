@@ -3,23 +3,43 @@ package rwlock
 import (
 	"context"
 	"errors"
+	"time"
 )
 
-// guard derives the context a function runs under while g is held: it
-// carries g, and is cancelled with g's loss as its cause when g is lost
-// (onLoss, if not nil, hears of the loss first). Call stop before
-// releasing g, and cancel after.
-func guard(ctx context.Context, g *Grant, onLoss func(error)) (_ context.Context, cancel context.CancelCauseFunc, stop func() bool) {
+// A grantContext is the context a function runs under while a grant is
+// held (WithRead, WithWrite, ReadGroup): it carries the grant and is
+// cancelled, with the loss as its cause, when the grant is lost. Its Err and
+// Done consult the lease clock first, as the grant's own do, so that a
+// function checking its context right after its process was paused sees
+// the loss before the clock's timer has had a chance to fire.
+type grantContext struct {
+	context.Context
+	g *Grant
+}
+
+func (c grantContext) Done() <-chan struct{} {
+	c.g.judge()
+	return c.Context.Done()
+}
+
+func (c grantContext) Err() error {
+	c.g.judge()
+	return c.Context.Err()
+}
+
+// guard derives the context a function runs under while g is held. onLoss,
+// if not nil, hears of a loss before the context is cancelled; the loss
+// cancels it on the goroutine that ends g. stop, called before releasing
+// g, keeps the release from cancelling it; cancel ends it.
+func guard(ctx context.Context, g *Grant, onLoss func(error)) (_ context.Context, cancel context.CancelCauseFunc, stop func()) {
 	ctx, cancel = context.WithCancelCause(ContextWithGrant(ctx, g))
-	stop = context.AfterFunc(g.ctx, func() {
-		cause := context.Cause(g.ctx)
+	stop = g.whenEnded(func(cause error) {
 		if onLoss != nil {
 			onLoss(cause)
 		}
 		cancel(cause)
 	})
-	g.root().startMonitor()
-	return ctx, cancel, stop
+	return grantContext{ctx, g}, cancel, stop
 }
 
 // lossErr returns the loss that ended g, or nil if g is held or was
@@ -36,15 +56,16 @@ func (g *Grant) lossErr() error {
 
 // with runs fn under a grant of mode: WithRead and WithWrite.
 func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) error) (err error) {
-	g, err := l.acquire(ctx, mode, true, true)
+	g, err := l.acquire(ctx, want{mode: mode, block: true})
 	if err != nil {
 		return err
 	}
 	fctx, cancel, stop := guard(ctx, g, nil)
 	defer func() { // also when fn panics: the node must not outlive the call
 		stop()
+		g.judge()
 		lost := g.lossErr()
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout())
 		defer rcancel()
 		rerr := g.Release(rctx)
 		cancel(context.Canceled)
@@ -56,3 +77,7 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 	}()
 	return fn(fctx)
 }
+
+// releaseTimeout bounds the release that WithRead, WithWrite and a Group
+// make for their caller.
+func (l *RWLock) releaseTimeout() time.Duration { return l.cleanup }

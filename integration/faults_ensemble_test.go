@@ -40,9 +40,10 @@ func TestFaultEnsembleLeaderKill(t *testing.T) {
 		checker := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, (leader+2)%3))
 		require.Equal(t, addrs[leader], waiter.Server())
 		path := lockPath(t)
-		// The holder does not watch its grant (no Done, Err or Token), so
-		// the election cannot cost it the grant: the test is about the waiter.
-		hl, err := rwlock.New(holder, path)
+		// The holder knows its session timeout, so its lease rides out the
+		// election (a grant whose lock does not know it is lost at the
+		// first disconnection): the test is about the waiter.
+		hl, err := rwlock.New(holder, path, rwlock.WithSessionTimeout(timeout))
 		require.NoError(t, err)
 		wl, err := rwlock.New(waiter, path, rwlock.WithSessionTimeout(timeout))
 		require.NoError(t, err)

@@ -1,0 +1,424 @@
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// One acquisition (Lock, RLock, TryLock, TryRLock) from create to grant or
+// abort is a small state machine: each step makes its requests and returns
+// the next step. Every failure after our node may exist deletes it before
+// the call returns.
+//
+//	create ──▶ list ──▶ wait ──▶ grant
+//	  ▲         ▲ │      │
+//	  │         │ ▼      │        reconnect: wait for the session, then list
+//	  │      reconnect ◀─┘        (our node may exist) or create
+//	  └─── requeue                requeue: the session was replaced, and our
+//	                              node went with it: a new node
+//
+// No grant without a node. A grant is returned only when one of two
+// proofs shows that our node existed at a moment when nothing before it
+// was in our way:
+//
+//   - a listing that shows our node and no blocker before it (the
+//     listing, a read, sees one consistent state of the directory);
+//   - while waiting, a data watch on our own node, set after the create and
+//     never fired, at the moment the event or answer that cleared our way
+//     arrived. ZooKeeper sends the events and answers of one session in
+//     the order of the changes, and go-zookeeper puts each event in its
+//     channel before it reads the next packet: so if our node had been
+//     deleted before the change that cleared our way, its event is already
+//     in our watch's channel when we look, without a request.
+//
+// Anything else (a TryRLock that read a writer gone or downgraded) lists
+// again before granting.
+
+type step int
+
+const (
+	stepCreate    step = iota // make our node, and the lock directory when it is missing
+	stepList                  // list the directory: find our node, take the snapshot
+	stepWait                  // wait for the one node in our way
+	stepGrant                 // nothing is in our way: the grant
+	stepReconnect             // the connection failed: wait for the session, then go on
+	stepRequeue               // the session was replaced: queue again with a new node
+)
+
+// want is what the caller asked for.
+type want struct {
+	mode  Mode
+	block bool // false for TryLock and TryRLock
+}
+
+// acquisition is one Lock, RLock, TryLock or TryRLock call in progress.
+type acquisition struct {
+	l *RWLock
+	c *client
+	want
+
+	guid    string
+	node    string // our node, relative to the lock directory; "" until known
+	path    string // its full path
+	session int64  // the session that owns node
+	unsure  bool   // a create's outcome is unknown: a node with guid may exist
+	created []string
+
+	snap    snapshot
+	shared  map[string]bool // writers seen downgraded (readers only)
+	waited  bool            // we watched a node before being granted
+	writers bool            // a listing showed a writer before ours
+	retry   backoff
+
+	dir *watchEntry     // child watch on the directory, from our first listing
+	own <-chan zk.Event // data watch on our own node, set before we wait
+	tok int64           // our node's czxid, when read
+}
+
+// acquire runs the protocol for ctx's caller.
+func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
+	if l.conn == nil {
+		return nil, fmt.Errorf("rwlock: %s: %w: the RWLock was not made by New", verb(w), ErrInvalidArgument)
+	}
+	if g, err, ok := l.nested(ctx, w); ok {
+		return g, err
+	}
+	a := &acquisition{l: l, c: acquireClient(l.conn), want: w, guid: newGUID()}
+	g, err := a.run(ctx)
+	if err != nil {
+		a.c.release()
+		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err)
+	}
+	return g, nil
+}
+
+func (a *acquisition) run(ctx context.Context) (*Grant, error) {
+	next := stepCreate
+	if err := a.l.checkDeletable(ctx, a.c); err != nil {
+		return nil, err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, a.abort(ctx, err)
+		}
+		var err error
+		switch next {
+		case stepCreate:
+			next, err = a.create(ctx)
+		case stepList:
+			next, err = a.list(ctx)
+		case stepWait:
+			next, err = a.wait(ctx)
+		case stepGrant:
+			var g *Grant
+			if g, next, err = a.grant(ctx); g != nil {
+				return g, nil
+			}
+		case stepReconnect:
+			if err = a.retry.wait(ctx, a.c.zk); err == nil {
+				next = stepCreate
+				if a.node != "" || a.unsure {
+					next = stepList
+				}
+			}
+		case stepRequeue:
+			a.l.debug("session replaced while waiting; queueing again", a.node)
+			a.requeue()
+			next = stepCreate // go-zookeeper has opened the new session, or the create finds out
+		}
+		if err != nil {
+			return nil, a.abort(ctx, err)
+		}
+	}
+}
+
+// after maps a failed request to the next step: reconnect after a
+// connection loss, requeue after the end of the session; any other error
+// ends the acquisition.
+func (a *acquisition) after(err error) (step, error) {
+	switch {
+	case connectionLoss(err):
+		return stepReconnect, nil
+	case errors.Is(err, zk.ErrSessionExpired):
+		return stepRequeue, nil
+	}
+	return 0, err
+}
+
+// ours reports whether a request was served in the session that owns our
+// node; if not, the session was replaced, and our node went with it.
+func (a *acquisition) ours(session int64) bool { return session == a.session && session != 0 }
+
+func (a *acquisition) requeue() {
+	a.guid = newGUID()
+	a.node, a.path, a.session, a.unsure = "", "", 0, false
+	a.snap, a.dir, a.own, a.tok = snapshot{}, nil, nil, 0
+}
+
+// create makes our node, and the lock directory when it is missing.
+func (a *acquisition) create(ctx context.Context) (step, error) {
+	l := a.l
+	for tries := 0; ; tries++ {
+		r := a.c.create(ctx, nodePrefix(l.path, a.guid, a.mode), l.data, zk.FlagEphemeral|zk.FlagSequence, l.acl,
+			func(r reply[string]) { l.finishCreate(a.c, r, a.guid) })
+		switch {
+		case r.err == nil && r.session == 0:
+			// Created, but the session changed while we waited: the node
+			// is ours only if the session that has it now made it. Find
+			// out as after a lost answer.
+			a.unsure = true
+			return stepList, nil
+		case r.err == nil:
+			a.path, a.node, a.session = r.v, r.v[len(l.path)+1:], r.session
+			l.debug("created", a.path)
+			return stepList, nil
+		case errors.Is(r.err, zk.ErrNoNode) && tries < 5:
+			// The directory is missing, or the server reaped it (an empty
+			// container) between our mkdir and our create; a parent may go
+			// the same way while we make the directory.
+			if err := a.mkdirs(ctx); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return a.after(err)
+			}
+		case errors.Is(r.err, zk.ErrNoAuth):
+			a.removeCreatedDirs()
+			return 0, fmt.Errorf("create a node in %s: %w (the directory's ACL does not let this client create; see WithACL)", l.path, r.err)
+		case connectionLoss(r.err):
+			a.unsure = true // look for it by guid once we can list again
+			return stepReconnect, nil
+		default:
+			return a.after(r.err)
+		}
+	}
+}
+
+// mkdirs creates the lock directory and its missing parents as containers,
+// which the server deletes once they are empty again, or as persistent
+// nodes on a server that has no containers (before 3.5.3). It remembers
+// the directories it created, which must go again if we cannot create our
+// node in them: a container that never had a child is never reaped.
+func (a *acquisition) mkdirs(ctx context.Context) error {
+	l := a.l
+	for i := 1; i <= len(l.path); i++ {
+		if i < len(l.path) && l.path[i] != '/' {
+			continue
+		}
+		dir := l.path[:i]
+		var r reply[string]
+		if l.noContainers.Load() {
+			r = a.c.create(ctx, dir, nil, zk.FlagPersistent, l.acl, nil)
+		} else {
+			r = a.c.createContainer(ctx, dir, l.acl)
+		}
+		switch {
+		case unimplemented(r.err) && !l.noContainers.Swap(true):
+			i-- // again, as a persistent node
+		case r.err == nil:
+			a.created = append(a.created, dir)
+		case errors.Is(r.err, zk.ErrNoAuth):
+			a.removeCreatedDirs()
+			return fmt.Errorf("create %s: %w (see WithACL)", dir, r.err)
+		case !errors.Is(r.err, zk.ErrNodeExists):
+			return fmt.Errorf("create %s: %w", dir, r.err)
+		}
+	}
+	return nil
+}
+
+// removeCreatedDirs deletes, deepest first, the directories this
+// acquisition created, when it cannot use them.
+func (a *acquisition) removeCreatedDirs() {
+	for _, dir := range slices.Backward(a.created) {
+		a.c.delete(context.Background(), dir, nil)
+	}
+	a.created = nil
+}
+
+// list reads the directory, finds our node and takes the snapshot of the
+// nodes before it. The first listing also sets a child watch on the
+// directory, at no extra request: if we are granted at once, it is the
+// grant's watch for its node's deletion (see Grant.watchNode).
+func (a *acquisition) list(ctx context.Context) (step, error) {
+	var r reply[[]string]
+	if a.dir == nil {
+		r, a.dir = a.c.childrenW(ctx, a.l.path, true)
+	} else {
+		r = a.c.children(ctx, a.l.path)
+	}
+	switch {
+	case errors.Is(r.err, zk.ErrNoNode):
+		r.err, r.v = nil, nil // no directory, so no node of ours in it
+	case r.err != nil:
+		return a.after(r.err)
+	}
+	if a.unsure {
+		return a.adopt(ctx, r)
+	}
+	if !a.ours(r.session) {
+		return stepRequeue, nil
+	}
+	snap, err := takeSnapshot(r.v, a.node, a.snap.before)
+	switch {
+	case errors.Is(err, errNotListed):
+		// Never "we are first": someone deleted our node while we waited.
+		a.node = ""
+		return 0, lostErr(a.path, errNodeDeleted)
+	case err != nil:
+		return 0, err
+	}
+	a.snap = snap
+	a.writers = a.writers || slices.ContainsFunc(snap.before, func(n lockNode) bool { return n.mode == Write })
+	if _, blocked := a.snap.blocker(a.isShared); !blocked {
+		return stepGrant, nil // the listing is the proof: our node, and nothing in our way
+	}
+	return stepWait, nil
+}
+
+// adopt settles a create whose outcome we did not learn: the node that
+// carries our guid is ours if the session we have now owns it (its
+// ephemeral owner says so, read with the data watch we need anyway). If
+// a lost create was retried and both happened, the first is kept and the
+// others are deleted. With no such node, we create again.
+func (a *acquisition) adopt(ctx context.Context, r reply[[]string]) (step, error) {
+	a.unsure = false
+	var mine []lockNode
+	for _, name := range r.v {
+		if g, ok := guidOf(name); ok && g == a.guid {
+			if n, ok := parseNode(name); ok {
+				mine = append(mine, n)
+			}
+		}
+	}
+	slices.SortFunc(mine, queueOrder)
+	for i, n := range mine {
+		path := a.l.path + "/" + n.name
+		if i > 0 {
+			a.l.finish(a.c, path, "", r.session)
+			continue
+		}
+		w, err := a.watchOwn(ctx, path)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+		case err != nil:
+			a.unsure = true
+			return a.after(err)
+		case w.stat.EphemeralOwner != w.session || w.session == 0:
+			// A node of a session that is gone, and takes it along.
+		default:
+			a.node, a.path, a.session, a.own, a.tok = n.name, path, w.session, w.watch, w.stat.Czxid
+			a.l.debug("found the node of a create whose answer was lost", path)
+			return stepList, nil
+		}
+	}
+	return stepCreate, nil
+}
+
+type ownWatch struct {
+	stat    *zk.Stat
+	watch   <-chan zk.Event
+	session int64
+}
+
+// watchOwn sets the data watch on our own node. It is the acquisition's
+// own, not shared (see watches.go): its channel is read without a request
+// at the moment we are cleared, which needs go-zookeeper's ordering of
+// events, and a shared watch is relayed by another goroutine.
+func (a *acquisition) watchOwn(ctx context.Context, path string) (ownWatch, error) {
+	c := a.c.zk
+	r := request(a.c, ctx, false, func() (ownWatch, error) {
+		_, stat, ch, err := c.GetW(path)
+		return ownWatch{stat: stat, watch: ch}, err
+	}, nil)
+	r.v.session = r.session
+	return r.v, r.err
+}
+
+// ownGone reports, without a request, whether an event about our node has
+// come: it was deleted (or the session ended) since we set the watch.
+func (a *acquisition) ownGone() (zk.Event, bool) {
+	select {
+	case ev := <-a.own:
+		return ev, true
+	default:
+		return zk.Event{}, false
+	}
+}
+
+// grant turns the acquisition into a Grant, unless ctx ended meanwhile:
+// then, as a cancelled call promises, the node goes and ctx's error
+// returns. A grant starts with more than its head start to run on the
+// lease: after a long wait, one sync renews it first, and if that fails,
+// the acquisition goes on as after any failed request (our place in the
+// queue is kept; a later listing proves it again).
+func (a *acquisition) grant(ctx context.Context) (*Grant, step, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	t := a.l.sessionTimeout()
+	if t > 0 && !a.c.fresh(a.session, t, renewInterval(t)) {
+		r := a.c.sync(ctx)
+		switch {
+		case r.err != nil:
+			next, err := a.after(r.err)
+			return nil, next, err
+		case !a.ours(r.session):
+			return nil, stepRequeue, nil
+		}
+	}
+	a.l.debug("granted", a.path)
+	g := newGrant(a.l, a.c, a.mode, a.path, a.session, t)
+	g.token.Store(a.tok)
+	// A writer that waited behind writers may be followed by a waiter whose
+	// listing still shows them: its release mark spares that waiter a
+	// listing (see Grant.Release). Behind readers only, it would spare no
+	// reader anything, and cost a reader waiting on us a request.
+	g.markRelease = a.mode == Write && a.waited && a.writers
+	g.watchFrom(a.own, a.dir)
+	return g, 0, nil
+}
+
+// abort deletes whatever node the acquisition made, with a fresh bounded
+// context since ctx may be the reason we stop, and returns cause joined
+// with a failed deletion's error.
+func (a *acquisition) abort(ctx context.Context, cause error) error {
+	l := a.l
+	switch {
+	case sessionGone(cause):
+		// Expired or closed: the node went with the session.
+	case a.node != "":
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
+		defer cancel()
+		if err := l.deleteNode(ctx, a.c, a.path, a.session, false); err != nil {
+			return errors.Join(cause, err)
+		}
+	case a.unsure:
+		l.finish(a.c, "", a.guid, a.c.zk.SessionID())
+	default:
+		a.removeCreatedDirs() // made, and never used: a container that never had a child stays
+	}
+	return cause
+}
+
+func (a *acquisition) isShared(name string) bool { return a.shared[name] }
+
+func (a *acquisition) markShared(name string) {
+	if a.shared == nil {
+		a.shared = make(map[string]bool)
+	}
+	a.shared[name] = true
+}
+
+// verb names an acquisition in errors: "lock", "rlock", "trylock", "tryrlock".
+func verb(w want) string {
+	v := "lock"
+	if w.mode == Read {
+		v = "rlock"
+	}
+	if !w.block {
+		v = "try" + v
+	}
+	return v
+}

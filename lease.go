@@ -1,0 +1,316 @@
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// When is a grant lost? The promise is that its holder is told (Done
+// closes, Err fails, WithWrite's function sees its context cancelled)
+// before another client can be granted the lock. Another client can be
+// granted it only once our node is gone: deleted by someone, or by the
+// server when it expires our session.
+//
+// # The lease
+//
+// A ZooKeeper server expires a session T (the granted session timeout)
+// after it last heard from the client, never sooner: every packet from the
+// client renews the session, and the expiry is rounded up to the server's
+// next tick. So a request sent at time s by our clock, and answered in the
+// session, proves that the session lives until s + T by our clock (the
+// server received it after s). The lock keeps that proof itself, per
+// connection: it records when it sent each request that counts, and the
+// latest one answered in the session is the lease. It never infers the
+// lease from go-zookeeper's connection state or from packets received:
+// go-zookeeper resets its read deadline on every packet, watch
+// notifications included, and a notification proves that the server sent
+// something, not that it heard from us. go-zookeeper's own pings are
+// invisible to a library.
+//
+// Only writes and syncs count. In an ensemble, the leader alone expires
+// sessions; a follower tells it which sessions it heard from only in its
+// replies to the leader's pings, every tickTime/2 (Learner.ping). A
+// follower cut off from the leader goes on answering reads for up to
+// syncLimit ticks while the leader may expire our session, so a read
+// proves nothing. A write or a sync is passed on to the leader, and the
+// follower answers only after the leader has: the answer proves that the
+// follower was in touch with the leader after s. It still does not prove
+// that the leader heard of us: if the follower loses the leader right
+// after answering, what it heard since its last ping reply is never
+// relayed, and the leader may expire the session up to tickTime/2, plus
+// the gap between our requests, before s + T.
+//
+// # The keepalive and the head start
+//
+// While a grant is held on a connection, the lock sends a sync every T/16
+// unless a write renewed the lease meanwhile: one request per connection,
+// however many grants it holds. One that goes unanswered is tried again
+// within 100 ms, so that a keepalive waits in go-zookeeper's queue while it
+// reconnects and goes out the moment it has. A grant is lost at
+// lease end − H, the head start, H = T/4 ([HeadStart]). A connection may
+// stay silent (a partition, a server restart, a leader election) for up to
+// T − H − T/16, about 0.69·T, without losing its grants: 6.9 s with
+// T = 10 s.
+//
+// Connected to a standalone server or to the leader, the holder has all of
+// H to stop before the session can expire. Through a follower that loses
+// the leader at the worst moment, it has H − tickTime/2 − T/16: at least
+// T/16 when T is at least four ticks (8 s with ZooKeeper's default
+// tickTime of 2 s), which the documentation asks of users; with fewer,
+// that worst case can let another client in first. [Grant.Deadline]
+// reports the earliest expiry under that assumption.
+//
+// Time is the monotonic clock, or the wall clock where it says more: the
+// monotonic clock stands still while a machine is suspended, the server's
+// does not. (A wall clock stepped forward can only end grants early.)
+// Err and Done consult the clock at every call, so a process that was
+// paused (SIGSTOP, a stopped VM) sees the loss at its first check after
+// resuming, even before the clock's timer has fired.
+//
+// # Without T, and other causes
+//
+// When the lock does not know T (no [WithSessionTimeout], a connection
+// not made by [Dial]) it cannot compute a lease, and any disconnection of a
+// holder is a loss, checked at every Err and Done and every 20 ms: the
+// safe default of Curator's SUSPENDED rule. It notices a partition only
+// when go-zookeeper does, so it keeps go-zookeeper's blind spot: pass the
+// timeout.
+//
+// A session found replaced (go-zookeeper opens a new one after an expiry)
+// ends its grants at once. A node deleted by someone else is learnt from
+// the watch on it, which fires when the next waiter's does: no client can
+// promise a head start for that cause, and the fencing token
+// ([Grant.Token]) is the defence.
+
+// HeadStart returns how long before its session may expire a grant is
+// declared lost, for a session timeout t: a quarter of it. See [Grant.Done].
+func HeadStart(t time.Duration) time.Duration { return t / 4 }
+
+// relayAllowance is how much earlier than the lease's end the leader may
+// expire a session whose follower lost the leader at the worst moment:
+// tickTime/2, at most T/8 for a session of four ticks or more, plus the
+// keepalive interval.
+func relayAllowance(t time.Duration) time.Duration { return t/8 + renewInterval(t) }
+
+// retryUnanswered is how soon a keepalive that was not answered is tried
+// again, at most.
+const retryUnanswered = 100 * time.Millisecond
+
+// renewInterval is how often the lease is renewed while it is needed.
+func renewInterval(t time.Duration) time.Duration { return t / 16 }
+
+// unknownTimeoutPoll is how often grants whose session timeout is unknown
+// look at the connection state.
+const unknownTimeoutPoll = 20 * time.Millisecond
+
+// lease is what the requests of one connection prove: session lives until
+// since + T.
+type lease struct {
+	session int64
+	since   time.Time // when the latest counting request answered in session was sent
+}
+
+// elapsed is the time since t, by the monotonic clock or, if it says
+// more, by the wall clock (see above).
+func elapsed(t, now time.Time) time.Duration {
+	return max(now.Sub(t), now.Round(0).Sub(t.Round(0)))
+}
+
+// renew records that a counting request sent at sent was answered in
+// session. A late answer in a session the connection has left renews
+// nothing.
+func (c *client) renew(session int64, sent time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if session != c.zk.SessionID() {
+		return
+	}
+	if session != c.lease.session || sent.After(c.lease.since) {
+		c.lease = lease{session, sent}
+	}
+}
+
+// leaseEnd returns when session surely lives until, for timeout t, and
+// whether the lease knows (it does not for another session than the one it
+// last renewed). Call with c.mu held.
+func (c *client) leaseEndLocked(session int64, t time.Duration) (time.Time, bool) {
+	if t <= 0 || c.lease.session != session || c.lease.since.IsZero() {
+		return time.Time{}, false
+	}
+	return c.lease.since.Add(t), true
+}
+
+// fresh reports whether session's lease still has more than the head start
+// and margin to run, for timeout t.
+func (c *client) fresh(session int64, t, margin time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.leaseEndLocked(session, t)
+	return ok && elapsed(c.lease.since, time.Now()) < t-HeadStart(t)-margin
+}
+
+// errLeaseLapsed is the cause of a loss when the lease ran out.
+type errLeaseLapsed struct {
+	silent time.Duration // since the last answered request was sent
+	left   time.Duration // until the server may expire the session
+}
+
+func (e *errLeaseLapsed) Error() string {
+	return fmt.Sprintf("no answer from ZooKeeper for %v: the server may expire the session in %v",
+		e.silent.Round(time.Millisecond), max(e.left, 0).Round(time.Millisecond))
+}
+
+var errDisconnected = errors.New("disconnected, and the session timeout is unknown")
+
+// judgeLocked returns why g is lost at now, or nil if it is held as far as
+// the clock and the session can tell. Call with c.mu held.
+func (c *client) judgeLocked(g *Grant, now time.Time) error {
+	if c.zk.SessionID() != g.session {
+		return zk.ErrSessionExpired // go-zookeeper silently made a new session
+	}
+	if g.timeout <= 0 {
+		if c.zk.State() != zk.StateHasSession {
+			return errDisconnected
+		}
+		return nil
+	}
+	if _, ok := c.leaseEndLocked(g.session, g.timeout); !ok {
+		return &errLeaseLapsed{} // never renewed in this session: nothing proves it alive
+	}
+	if silent := elapsed(c.lease.since, now); silent >= g.timeout-HeadStart(g.timeout) {
+		return &errLeaseLapsed{silent: silent, left: g.timeout - silent}
+	}
+	return nil
+}
+
+// judge ends g if the clock says it is lost. Err and Done call it at every
+// call; the lease clock's timer calls it for every grant in time.
+func (c *client) judge(g *Grant) {
+	c.mu.Lock()
+	why := c.judgeLocked(g, time.Now())
+	c.mu.Unlock()
+	if why != nil {
+		g.lost(why)
+	}
+}
+
+// deadlineOf returns the earliest time at which the server may expire g's
+// session as far as the lease knows, for Grant.Deadline.
+func (c *client) deadlineOf(g *Grant) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leaseEndLocked(g.session, g.timeout)
+}
+
+// hold puts g under the lease clock until unhold.
+func (c *client) hold(g *Grant) {
+	c.mu.Lock()
+	c.grants[g] = struct{}{}
+	c.mu.Unlock()
+	c.tick()
+}
+
+func (c *client) unhold(g *Grant) {
+	c.mu.Lock()
+	delete(c.grants, g)
+	c.stopIfIdleLocked()
+	c.mu.Unlock()
+}
+
+func (c *client) stopIfIdleLocked() {
+	if len(c.grants) == 0 && c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
+// tick is the lease clock's look: it ends the grants that are lost,
+// renews the lease when it is due, and sets its timer for the next look.
+func (c *client) tick() {
+	now := time.Now()
+	c.mu.Lock()
+	var lost []*Grant
+	var causes []error
+	var next time.Time
+	minT := time.Duration(0)
+	soonest := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	for g := range c.grants {
+		if why := c.judgeLocked(g, now); why != nil {
+			lost, causes = append(lost, g), append(causes, why)
+			delete(c.grants, g)
+			continue
+		}
+		if g.timeout <= 0 {
+			soonest(now.Add(unknownTimeoutPoll))
+			continue
+		}
+		minT = minNonZero(minT, g.timeout)
+		soonest(c.lease.since.Add(g.timeout - HeadStart(g.timeout)))
+	}
+	if minT > 0 {
+		// Renew when the lease is a keepalive interval old, with at most
+		// one keepalive in flight, and the next sent an interval after the
+		// last, or soon if that one went unanswered (a disconnected
+		// client fails them at once, or holds them until it reconnects).
+		every := renewInterval(minT)
+		due := c.lease.since.Add(every)
+		if c.lease.session != c.zk.SessionID() {
+			due = now
+		}
+		if c.lease.since.Before(c.pinged) {
+			due = later(due, c.pinged.Add(min(every, retryUnanswered)))
+		} else {
+			due = later(due, c.pinged.Add(every))
+		}
+		if !now.Before(due) && !c.pinging {
+			c.pinging, c.pinged = true, now
+			c.retain()
+			go c.keepalive()
+			due = now.Add(every)
+		}
+		soonest(later(due, now.Add(time.Millisecond)))
+	}
+	switch d := max(next.Sub(now), time.Millisecond); {
+	case next.IsZero():
+		c.stopIfIdleLocked()
+	case c.timer == nil:
+		c.timer = time.AfterFunc(d, c.tick)
+	default:
+		c.timer.Reset(d)
+	}
+	c.mu.Unlock()
+	for i, g := range lost {
+		g.lost(causes[i])
+	}
+}
+
+// keepalive renews the lease with one sync, then looks again.
+func (c *client) keepalive() {
+	defer c.release()
+	c.sync(context.Background())
+	c.mu.Lock()
+	c.pinging = false
+	c.mu.Unlock()
+	c.tick()
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minNonZero(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
+}

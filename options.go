@@ -1,0 +1,121 @@
+package rwlock
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// An Option configures an RWLock.
+type Option func(*options)
+
+type options struct {
+	acl            []zk.ACL
+	owner          string
+	log            *slog.Logger
+	sessionTimeout time.Duration
+	cleanupTimeout time.Duration
+	err            error
+}
+
+// maxOwner bounds the text WithOwner stores in every node: a node's data
+// travels in requests that ZooKeeper caps at jute.maxbuffer (1 MiB by
+// default).
+const maxOwner = 64 << 10
+
+func makeOptions(opts []Option) (options, error) {
+	o := options{
+		acl:            zk.WorldACL(zk.PermAll),
+		owner:          defaultOwner(),
+		log:            slog.New(slog.DiscardHandler),
+		cleanupTimeout: 5 * time.Second,
+	}
+	for i, opt := range opts {
+		if opt == nil {
+			return options{}, fmt.Errorf("%w: option %d is nil", ErrInvalidArgument, i)
+		}
+		opt(&o)
+		if o.err != nil {
+			return options{}, o.err
+		}
+	}
+	return o, nil
+}
+
+// WithACL sets the ACL of the lock directory, of any parent the lock
+// creates, and of every lock node. The default is world:anyone with all
+// permissions ([zk.WorldACL]([zk.PermAll])). The client must be able to
+// create and delete nodes under it: an acquisition checks the DELETE
+// permission before it queues, and fails with an error wrapping
+// [zk.ErrNoAuth] if it is missing.
+func WithACL(acl []zk.ACL) Option {
+	return func(o *options) {
+		if len(acl) == 0 {
+			o.err = fmt.Errorf("%w: empty ACL", ErrInvalidArgument)
+		}
+		o.acl = acl
+	}
+}
+
+// WithOwner sets the text stored in every lock node this lock creates, so
+// that Queue, the CLI and `zkCli get` can tell who holds or waits. The
+// default is "host:pid". Line breaks are replaced by spaces; at most 64 KiB.
+func WithOwner(owner string) Option {
+	return func(o *options) {
+		if len(owner) > maxOwner {
+			o.err = fmt.Errorf("%w: owner of %d bytes (at most %d)", ErrInvalidArgument, len(owner), maxOwner)
+		}
+		o.owner = strings.NewReplacer("\n", " ", "\r", " ").Replace(owner)
+	}
+}
+
+// WithLogger sets the logger for debug lines about each protocol step.
+// The default discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithSessionTimeout tells the lock the session timeout the connection was
+// made with (the one the server granted), which its lease clock needs (see
+// [Grant.Done]): with it, a holder rides out a silent connection for about
+// half of it; without it (and unless the connection was made by [Dial]) any
+// disconnection of a holder counts as a loss. Do not pass more than the
+// server granted: the server clamps timeouts to its maxSessionTimeout.
+func WithSessionTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.err = fmt.Errorf("%w: session timeout %v", ErrInvalidArgument, d)
+		}
+		o.sessionTimeout = d
+	}
+}
+
+// WithCleanupTimeout bounds how long a failed or cancelled acquisition waits
+// for the deletion of its node before it hands the deletion to a background
+// goroutine and returns. The default is 5s.
+func WithCleanupTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.err = fmt.Errorf("%w: cleanup timeout %v", ErrInvalidArgument, d)
+		}
+		o.cleanupTimeout = d
+	}
+}
+
+// sessionTimeout is the smallest session timeout we know of, 0 if none.
+func (l *RWLock) sessionTimeout() time.Duration {
+	t := l.timeout
+	if l.granted != nil {
+		if g := l.granted(); g > 0 && (t == 0 || g < t) {
+			t = g
+		}
+	}
+	return t
+}

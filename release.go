@@ -1,0 +1,192 @@
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// A node of a live session must never be left behind: it would block every
+// later waiter for as long as the session lives. When a deletion cannot be
+// finished by the call that wanted it (its context ended, the connection
+// dropped, a create's answer was lost), finish hands it to a goroutine that
+// retries across reconnections. The goroutine stops as soon as the node is
+// gone, or the session that owns it is gone (ZooKeeper then deletes the node
+// itself, and the client learns it when it reconnects), or the connection
+// is closed.
+
+// errFinishing marks a deletion that goes on in the background.
+var errFinishing = errors.New("the deletion goes on in the background")
+
+// deleteNode deletes one of our nodes: nil once it is gone. When ctx ends
+// or the connection fails first, a background goroutine finishes the job
+// and the error wraps errFinishing; any other error is the server's refusal,
+// and the node stays.
+//
+// With markHeld, the node's data is marked held in the same transaction
+// (see nodedata.go): the waiter behind it, whose data watch fires on the
+// mark, learns that every node before it is gone, and need not list the
+// whole queue to find out. A queue of writers then drains in constant time
+// per handoff instead of time proportional to its length.
+func (l *RWLock) deleteNode(ctx context.Context, c *client, path string, session int64, markHeld bool) error {
+	late := func(r reply[struct{}]) {
+		if connectionLoss(r.err) {
+			l.finish(c, path, "", session)
+		}
+	}
+	var r reply[struct{}]
+	if markHeld {
+		r = c.markAndDelete(ctx, path, encodeNodeData(l.owner, true, false), late)
+		if r.err != nil && !gone(r.err) && !connectionLoss(r.err) && ctx.Err() == nil {
+			r = c.delete(ctx, path, late) // an ACL that forbids writing data: just delete it
+		}
+	} else {
+		r = c.delete(ctx, path, late)
+	}
+	switch {
+	case r.err == nil:
+		l.debug("deleted", path)
+		return nil
+	case gone(r.err):
+		return nil
+	case connectionLoss(r.err):
+		l.finish(c, path, "", session)
+		fallthrough
+	case ctx.Err() != nil: // the request goes on; late takes its outcome
+		return fmt.Errorf("delete %s: %w; %w", path, r.err, errFinishing)
+	}
+	return fmt.Errorf("delete %s: %w", path, r.err)
+}
+
+// gone reports errors after which a node of ours is surely gone.
+func gone(err error) bool { return errors.Is(err, zk.ErrNoNode) || sessionGone(err) }
+
+// finish deletes path, or, when path is empty, every node carrying guid (a
+// create whose outcome we never learned), in the background, while session
+// lasts.
+func (l *RWLock) finish(c *client, path, guid string, session int64) {
+	start, _ := l.reserveFinish(c)
+	start(path, guid, session)
+}
+
+// reserveFinish counts a background deletion before it is known to be
+// needed: start runs it, or cancel (a no-op after start) gives the
+// reservation back.
+func (l *RWLock) reserveFinish(c *client) (start func(path, guid string, session int64), cancel func()) {
+	l.background.Add(1)
+	c.retain()
+	var once sync.Once
+	start = func(path, guid string, session int64) {
+		once.Do(func() {
+			go func() {
+				defer l.background.Done()
+				defer c.release()
+				l.finishNow(c, path, guid, session)
+			}()
+		})
+	}
+	cancel = func() {
+		once.Do(func() {
+			c.release()
+			l.background.Done()
+		})
+	}
+	return start, cancel
+}
+
+// finishCreate receives the outcome of a create its caller stopped waiting
+// for, and makes sure the node does not outlive the call. The node, if any,
+// belongs to the session that served the create, or, if that is unknown,
+// to the one the client has now: an older one took its nodes with it.
+func (l *RWLock) finishCreate(c *client, r reply[string], guid string) {
+	session := r.session
+	if session == 0 {
+		session = c.zk.SessionID()
+	}
+	switch {
+	case r.err == nil:
+		l.finish(c, r.v, "", session)
+	case connectionLoss(r.err):
+		l.finish(c, "", guid, session)
+	}
+}
+
+func (l *RWLock) finishNow(c *client, path, guid string, session int64) {
+	var retry backoff
+	for {
+		// Not a clock: a session lives on across any number of short
+		// disconnections, and only the client's reconnection tells whether
+		// the server expired it (go-zookeeper then has a new session id).
+		if c.zk.SessionID() != session {
+			return
+		}
+		err := l.deleteMine(c, path, guid)
+		switch {
+		case err == nil, gone(err):
+			l.debug("finished deleting in the background", path+guid)
+			return
+		case !connectionLoss(err):
+			l.log.Warn("rwlock: cannot delete lock node; it goes when its session ends",
+				"lock", l.path, "node", path, "guid", guid, "err", err)
+			return
+		}
+		if retry.wait(context.Background(), c.zk) != nil {
+			return // closed: closing a connection ends its session
+		}
+	}
+}
+
+// deleteMine deletes path, or every child of the lock directory that
+// carries guid.
+func (l *RWLock) deleteMine(c *client, path, guid string) error {
+	ctx := context.Background()
+	if path != "" {
+		return c.delete(ctx, path, nil).err
+	}
+	r := c.children(ctx, l.path)
+	if r.err != nil {
+		return r.err
+	}
+	for _, name := range r.v {
+		if g, ok := guidOf(name); ok && g == guid {
+			if err := c.delete(ctx, l.path+"/"+name, nil).err; err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkDeletable makes sure, once per lock, that this client may delete
+// nodes in the lock directory before it queues there: deleting needs the
+// DELETE permission on the directory, and a node that cannot be deleted
+// would block everyone until its session ends. ZooKeeper checks the
+// permission before it looks for the node, so deleting a name that cannot
+// exist tells, in one request, without a trace. A missing directory is
+// created with the lock's own ACL; where that ACL does not let everyone
+// delete, the check is made again once it exists (see create).
+func (l *RWLock) checkDeletable(ctx context.Context, c *client) error {
+	if l.deletable.Load() {
+		return nil
+	}
+	r := c.delete(ctx, l.path+"/zkrwlock-acl-check-"+newGUID(), nil)
+	switch {
+	case errors.Is(r.err, zk.ErrNoAuth):
+		return fmt.Errorf("%w: this client may not delete nodes in %s (the directory's ACL lacks DELETE for it), "+
+			"so it could never release a grant there", zk.ErrNoAuth, l.path)
+	case errors.Is(r.err, zk.ErrNoNode):
+		l.deletable.Store(true)
+	}
+	return nil // any other failure, the acquisition meets again
+}
+
+// worldCanDelete reports whether acl lets anyone delete children.
+func worldCanDelete(acl []zk.ACL) bool {
+	return slices.ContainsFunc(acl, func(a zk.ACL) bool {
+		return a.Scheme == "world" && a.ID == "anyone" && a.Perms&zk.PermDelete != 0
+	})
+}
