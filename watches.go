@@ -43,7 +43,7 @@ type watchEntry struct {
 	session int64           // the session that set it
 	raw     <-chan zk.Event // go-zookeeper's channel
 	fired   chan struct{}   // closed when the event has come
-	event   zk.Event      // the event; set before fired is closed
+	event   zk.Event        // the event; set before fired is closed
 
 	mu   sync.Mutex
 	subs map[*func(zk.Event)]struct{} // callbacks to run when it fires
