@@ -18,7 +18,9 @@ var leaderTrials = flag.Int("leader.trials", 4,
 // A holder with a long session (10s) on the leader of a 3-member ensemble
 // keeps its grant when the leader dies by kill -9: the session lives on
 // the ensemble, not the member, and the client is back on another member
-// after the election (0.5–3s here), well within what its lease allows. Each
+// after the election and go-zookeeper's 1s pause between rounds of its
+// server list: about a second on an idle machine, a few on a loaded one,
+// well within what its lease allows. Each
 // trial puts a new holder on the current leader, kills it, waits for a new
 // leader and for the holder's session (a fresh request answered), restarts
 // the member, and requires the grant held past the moment a lease taken
