@@ -26,7 +26,7 @@ import (
 // notification or ping reply shows that the server sent something, not
 // that it heard from the holder.
 
-var leaseReps = flag.Int("lease.reps", 3, "repetitions of each cut-after-a-frame test")
+var leaseReps = flag.Int("lease.reps", 3, "repetitions of each cut-after-a-frame test and of TestFaultPausedHolder")
 
 // The session timeout of the cut-after-a-frame tests. go-zookeeper pings
 // every T/3; a partition late in that cycle, right after a notification,
@@ -169,9 +169,10 @@ func TestFaultCutAfterPingReply(t *testing.T) {
 
 // lateInPingCycle waits for the next ping reply to reach the holder through
 // p, then until just before the holder's next ping (go-zookeeper pings
-// every third of the session timeout): the moment of the cycle when the
-// server last heard from the holder longest ago. That waiting places the
-// fault; it returns the time of the ping reply.
+// every third of the session timeout): for a client that sends nothing
+// else, the moment of the cycle when the server last heard from it longest
+// ago. That waiting places the fault; it returns the time of the ping
+// reply.
 func lateInPingCycle(t *testing.T, p *faultproxy.Proxy, timeout time.Duration) time.Time {
 	t.Helper()
 	var at time.Time
