@@ -1,7 +1,9 @@
 // Package faultproxy is a TCP proxy for fault tests: put it between one
 // client and its server, then partition them (Blackhole), drop their
 // connections (Cut) or make the server unreachable (Refuse), all on
-// 127.0.0.1.
+// 127.0.0.1. A framed proxy ([NewFramed]) understands ZooKeeper's framing
+// and can start a partition right after a chosen kind of frame
+// ([Proxy.BlackholeAfter]).
 package faultproxy
 
 import (
@@ -23,6 +25,7 @@ type Proxy struct {
 	ln        net.Listener
 	ctx       context.Context // cancelled by Close, to stop dialing the target
 	cancel    context.CancelFunc
+	framed    bool // forwards whole ZooKeeper frames; see NewFramed
 	blackhole atomic.Bool
 	refuse    atomic.Bool
 	wg        sync.WaitGroup // the accept loop and every connection's goroutines
@@ -30,16 +33,19 @@ type Proxy struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{} // both ends of every open connection; guarded by mu
 	closed bool                  // guarded by mu
+	taps   []*tap                // waiting for a server frame; guarded by mu
 }
 
 // New starts a proxy on a free 127.0.0.1 port that forwards to target.
-func New(target string) (*Proxy, error) {
+func New(target string) (*Proxy, error) { return newProxy(target, false) }
+
+func newProxy(target string, framed bool) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Proxy{target: target, ln: ln, ctx: ctx, cancel: cancel, conns: make(map[net.Conn]struct{})}
+	p := &Proxy{target: target, ln: ln, ctx: ctx, cancel: cancel, framed: framed, conns: make(map[net.Conn]struct{})}
 	p.wg.Go(p.acceptLoop)
 	return p, nil
 }
@@ -47,7 +53,19 @@ func New(target string) (*Proxy, error) {
 // Start starts a proxy to target for the test and closes it in t.Cleanup.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
-	p, err := New(target)
+	return started(t, New, target)
+}
+
+// StartFramed starts a framed proxy (see [NewFramed]) to target for the
+// test and closes it in t.Cleanup.
+func StartFramed(t testing.TB, target string) *Proxy {
+	t.Helper()
+	return started(t, NewFramed, target)
+}
+
+func started(t testing.TB, newFn func(string) (*Proxy, error), target string) *Proxy {
+	t.Helper()
+	p, err := newFn(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,9 +158,17 @@ func (p *Proxy) serve(client net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		p.forward(server, client)
+		if p.framed {
+			p.forwardFrames(server, client, false)
+		} else {
+			p.forward(server, client)
+		}
 	}()
-	p.forward(client, server)
+	if p.framed {
+		p.forwardFrames(client, server, true)
+	} else {
+		p.forward(client, server)
+	}
 	<-done
 }
 
