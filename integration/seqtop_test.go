@@ -105,6 +105,7 @@ func TestSequenceCounterAtItsEnd(t *testing.T) {
 		l := c.lock(t, dir)
 		ctx := testContext(t)
 		var granted []int32
+		failed := 0
 		for i := range 6 {
 			acquire := l.Lock
 			if i%2 == 1 {
@@ -113,20 +114,26 @@ func TestSequenceCounterAtItsEnd(t *testing.T) {
 			g, err := acquire(ctx)
 			if err == nil {
 				n, _ := seqOf(g.Node())
-				granted = append(granted, n)
 				t.Logf("acquisition %d: granted %s", i, nodeName(g.Node()))
 				require.NoError(t, g.Release(ctx))
+				require.Zero(t, failed, "acquisition %d was granted after one failed at the top", i)
 				require.Less(t, n, int32(top), "acquisition %d was granted %s: at the top of the counter, "+
 					"its number may be shared with a later node", i, nodeName(g.Node()))
 				require.GreaterOrEqual(t, n, int32(top-3))
+				granted = append(granted, n)
 				continue
 			}
 			t.Logf("acquisition %d: %v", i, err)
 			requireFreshDirError(t, err)
 			requireNoNodeOf(t, c, dir)
-			require.GreaterOrEqual(t, i, 3, "the first three numbers are below the top")
+			failed++
 		}
-		require.Equal(t, []int32{top - 3, top - 2, top - 1}, granted)
+		// Three numbers are left below the top (fewer if the lock creates
+		// other children, which count too): at least three acquisitions
+		// fail, and the first is granted.
+		require.NotEmpty(t, granted)
+		require.True(t, slices.IsSorted(granted), "%v", granted)
+		require.GreaterOrEqual(t, failed, 3)
 	})
 
 	t.Run("duplicate numbers never make two writers", func(t *testing.T) {
