@@ -9,7 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Tests of the command line itself; they need no ZooKeeper server.
+// Tests of the command line itself, in process; they need no ZooKeeper
+// server.
 
 func TestHelp(t *testing.T) {
 	for _, tc := range []struct {
@@ -27,7 +28,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"dev", "--help"}, []string{"--servers", "--log", "Ctrl-C"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			r := runCLI(t, nil, tc.args...)
+			r := runIn(t, nil, tc.args...)
 			require.Equal(t, 0, r.code, r.stderr)
 			require.Contains(t, r.stdout, "Usage: zkrwlock")
 			require.Empty(t, r.stderr)
@@ -63,7 +64,7 @@ func TestUsageErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A closed port: none of these may get as far as connecting.
-			r := runCLI(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, tc.args...)
+			r := runIn(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, tc.args...)
 			require.Equal(t, exitUsage, r.code, r.stderr)
 			require.Contains(t, r.stderr, tc.want)
 			if tc.args != nil {
@@ -76,7 +77,7 @@ func TestUsageErrors(t *testing.T) {
 
 func TestCommandNotFound(t *testing.T) {
 	// Checked before connecting: no point in queueing for a typo.
-	r := runCLI(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, "exec", "--write", "/locks/x", "--", "no-such-command-zkrwlock")
+	r := runIn(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, "exec", "--write", "/locks/x", "--", "no-such-command-zkrwlock")
 	require.Equal(t, exitNotFound, r.code, r.stderr)
 	requireOneLine(t, r.stderr)
 	require.Contains(t, r.stderr, "command not found")
@@ -93,7 +94,7 @@ func TestUnreachableServer(t *testing.T) {
 		{"queue", "--json", "/locks/x"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
-			r := runCLI(t, nil, append([]string{args[0], "--zk", addr}, args[1:]...)...)
+			r := runIn(t, nil, append([]string{args[0], "--zk", addr}, args[1:]...)...)
 			require.Equal(t, exitUnavailable, r.code, r.stderr)
 			requireOneLine(t, r.stderr)
 			require.Contains(t, r.stderr, "cannot reach ZooKeeper at "+addr)
@@ -105,7 +106,7 @@ func TestUnreachableServer(t *testing.T) {
 	}
 
 	t.Run("connect-timeout", func(t *testing.T) {
-		r := runCLI(t, nil, "queue", "--zk", addr, "--connect-timeout", "500ms", "/locks/x")
+		r := runIn(t, nil, "queue", "--zk", addr, "--connect-timeout", "500ms", "/locks/x")
 		require.Equal(t, exitUnavailable, r.code, r.stderr)
 		require.Less(t, r.took, 5*time.Second)
 	})

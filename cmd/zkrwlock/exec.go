@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -50,6 +48,7 @@ leaves in the background do not hold it.
 ` + exitCodes
 
 type execOptions struct {
+	std     stdio
 	conn    connFlags
 	write   bool
 	read    bool
@@ -64,9 +63,9 @@ type execOptions struct {
 	mode rwlock.Mode
 }
 
-func runExec(args []string) int {
+func runExec(std stdio, args []string) int {
 	const prog = "zkrwlock exec"
-	var o execOptions
+	o := execOptions{std: std}
 	fs := newFlagSet("exec")
 	fs.BoolVar(&o.write, "write", false, "take the lock exclusively")
 	fs.BoolVar(&o.read, "read", false, "take the lock shared")
@@ -77,7 +76,7 @@ func runExec(args []string) int {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
 	o.conn.register(fs)
 
-	pos, rest, err := parse(fs, execUsage, args, 1)
+	pos, rest, err := parse(std.out, fs, execUsage, args, 1)
 	if errors.Is(err, errHelp) {
 		return 0
 	}
@@ -85,11 +84,11 @@ func runExec(args []string) int {
 		err = o.validate(pos, rest)
 	}
 	if err != nil {
-		return report(prog, err)
+		return report(std.err, prog, err)
 	}
 	code, err := o.run(prog)
 	if err != nil {
-		return report(prog, err)
+		return report(std.err, prog, err)
 	}
 	return code
 }
@@ -119,10 +118,6 @@ func (o *execOptions) validate(pos, rest []string) error {
 	return checkPath(o.path)
 }
 
-// forwarded are the signals that end a wait, and that are passed on to the
-// command while it runs.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
-
 // run takes the lock, runs the command and releases the lock. It returns
 // the command's exit code, or a failure.
 func (o *execOptions) run(prog string) (int, error) {
@@ -134,7 +129,7 @@ func (o *execOptions) run(prog string) (int, error) {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	log := o.conn.logger()
+	log := o.conn.logger(o.std.err)
 	ctx, stop := interruptible(context.Background(), sigs)
 	conn, err := o.conn.dial(ctx)
 	if err != nil {
@@ -157,7 +152,7 @@ func (o *execOptions) run(prog string) (int, error) {
 	g, err := o.acquire(ctx, prog, l, conn)
 	if sig := stop(); sig != nil && err == nil {
 		// The signal came as the lock was granted: honour it.
-		release(prog, g)
+		o.release(prog, g)
 		return 0, interruptedErr(sig, "as the %s lock on %s was granted; released it", o.mode, o.path)
 	}
 	if err != nil {
@@ -175,7 +170,7 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 		defer cancel()
 	}
 	p := &progress{
-		l: l, session: conn.SessionID, w: os.Stderr, prog: prog,
+		l: l, session: conn.SessionID, w: o.std.err, prog: prog,
 		delay: time.Second, interval: time.Second, repeat: 10 * time.Second,
 	}
 	if !o.quiet && !o.noWait {
@@ -197,7 +192,7 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 	printed := !o.quiet && !o.noWait && p.stop()
 	if err == nil {
 		if printed {
-			printLine(os.Stderr, prog, fmt.Sprintf("acquired the %s lock on %s after %v", o.mode, o.path,
+			printLine(o.std.err, prog, fmt.Sprintf("acquired the %s lock on %s after %v", o.mode, o.path,
 				time.Since(begin).Round(100*time.Millisecond)))
 		}
 		return g, nil
@@ -249,30 +244,30 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, g *rwlock.Grant, sig
 	token := g.Token()
 	lost := g.Done()
 	if err := g.Err(); err != nil || token == 0 {
-		release(prog, g)
+		o.release(prog, g)
 		return 0, fail(exitLost, "lost the %s lock on %s before the command started: %v", o.mode, o.path, g.Err())
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.std.in, o.std.out, o.std.err
 	cmd.Env = append(os.Environ(),
 		"ZKRWLOCK_TOKEN="+strconv.FormatInt(token, 10),
 		"ZKRWLOCK_NODE="+g.Node(),
 	)
 	c, err := startChild(cmd)
 	if err != nil {
-		release(prog, g)
+		o.release(prog, g)
 		return 0, startFailure(o.argv[0], err)
 	}
 	res := c.supervise(lost, sigs, o.grace, func() {
-		printLine(os.Stderr, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
+		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
 			"sent SIGTERM to the command, SIGKILL follows in %v", o.mode, o.path, g.Err(), o.grace))
 	}, func() {
-		printLine(os.Stderr, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL", o.grace))
+		printLine(o.std.err, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL", o.grace))
 	})
 	if !res.lost && g.Err() != nil && !errors.Is(g.Err(), rwlock.ErrReleased) {
 		res.lost = true
-		printLine(os.Stderr, prog, fmt.Sprintf("lost the %s lock on %s as the command exited (%v)", o.mode, o.path, g.Err()))
+		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s as the command exited (%v)", o.mode, o.path, g.Err()))
 	}
-	release(prog, g)
+	o.release(prog, g)
 	if res.lost {
 		return 0, fail(exitLost, "the command was stopped because the %s lock on %s was lost", o.mode, o.path)
 	}
@@ -281,11 +276,11 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, g *rwlock.Grant, sig
 
 // release releases g, and says so when it cannot: then the node goes when
 // the session ends, which closing the connection does next.
-func release(prog string, g *rwlock.Grant) {
+func (o *execOptions) release(prog string, g *rwlock.Grant) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := g.Release(ctx); err != nil {
-		printLine(os.Stderr, prog, fmt.Sprintf("release: %v (the node goes with the session, which ends now)", err))
+		printLine(o.std.err, prog, fmt.Sprintf("release: %v (the node goes with the session, which ends now)", err))
 	}
 }
 
@@ -295,55 +290,4 @@ func startFailure(name string, err error) error {
 		return fail(exitNotFound, "%s: command not found", name)
 	}
 	return fail(exitCannotRun, "cannot run %s: %v", name, err)
-}
-
-// interrupted is the cause of a wait ended by a signal.
-type interrupted struct{ sig os.Signal }
-
-func (i *interrupted) Error() string { return "interrupted by " + signalName(i.sig) }
-
-func interruptedErr(sig os.Signal, format string, args ...any) error {
-	code := exitSignalBase + int(sig.(syscall.Signal))
-	return fail(code, "interrupted by %s %s", signalName(sig), fmt.Sprintf(format, args...))
-}
-
-func signalName(sig os.Signal) string {
-	switch sig {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	case syscall.SIGQUIT:
-		return "SIGQUIT"
-	}
-	return sig.String()
-}
-
-// interruptible returns a context that ends, with an *interrupted cause,
-// at the first signal on sigs. stop ends the watch and returns that
-// signal, if one came; later signals stay in sigs.
-func interruptible(parent context.Context, sigs <-chan os.Signal) (context.Context, func() os.Signal) {
-	ctx, cancel := context.WithCancelCause(parent)
-	done := make(chan struct{})
-	var got os.Signal
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case s := <-sigs:
-			got = s
-			cancel(&interrupted{s})
-		case <-done:
-		}
-	})
-	var once sync.Once
-	return ctx, func() os.Signal {
-		once.Do(func() {
-			close(done)
-			wg.Wait()
-			cancel(nil)
-		})
-		return got
-	}
 }

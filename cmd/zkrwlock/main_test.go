@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,8 +26,11 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 )
 
-// The tests build the command once and run it as a subprocess, as an
-// operator would, against a ZooKeeper server they start themselves.
+// The tests run the command against a ZooKeeper server they start
+// themselves: in this process (runIn) when it reads its arguments and
+// writes its output and nothing more, and else as a subprocess built once
+// (start, runCLI), as an operator would run it, for what needs a process of
+// its own: signals sent to it, the command exec runs, its death.
 
 // binary is the zkrwlock built by TestMain (with -race when the tests run
 // with it).
@@ -174,6 +179,47 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 func runCLI(t *testing.T, env []string, args ...string) outcome {
 	t.Helper()
 	return start(t, env, args...).wait(t, runTimeout)
+}
+
+// runIn runs zkrwlock's entry point in this process to completion, with
+// the environment of start (and env, "KEY=value" each, set for the test),
+// stdin from /dev/null, and stdout and stderr captured.
+func runIn(t *testing.T, env []string, args ...string) outcome {
+	t.Helper()
+	servers := ""
+	if c := shared.Started(); c != nil {
+		servers = c.ConnectString()
+	}
+	t.Setenv("ZOOKEEPER_SERVERS", servers)
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	dir := t.TempDir()
+	open := func(name string) *os.File {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	in, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer in.Close()
+	out, errOut := open("stdout"), open("stderr")
+	// The connection flags set the default logger, which redirects the log
+	// package too: put both back for the tests that follow.
+	defer slog.SetDefault(slog.Default())
+	defer log.SetFlags(log.Flags())
+	defer log.SetOutput(log.Writer())
+
+	begin := time.Now()
+	code := run(stdio{in, out, errOut}, args)
+	r := outcome{code: code, took: time.Since(begin)}
+	r.stdout, r.stderr = readFile(t, out.Name()), readFile(t, errOut.Name())
+	if r.stderr != "" {
+		t.Logf("zkrwlock %s: stderr:\n%s", strings.Join(args, " "), r.stderr)
+	}
+	return r
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader at once.

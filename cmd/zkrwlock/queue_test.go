@@ -40,7 +40,7 @@ func TestQueue(t *testing.T) {
 	waitFor(t, 30*time.Second, "writer-B to queue", func() bool { return len(children(t, connA, path)) == 2 })
 
 	t.Run("text", func(t *testing.T) {
-		r := runCLI(t, nil, "queue", path)
+		r := runIn(t, nil, "queue", path)
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Empty(t, r.stderr)
 		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
@@ -57,7 +57,7 @@ func TestQueue(t *testing.T) {
 	})
 
 	t.Run("json", func(t *testing.T) {
-		r := runCLI(t, nil, "queue", path, "--json") // flags may follow PATH
+		r := runIn(t, nil, "queue", path, "--json") // flags may follow PATH
 		require.Equal(t, 0, r.code, r.stderr)
 		var entries []map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &entries), r.stdout)
@@ -89,10 +89,10 @@ func TestQueue(t *testing.T) {
 	})
 
 	t.Run("empty", func(t *testing.T) {
-		r := runCLI(t, nil, "queue", "--json", path+"-nobody")
+		r := runIn(t, nil, "queue", "--json", path+"-nobody")
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Equal(t, "[]\n", r.stdout)
-		r = runCLI(t, nil, "queue", path+"-nobody")
+		r = runIn(t, nil, "queue", path+"-nobody")
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Contains(t, r.stdout, "no holders, no waiters")
 	})
