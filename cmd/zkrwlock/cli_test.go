@@ -2,6 +2,8 @@ package main
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -75,12 +77,41 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// commandCases are commands that cannot run, with the exit code and the
+// message a shell gives them.
+func commandCases(t *testing.T) []struct {
+	name, command string
+	code          int
+	want          string
+} {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "job.sh")
+	require.NoError(t, os.WriteFile(notExec, []byte("#!/bin/sh\necho ran\n"), 0o644))
+	return []struct {
+		name, command string
+		code          int
+		want          string
+	}{
+		{"bare name not in PATH", "no-such-command-zkrwlock", exitNotFound, "no-such-command-zkrwlock: command not found"},
+		{"absolute path not found", filepath.Join(dir, "missing.sh"), exitNotFound, "no such file or directory"},
+		{"relative path not found", "./no-such-job-zkrwlock", exitNotFound, "./no-such-job-zkrwlock: no such file or directory"},
+		{"not executable", notExec, exitCannotRun, "permission denied"},
+		{"a directory", dir, exitCannotRun, "is a directory"},
+		{"under a file", notExec + "/x", exitCannotRun, "not a directory"},
+	}
+}
+
 func TestCommandNotFound(t *testing.T) {
-	// Checked before connecting: no point in queueing for a typo.
-	r := runIn(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, "exec", "--write", "/locks/x", "--", "no-such-command-zkrwlock")
-	require.Equal(t, exitNotFound, r.code, r.stderr)
-	requireOneLine(t, r.stderr)
-	require.Contains(t, r.stderr, "command not found")
+	// Checked before connecting (the port is closed): a bare name is
+	// looked up in $PATH, anything with a slash is a path, as in a shell.
+	for _, tc := range commandCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runIn(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, "exec", "--write", "/locks/x", "--", tc.command)
+			require.Equal(t, tc.code, r.code, r.stderr)
+			requireOneLine(t, r.stderr)
+			require.Contains(t, r.stderr, tc.want)
+		})
+	}
 }
 
 func TestUnreachableServer(t *testing.T) {

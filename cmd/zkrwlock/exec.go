@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -115,14 +114,17 @@ func (o *execOptions) validate(pos, rest []string) error {
 	if o.write {
 		o.mode = rwlock.Write
 	}
-	return checkPath(o.path)
+	if err := checkPath(o.path); err != nil {
+		return err
+	}
+	return checkCommand(o.argv[0])
 }
 
 // run takes the lock, runs the command and releases the lock. It returns
 // the command's exit code, or a failure.
 func (o *execOptions) run(prog string) (int, error) {
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
-	if cmd.Err != nil { // not found: no point in queueing
+	if cmd.Err != nil { // checkCommand passed, but $PATH may have changed since
 		return 0, startFailure(o.argv[0], cmd.Err)
 	}
 	sigs := make(chan os.Signal, 8)
@@ -282,12 +284,4 @@ func (o *execOptions) release(prog string, g *rwlock.Grant) {
 	if err := g.Release(ctx); err != nil {
 		printLine(o.std.err, prog, fmt.Sprintf("release: %v (the node goes with the session, which ends now)", err))
 	}
-}
-
-// startFailure is the failure for a command that could not be started.
-func startFailure(name string, err error) error {
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-		return fail(exitNotFound, "%s: command not found", name)
-	}
-	return fail(exitCannotRun, "cannot run %s: %v", name, err)
 }

@@ -137,6 +137,24 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
+func TestCommandCheckedBeforeQueueing(t *testing.T) {
+	// A command that cannot run fails at once, even behind a holder: it
+	// does not wait its turn, take the lock, and only then fail.
+	server(t)
+	path := lockPath(t)
+	holder := hold(t, path, rwlock.Write, "holder-C")
+	conn := client(t)
+	for _, tc := range commandCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runIn(t, nil, "exec", "--read", "--timeout", "5s", path, "--", tc.command)
+			require.Equal(t, tc.code, r.code, r.stderr)
+			require.Contains(t, r.stderr, tc.want)
+			require.Less(t, r.took, 5*time.Second, "it waited for the lock")
+			require.Equal(t, []string{filepath.Base(holder.Node())}, children(t, conn, path), "it queued")
+		})
+	}
+}
+
 func TestTimeout(t *testing.T) {
 	server(t)
 	path := lockPath(t)
