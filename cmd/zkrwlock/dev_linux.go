@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/zkrwlock/rwlock/internal/zkserver"
@@ -17,7 +16,7 @@ func dev(std stdio, servers int, logServer bool) error {
 		return fail(exitUnavailable, "%v; on Debian or Ubuntu: sudo apt-get install zookeeper", err)
 	}
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	notify(sigs, interrupts...)
 	defer signal.Stop(sigs)
 	cfg := zkserver.Config{Servers: servers}
 	if logServer {

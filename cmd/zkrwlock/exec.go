@@ -40,8 +40,10 @@ COMMAND runs in a process group of its own (on a terminal, the foreground
 one), so that a lost lock stops everything it started. SIGINT, SIGTERM,
 SIGHUP and SIGQUIT sent to zkrwlock are passed on to that group while it
 runs; while connecting or waiting they make zkrwlock leave the queue and
-exit 128+n. If zkrwlock itself is killed (kill -9), COMMAND's first process
-gets SIGTERM (on Linux). The lock is held until COMMAND exits: processes it
+exit 128+n. A signal ignored when zkrwlock starts stays ignored, by zkrwlock
+and by COMMAND: under nohup, SIGHUP; in a background job of a script,
+SIGINT. If zkrwlock itself is killed (kill -9), COMMAND's first process gets
+SIGTERM (on Linux). The lock is held until COMMAND exits: processes it
 leaves in the background do not hold it.
 
 ` + exitCodes
@@ -128,7 +130,7 @@ func (o *execOptions) run(prog string) (int, error) {
 		return 0, startFailure(o.argv[0], cmd.Err)
 	}
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
 	log := o.conn.logger(o.std.err)

@@ -115,7 +115,15 @@ const runTimeout = 2 * time.Minute
 // kills it (by its pid) if it still runs, and waits for it.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	return startVia(t, nil, env, args...)
+}
+
+// startVia starts zkrwlock as start does, through the command prefix
+// (nohup, say), which must exec it: the process is zkrwlock's.
+func startVia(t *testing.T, prefix, env []string, args ...string) *proc {
+	t.Helper()
+	argv := append(append(slices.Clone(prefix), binary), args...)
+	p := &proc{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
 	p.cmd.Env = append(baseEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.WaitDelay = 5 * time.Second // for leftovers of a killed command that keep the pipes open

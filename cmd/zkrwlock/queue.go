@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -80,7 +79,7 @@ func runQueue(std stdio, args []string) int {
 
 func showQueue(std stdio, cf *connFlags, path string, asJSON bool) error {
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	notify(sigs, interrupts...)
 	defer signal.Stop(sigs)
 	ctx, stop := interruptible(context.Background(), sigs)
 	defer stop()

@@ -4,13 +4,39 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"sync"
 	"syscall"
 )
 
-// forwarded are the signals that end a wait, and that are passed on to the
-// command while it runs.
+// forwarded are the signals that end exec's wait, and that are passed on to
+// the command while it runs.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// interrupts are the signals that end the other commands' waits.
+var interrupts = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// notify relays sigs to c, except those ignored when zkrwlock started, which
+// stay ignored. nohup ignores SIGHUP, and a shell without job control
+// starts a background job with SIGINT (and SIGQUIT) ignored, so that a
+// hangup or a Ctrl-C does not reach it: catching them would undo that for
+// zkrwlock and, worse, for the command exec runs, which inherits an ignored
+// signal only if zkrwlock leaves it ignored (a caught one is reset to the
+// default in the child).
+//
+// Go reports only SIGHUP and SIGINT as ignored at start; it catches SIGTERM
+// and SIGQUIT whatever their disposition, so those are always relayed.
+func notify(c chan<- os.Signal, sigs ...os.Signal) {
+	var caught []os.Signal
+	for _, sig := range sigs {
+		if !signal.Ignored(sig) {
+			caught = append(caught, sig)
+		}
+	}
+	if len(caught) > 0 { // signal.Notify(c) with none would relay every signal
+		signal.Notify(c, caught...)
+	}
+}
 
 // interrupted is the cause of a wait ended by a signal.
 type interrupted struct{ sig os.Signal }
