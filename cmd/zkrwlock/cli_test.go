@@ -21,7 +21,7 @@ func TestHelp(t *testing.T) {
 	}{
 		{[]string{"--help"}, []string{"exec", "queue", "dev", "ZOOKEEPER_SERVERS", "111"}},
 		{[]string{"help"}, []string{"exec", "queue", "dev"}},
-		{[]string{"exec", "--help"}, []string{"--write", "--read", "--timeout", "--no-wait", "--grace", "--owner",
+		{[]string{"exec", "--help"}, []string{"--write", "--read", "--timeout", "--timeout 0 does not wait", "--no-wait", "--grace", "--owner",
 			"--quiet", "--zk", "--connect-timeout", "--session-timeout", "--debug", "ZKRWLOCK_TOKEN", "ZKRWLOCK_NODE",
 			"64", "69", "75", "111", "126", "127", "130"}},
 		{[]string{"exec", "-h"}, []string{"--write"}},

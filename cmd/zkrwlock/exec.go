@@ -20,9 +20,20 @@ const execUsage = `Usage: zkrwlock exec (--write | --read) [flags] PATH [--] COM
 Takes the lock whose directory is PATH (exclusive with --write, shared with
 --read), runs COMMAND while holding it, releases it when COMMAND exits, and
 exits with COMMAND's status. Waiters queue in order (FIFO); a waiting writer
-holds back the readers that come after it. While waiting longer than a
-second it prints a progress line on stderr ("waiting: 2 ahead, holder
-write-0000000007 owned by host:pid").
+holds back the readers that come after it. Without --timeout or --no-wait
+it waits as long as it takes; --timeout 0 does not wait, as --no-wait.
+
+While it waits longer than a second, it says why on stderr, when that
+changes and every 10s otherwise (--quiet: never):
+
+  waiting: 2 ahead, holder write-0000000007 owned by host:pid (3s)
+  waiting: nothing holds read-0000000009 back any more: it is being granted (3s)
+  waiting: not queued yet; nobody holds the lock (3s)
+
+"Ahead" counts the nodes before ours in the queue. "Being granted": what
+was ahead has gone and the lock is ours in a moment; if that lasts,
+ZooKeeper is slow to answer. "Not queued yet": our node is not created yet,
+or is being created again after our session expired.
 
 If the lock is lost while COMMAND runs (its node deleted, the session
 expired, or ZooKeeper out of reach for about a fifth of --session-timeout),
@@ -55,6 +66,7 @@ type execOptions struct {
 	read    bool
 	timeout time.Duration
 	noWait  bool
+	giveUp  string // the flag that said not to wait: --no-wait or --timeout 0
 	grace   time.Duration
 	owner   string
 	quiet   bool
@@ -70,7 +82,8 @@ func runExec(std stdio, args []string) int {
 	fs := newFlagSet("exec")
 	fs.BoolVar(&o.write, "write", false, "take the lock exclusively")
 	fs.BoolVar(&o.read, "read", false, "take the lock shared")
-	fs.DurationVar(&o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); default: wait as long as it takes")
+	fs.DurationVar(&o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); 0 gives up at once, "+
+		"as --no-wait (and flock -w 0) do; without it, wait as long as it takes")
 	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is taken (exit 75)")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, time between SIGTERM and SIGKILL to the command")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
@@ -82,7 +95,7 @@ func runExec(std stdio, args []string) int {
 		return 0
 	}
 	if err == nil {
-		err = o.validate(pos, rest)
+		err = o.validate(pos, rest, given(fs))
 	}
 	if err != nil {
 		return report(std.err, prog, err)
@@ -94,7 +107,9 @@ func runExec(std stdio, args []string) int {
 	return code
 }
 
-func (o *execOptions) validate(pos, rest []string) error {
+// validate checks the arguments and settles the mode and whether to wait.
+// given holds the flags set on the command line.
+func (o *execOptions) validate(pos, rest []string, given map[string]bool) error {
 	switch {
 	case o.write == o.read:
 		return fail(exitUsage, "give exactly one of --write and --read")
@@ -108,6 +123,14 @@ func (o *execOptions) validate(pos, rest []string) error {
 		return fail(exitUsage, "give --no-wait or --timeout, not both")
 	case o.grace < 0:
 		return fail(exitUsage, "--grace must not be negative")
+	}
+	switch {
+	case o.noWait:
+		o.giveUp = "--no-wait"
+	case given["timeout"] && o.timeout == 0:
+		// A bound of no time at all, not none: "--timeout 0s" read as
+		// "wait forever" would let cron jobs pile up.
+		o.noWait, o.giveUp = true, "--timeout 0"
 	}
 	if err := o.conn.validate(); err != nil {
 		return err
@@ -210,8 +233,8 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 		return nil, fail(exitTimeout, "timed out after %v waiting for the %s lock on %s (%s); left the queue",
 			o.timeout, o.mode, o.path, holdersNow(l))
 	case errors.Is(err, rwlock.ErrWouldBlock):
-		return nil, fail(exitTimeout, "the %s lock on %s is not free (%s) and --no-wait was given",
-			o.mode, o.path, holdersNow(l))
+		return nil, fail(exitTimeout, "the %s lock on %s is not free (%s) and %s was given",
+			o.mode, o.path, holdersNow(l), o.giveUp)
 	}
 	return nil, fail(exitUnavailable, "waiting for the %s lock on %s: %s", o.mode, o.path, describeZKError(err))
 }

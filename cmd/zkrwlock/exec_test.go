@@ -179,6 +179,23 @@ func TestTimeout(t *testing.T) {
 		require.Empty(t, r.stdout)
 		require.Equal(t, []string{filepath.Base(holder.Node())}, children(t, conn, path), "node left behind")
 	})
+	// --timeout 0 waits no time at all, as flock -w 0 does, not forever.
+	for _, args := range [][]string{{"--timeout", "0s"}, {"--timeout", "0"}, {"--timeout", "0s", "--no-wait"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			p := start(t, nil, append(append([]string{"exec", "--read"}, args...), path, "--", "echo", "ran")...)
+			r := p.wait(t, 30*time.Second)
+			require.Equal(t, exitTimeout, r.code, r.stderr)
+			requireOneLine(t, r.stderr)
+			require.Contains(t, r.stderr, "is not free (holder write-")
+			require.Empty(t, r.stdout)
+			require.Equal(t, []string{filepath.Base(holder.Node())}, children(t, conn, path), "node left behind")
+		})
+	}
+	t.Run("timeout 0 on a free lock", func(t *testing.T) {
+		r := runCLI(t, nil, "exec", "--read", "--timeout", "0s", path+"-free", "--", "echo", "ran")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Equal(t, "ran\n", r.stdout)
+	})
 }
 
 func TestProgress(t *testing.T) {

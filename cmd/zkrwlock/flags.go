@@ -51,6 +51,13 @@ func parse(out io.Writer, fs *flag.FlagSet, usage string, args []string, npos in
 	return pos, args, nil
 }
 
+// given returns the names of the flags set on the command line.
+func given(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
 // printUsage writes the command's usage text and its flags, GNU style,
 // with each flag's help wrapped to fit 80 columns.
 func printUsage(w io.Writer, fs *flag.FlagSet, usage string) {

@@ -28,7 +28,7 @@ const exitCodes = `Exit status:
   69       ZooKeeper unavailable: no session within --connect-timeout, or a request failed
   75       exec: gave up waiting (--timeout, --no-wait); no node left behind
   111      exec: the lock was lost while the command ran; the command was terminated
-  126/127  exec: the command cannot be run / was not found (checked before queueing)
+  126/127  exec: the command cannot be run / was not found (before queueing)
   130/143  interrupted (SIGINT/SIGTERM) while connecting or waiting; no node left behind
 `
 
