@@ -19,14 +19,16 @@ func TestHelp(t *testing.T) {
 		args  []string
 		flags []string // each must be mentioned
 	}{
-		{[]string{"--help"}, []string{"exec", "queue", "dev", "ZOOKEEPER_SERVERS", "111"}},
-		{[]string{"help"}, []string{"exec", "queue", "dev"}},
+		{[]string{"--help"}, []string{"exec", "queue", "ls", "dev", "ZOOKEEPER_SERVERS", "111"}},
+		{[]string{"help"}, []string{"exec", "queue", "ls", "dev"}},
 		{[]string{"exec", "--help"}, []string{"--write", "--read", "--timeout", "--timeout 0 does not wait", "--no-wait", "--grace", "--owner",
 			"--quiet", "--zk", "--connect-timeout", "--session-timeout", "--debug", "ZKRWLOCK_TOKEN", "ZKRWLOCK_NODE",
 			"64", "69", "75", "111", "126", "127", "130"}},
 		{[]string{"exec", "-h"}, []string{"--write"}},
 		{[]string{"help", "exec"}, []string{"--write"}},
 		{[]string{"queue", "--help"}, []string{"--json", "--zk", "session_id", "age_seconds"}},
+		{[]string{"ls", "--help"}, []string{"--json", "--older-than", "--zk", "stuck", "oldest_holder", "oldest_waiter"}},
+		{[]string{"help", "ls"}, []string{"--older-than"}},
 		{[]string{"dev", "--help"}, []string{"--servers", "--log", "Ctrl-C"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -63,6 +65,10 @@ func TestUsageErrors(t *testing.T) {
 		{"queue extra argument", []string{"queue", "/locks/x", "/locks/y"}, "unexpected argument"},
 		{"chroot", []string{"queue", "--zk", "127.0.0.1:2181/app", "/locks/x"}, "chroot"},
 		{"dev servers", []string{"dev", "--servers", "2"}, "--servers"},
+		{"ls no prefix", []string{"ls", "--json"}, "missing PREFIX"},
+		{"ls extra argument", []string{"ls", "/locks", "/more"}, "unexpected argument"},
+		{"ls relative prefix", []string{"ls", "locks"}, "invalid path"},
+		{"ls negative age", []string{"ls", "--older-than", "-1h", "/locks"}, "--older-than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A closed port: none of these may get as far as connecting.
@@ -123,6 +129,7 @@ func TestUnreachableServer(t *testing.T) {
 	for _, args := range [][]string{
 		{"exec", "--write", "/locks/x", "--", "true"},
 		{"queue", "--json", "/locks/x"},
+		{"ls", "--json", "/locks"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
 			r := runIn(t, nil, append([]string{args[0], "--zk", addr}, args[1:]...)...)

@@ -3,6 +3,7 @@
 //
 //	zkrwlock exec --write /locks/schema -- ./migrate.sh   run a command under the lock
 //	zkrwlock queue /locks/schema                          who holds the lock, who waits
+//	zkrwlock ls --older-than 1h /locks                    every lock under /locks, stuck first
 //	zkrwlock dev                                          a throwaway local ZooKeeper
 //
 // Every command takes --help. Exit codes are documented in the usage text
@@ -25,6 +26,7 @@ Distributed read/write locks on Apache ZooKeeper, for shell scripts and cron.
 Commands:
   exec   take the lock, run a command while holding it, release it when it exits
   queue  show who holds the lock and who waits, in order
+  ls     list the locks under a prefix, stuck ones first
   dev    start a throwaway local ZooKeeper server until Ctrl-C
   help   show the usage of a command
 
@@ -47,6 +49,7 @@ type command struct {
 var commands = map[string]command{
 	"exec":  {runExec, execUsage},
 	"queue": {runQueue, queueUsage},
+	"ls":    {runLs, lsUsage},
 	"dev":   {runDev, devUsage},
 }
 

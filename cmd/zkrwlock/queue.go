@@ -116,21 +116,25 @@ func showQueue(std stdio, cf *connFlags, path string, asJSON bool) error {
 func writeJSON(w io.Writer, q []rwlock.Entry, now time.Time) error {
 	out := make([]queueEntry, 0, len(q))
 	for _, e := range q {
-		out = append(out, queueEntry{
-			Node:       e.Node,
-			Name:       nodeName(e.Node),
-			Mode:       e.Mode.String(),
-			Held:       e.Held,
-			Owner:      e.Owner,
-			SessionID:  sessionHex(e.SessionID),
-			Seq:        e.Seq,
-			Created:    e.Created.UTC(),
-			AgeSeconds: age(now, e.Created).Seconds(),
-		})
+		out = append(out, jsonEntry(e, now))
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+func jsonEntry(e rwlock.Entry, now time.Time) queueEntry {
+	return queueEntry{
+		Node:       e.Node,
+		Name:       nodeName(e.Node),
+		Mode:       e.Mode.String(),
+		Held:       e.Held,
+		Owner:      e.Owner,
+		SessionID:  sessionHex(e.SessionID),
+		Seq:        e.Seq,
+		Created:    e.Created.UTC(),
+		AgeSeconds: age(now, e.Created).Seconds(),
+	}
 }
 
 func writeTable(w io.Writer, path string, q []rwlock.Entry, now time.Time) error {

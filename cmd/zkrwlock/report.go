@@ -23,7 +23,7 @@ const (
 
 const exitCodes = `Exit status:
   N        exec: the command's own exit status (128+n if it died of signal n)
-  0        success (queue, dev, --help)
+  0        success (queue, ls, dev, --help)
   64       usage: bad flag or argument, invalid lock path
   69       ZooKeeper unavailable: no session within --connect-timeout, or a request failed
   75       exec: gave up waiting (--timeout, --no-wait); no node left behind
