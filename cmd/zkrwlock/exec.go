@@ -149,7 +149,7 @@ func (o *execOptions) validate(pos, rest []string, given map[string]bool) error 
 // the command's exit code, or a failure.
 func (o *execOptions) run(prog string) (int, error) {
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
-	if cmd.Err != nil { // checkCommand passed, but $PATH may have changed since
+	if cmd.Err != nil { // checkCommand passed, but the file may have gone since
 		return 0, startFailure(o.argv[0], cmd.Err)
 	}
 	sigs := make(chan os.Signal, 8)

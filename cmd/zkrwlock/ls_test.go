@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
@@ -14,36 +13,6 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 )
-
-// queueWaiter queues a waiter for the lock at path in mode on a session of
-// the test's own, and returns once its node is listed. It leaves the queue
-// when the test ends.
-func queueWaiter(t *testing.T, path string, mode rwlock.Mode, owner string) {
-	t.Helper()
-	conn := client(t)
-	before := len(children(t, conn, path))
-	l := lockOf(t, conn, path, rwlock.WithOwner(owner))
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var g *rwlock.Grant
-		var err error
-		if mode == rwlock.Write {
-			g, err = l.Lock(ctx)
-		} else {
-			g, err = l.RLock(ctx)
-		}
-		if err == nil { // the test ended before it was cancelled
-			g.Release(context.Background())
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	waitFor(t, 30*time.Second, owner+" to queue", func() bool { return len(children(t, conn, path)) == before+1 })
-}
 
 // lsEntry is ls --json's object, decoded.
 type lsEntry struct {

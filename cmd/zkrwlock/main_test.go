@@ -283,6 +283,45 @@ func hold(t *testing.T, path string, mode rwlock.Mode, owner string) *rwlock.Gra
 	return g
 }
 
+// queueWaiter queues a waiter for the lock at path in mode on a session of
+// the test's own, and returns that session's connection once its node is
+// listed. It leaves the queue when the test ends.
+func queueWaiter(t *testing.T, path string, mode rwlock.Mode, owner string) *zk.Conn {
+	t.Helper()
+	conn := client(t)
+	before := len(children(t, conn, path))
+	l := lockOf(t, conn, path, rwlock.WithOwner(owner))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var g *rwlock.Grant
+		var err error
+		if mode == rwlock.Write {
+			g, err = l.Lock(ctx)
+		} else {
+			g, err = l.RLock(ctx)
+		}
+		if err == nil { // the test ended before it was cancelled
+			g.Release(context.Background())
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	waitFor(t, 30*time.Second, owner+" to queue", func() bool { return len(children(t, conn, path)) == before+1 })
+	return conn
+}
+
+// sessionOf returns the session that owns g's node.
+func sessionOf(t *testing.T, g *rwlock.Grant) int64 {
+	t.Helper()
+	_, stat, err := client(t).Get(g.Node())
+	require.NoError(t, err)
+	return stat.EphemeralOwner
+}
+
 // children returns the children of a lock directory (none if it does not
 // exist), sorted.
 func children(t *testing.T, conn *zk.Conn, path string) []string {
