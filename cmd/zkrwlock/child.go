@@ -40,8 +40,12 @@ type child struct {
 }
 
 // startChild starts cmd in its own process group, as described above.
+// The terminal, if any, is cmd's stdin, which becomes the command's fd 0.
 func startChild(cmd *exec.Cmd) (*child, error) {
-	c := &child{cmd: cmd, tty: controllingTerminal(0), events: make(chan syscall.WaitStatus)}
+	c := &child{cmd: cmd, events: make(chan syscall.WaitStatus)}
+	if in, ok := cmd.Stdin.(*os.File); ok {
+		c.tty = controllingTerminal(int(in.Fd()))
+	}
 	fg := c.tty != nil && c.tty.foreground()
 	cmd.SysProcAttr = sysProcAttr(fg, 0)
 	started := make(chan error, 1)

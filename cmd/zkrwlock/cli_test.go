@@ -2,6 +2,8 @@ package main
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,25 +11,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Tests of the command line itself; they need no ZooKeeper server.
+// Tests of the command line itself, in process; they need no ZooKeeper
+// server.
 
 func TestHelp(t *testing.T) {
 	for _, tc := range []struct {
 		args  []string
 		flags []string // each must be mentioned
 	}{
-		{[]string{"--help"}, []string{"exec", "queue", "dev", "ZOOKEEPER_SERVERS", "111"}},
-		{[]string{"help"}, []string{"exec", "queue", "dev"}},
-		{[]string{"exec", "--help"}, []string{"--write", "--read", "--timeout", "--no-wait", "--grace", "--owner",
+		{[]string{"--help"}, []string{"exec", "queue", "ls", "dev", "ZOOKEEPER_SERVERS", "111"}},
+		{[]string{"help"}, []string{"exec", "queue", "ls", "dev"}},
+		{[]string{"exec", "--help"}, []string{"--write", "--read", "--timeout", "--timeout 0 does not wait", "--no-wait", "--grace", "--owner",
 			"--quiet", "--zk", "--connect-timeout", "--session-timeout", "--debug", "ZKRWLOCK_TOKEN", "ZKRWLOCK_NODE",
 			"64", "69", "75", "111", "126", "127", "130"}},
 		{[]string{"exec", "-h"}, []string{"--write"}},
 		{[]string{"help", "exec"}, []string{"--write"}},
 		{[]string{"queue", "--help"}, []string{"--json", "--zk", "session_id", "age_seconds"}},
+		{[]string{"ls", "--help"}, []string{"--json", "--older-than", "--zk", "stuck", "oldest_holder", "oldest_waiter"}},
+		{[]string{"help", "ls"}, []string{"--older-than"}},
 		{[]string{"dev", "--help"}, []string{"--servers", "--log", "Ctrl-C"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			r := runCLI(t, nil, tc.args...)
+			r := runIn(t, nil, tc.args...)
 			require.Equal(t, 0, r.code, r.stderr)
 			require.Contains(t, r.stdout, "Usage: zkrwlock")
 			require.Empty(t, r.stderr)
@@ -60,10 +65,14 @@ func TestUsageErrors(t *testing.T) {
 		{"queue extra argument", []string{"queue", "/locks/x", "/locks/y"}, "unexpected argument"},
 		{"chroot", []string{"queue", "--zk", "127.0.0.1:2181/app", "/locks/x"}, "chroot"},
 		{"dev servers", []string{"dev", "--servers", "2"}, "--servers"},
+		{"ls no prefix", []string{"ls", "--json"}, "missing PREFIX"},
+		{"ls extra argument", []string{"ls", "/locks", "/more"}, "unexpected argument"},
+		{"ls relative prefix", []string{"ls", "locks"}, "invalid path"},
+		{"ls negative age", []string{"ls", "--older-than", "-1h", "/locks"}, "--older-than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A closed port: none of these may get as far as connecting.
-			r := runCLI(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, tc.args...)
+			r := runIn(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, tc.args...)
 			require.Equal(t, exitUsage, r.code, r.stderr)
 			require.Contains(t, r.stderr, tc.want)
 			if tc.args != nil {
@@ -74,12 +83,41 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// commandCases are commands that cannot run, with the exit code and the
+// message a shell gives them.
+func commandCases(t *testing.T) []struct {
+	name, command string
+	code          int
+	want          string
+} {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "job.sh")
+	require.NoError(t, os.WriteFile(notExec, []byte("#!/bin/sh\necho ran\n"), 0o644))
+	return []struct {
+		name, command string
+		code          int
+		want          string
+	}{
+		{"bare name not in PATH", "no-such-command-zkrwlock", exitNotFound, "no-such-command-zkrwlock: command not found"},
+		{"absolute path not found", filepath.Join(dir, "missing.sh"), exitNotFound, "no such file or directory"},
+		{"relative path not found", "./no-such-job-zkrwlock", exitNotFound, "./no-such-job-zkrwlock: no such file or directory"},
+		{"not executable", notExec, exitCannotRun, "permission denied"},
+		{"a directory", dir, exitCannotRun, "is a directory"},
+		{"under a file", notExec + "/x", exitCannotRun, "not a directory"},
+	}
+}
+
 func TestCommandNotFound(t *testing.T) {
-	// Checked before connecting: no point in queueing for a typo.
-	r := runCLI(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, "exec", "--write", "/locks/x", "--", "no-such-command-zkrwlock")
-	require.Equal(t, exitNotFound, r.code, r.stderr)
-	requireOneLine(t, r.stderr)
-	require.Contains(t, r.stderr, "command not found")
+	// Checked before connecting (the port is closed): a bare name is
+	// looked up in $PATH, anything with a slash is a path, as in a shell.
+	for _, tc := range commandCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runIn(t, []string{"ZOOKEEPER_SERVERS=127.0.0.1:1"}, "exec", "--write", "/locks/x", "--", tc.command)
+			require.Equal(t, tc.code, r.code, r.stderr)
+			requireOneLine(t, r.stderr)
+			require.Contains(t, r.stderr, tc.want)
+		})
+	}
 }
 
 func TestUnreachableServer(t *testing.T) {
@@ -91,9 +129,10 @@ func TestUnreachableServer(t *testing.T) {
 	for _, args := range [][]string{
 		{"exec", "--write", "/locks/x", "--", "true"},
 		{"queue", "--json", "/locks/x"},
+		{"ls", "--json", "/locks"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
-			r := runCLI(t, nil, append([]string{args[0], "--zk", addr}, args[1:]...)...)
+			r := runIn(t, nil, append([]string{args[0], "--zk", addr}, args[1:]...)...)
 			require.Equal(t, exitUnavailable, r.code, r.stderr)
 			requireOneLine(t, r.stderr)
 			require.Contains(t, r.stderr, "cannot reach ZooKeeper at "+addr)
@@ -105,7 +144,7 @@ func TestUnreachableServer(t *testing.T) {
 	}
 
 	t.Run("connect-timeout", func(t *testing.T) {
-		r := runCLI(t, nil, "queue", "--zk", addr, "--connect-timeout", "500ms", "/locks/x")
+		r := runIn(t, nil, "queue", "--zk", addr, "--connect-timeout", "500ms", "/locks/x")
 		require.Equal(t, exitUnavailable, r.code, r.stderr)
 		require.Less(t, r.took, 5*time.Second)
 	})

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
@@ -21,15 +21,15 @@ func checkPath(path string) error {
 	return nil
 }
 
-// logger returns the logger for the lock: debug lines on stderr with
+// logger returns the logger for the lock: debug lines on w (stderr) with
 // --debug, else nothing. It is also the default logger, where rwlock.Dial
 // passes go-zookeeper's own lines.
-func (c *connFlags) logger() *slog.Logger {
+func (c *connFlags) logger(w io.Writer) *slog.Logger {
 	level := slog.LevelInfo + 100 // nothing
 	if c.debug {
 		level = slog.LevelDebug
 	}
-	l := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	l := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(l)
 	return l
 }

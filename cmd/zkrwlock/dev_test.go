@@ -35,7 +35,7 @@ func TestDev(t *testing.T) {
 }
 
 func TestDevMissingServer(t *testing.T) {
-	r := runCLI(t, []string{"ZOOKEEPER_CLASSPATH=", "JAVA=/nonexistent/java"}, "dev")
+	r := runIn(t, []string{"ZOOKEEPER_CLASSPATH=", "JAVA=/nonexistent/java"}, "dev")
 	require.Equal(t, exitUnavailable, r.code, r.stderr)
 	requireOneLine(t, r.stderr)
 	require.Contains(t, r.stderr, "apt-get install zookeeper")

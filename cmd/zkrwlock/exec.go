@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -23,9 +20,20 @@ const execUsage = `Usage: zkrwlock exec (--write | --read) [flags] PATH [--] COM
 Takes the lock whose directory is PATH (exclusive with --write, shared with
 --read), runs COMMAND while holding it, releases it when COMMAND exits, and
 exits with COMMAND's status. Waiters queue in order (FIFO); a waiting writer
-holds back the readers that come after it. While waiting longer than a
-second it prints a progress line on stderr ("waiting: 2 ahead, holder
-write-0000000007 owned by host:pid").
+holds back the readers that come after it. Without --timeout or --no-wait
+it waits as long as it takes; --timeout 0 does not wait, as --no-wait.
+
+While it waits longer than a second, it says why on stderr, when that
+changes and every 10s otherwise (--quiet: never):
+
+  waiting: 2 ahead, holder write-0000000007 owned by host:pid (3s)
+  waiting: nothing holds read-0000000009 back any more: it is being granted (3s)
+  waiting: not queued yet; nobody holds the lock (3s)
+
+"Ahead" counts the nodes before ours in the queue. "Being granted": what
+was ahead has gone and the lock is ours in a moment; if that lasts,
+ZooKeeper is slow to answer. "Not queued yet": our node is not created yet,
+or is being created again after our session expired.
 
 If the lock is lost while COMMAND runs (its node deleted, the session
 expired, or ZooKeeper out of reach for about a fifth of --session-timeout),
@@ -43,18 +51,22 @@ COMMAND runs in a process group of its own (on a terminal, the foreground
 one), so that a lost lock stops everything it started. SIGINT, SIGTERM,
 SIGHUP and SIGQUIT sent to zkrwlock are passed on to that group while it
 runs; while connecting or waiting they make zkrwlock leave the queue and
-exit 128+n. If zkrwlock itself is killed (kill -9), COMMAND's first process
-gets SIGTERM (on Linux). The lock is held until COMMAND exits: processes it
+exit 128+n. A signal ignored when zkrwlock starts stays ignored, by zkrwlock
+and by COMMAND: under nohup, SIGHUP; in a background job of a script,
+SIGINT. If zkrwlock itself is killed (kill -9), COMMAND's first process gets
+SIGTERM (on Linux). The lock is held until COMMAND exits: processes it
 leaves in the background do not hold it.
 
 ` + exitCodes
 
 type execOptions struct {
+	std     stdio
 	conn    connFlags
 	write   bool
 	read    bool
 	timeout time.Duration
 	noWait  bool
+	giveUp  string // the flag that said not to wait: --no-wait or --timeout 0
 	grace   time.Duration
 	owner   string
 	quiet   bool
@@ -64,37 +76,40 @@ type execOptions struct {
 	mode rwlock.Mode
 }
 
-func runExec(args []string) int {
+func runExec(std stdio, args []string) int {
 	const prog = "zkrwlock exec"
-	var o execOptions
+	o := execOptions{std: std}
 	fs := newFlagSet("exec")
 	fs.BoolVar(&o.write, "write", false, "take the lock exclusively")
 	fs.BoolVar(&o.read, "read", false, "take the lock shared")
-	fs.DurationVar(&o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); default: wait as long as it takes")
+	fs.DurationVar(&o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); 0 gives up at once, "+
+		"as --no-wait (and flock -w 0) do; without it, wait as long as it takes")
 	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is taken (exit 75)")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, time between SIGTERM and SIGKILL to the command")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
 	o.conn.register(fs)
 
-	pos, rest, err := parse(fs, execUsage, args, 1)
+	pos, rest, err := parse(std.out, fs, execUsage, args, 1)
 	if errors.Is(err, errHelp) {
 		return 0
 	}
 	if err == nil {
-		err = o.validate(pos, rest)
+		err = o.validate(pos, rest, given(fs))
 	}
 	if err != nil {
-		return report(prog, err)
+		return report(std.err, prog, err)
 	}
 	code, err := o.run(prog)
 	if err != nil {
-		return report(prog, err)
+		return report(std.err, prog, err)
 	}
 	return code
 }
 
-func (o *execOptions) validate(pos, rest []string) error {
+// validate checks the arguments and settles the mode and whether to wait.
+// given holds the flags set on the command line.
+func (o *execOptions) validate(pos, rest []string, given map[string]bool) error {
 	switch {
 	case o.write == o.read:
 		return fail(exitUsage, "give exactly one of --write and --read")
@@ -109,6 +124,14 @@ func (o *execOptions) validate(pos, rest []string) error {
 	case o.grace < 0:
 		return fail(exitUsage, "--grace must not be negative")
 	}
+	switch {
+	case o.noWait:
+		o.giveUp = "--no-wait"
+	case given["timeout"] && o.timeout == 0:
+		// A bound of no time at all, not none: "--timeout 0s" read as
+		// "wait forever" would let cron jobs pile up.
+		o.noWait, o.giveUp = true, "--timeout 0"
+	}
 	if err := o.conn.validate(); err != nil {
 		return err
 	}
@@ -116,25 +139,24 @@ func (o *execOptions) validate(pos, rest []string) error {
 	if o.write {
 		o.mode = rwlock.Write
 	}
-	return checkPath(o.path)
+	if err := checkPath(o.path); err != nil {
+		return err
+	}
+	return checkCommand(o.argv[0])
 }
-
-// forwarded are the signals that end a wait, and that are passed on to the
-// command while it runs.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 // run takes the lock, runs the command and releases the lock. It returns
 // the command's exit code, or a failure.
 func (o *execOptions) run(prog string) (int, error) {
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
-	if cmd.Err != nil { // not found: no point in queueing
+	if cmd.Err != nil { // checkCommand passed, but the file may have gone since
 		return 0, startFailure(o.argv[0], cmd.Err)
 	}
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	log := o.conn.logger()
+	log := o.conn.logger(o.std.err)
 	ctx, stop := interruptible(context.Background(), sigs)
 	conn, err := o.conn.dial(ctx)
 	if err != nil {
@@ -157,7 +179,7 @@ func (o *execOptions) run(prog string) (int, error) {
 	g, err := o.acquire(ctx, prog, l, conn)
 	if sig := stop(); sig != nil && err == nil {
 		// The signal came as the lock was granted: honour it.
-		release(prog, g)
+		o.release(prog, g)
 		return 0, interruptedErr(sig, "as the %s lock on %s was granted; released it", o.mode, o.path)
 	}
 	if err != nil {
@@ -175,7 +197,7 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 		defer cancel()
 	}
 	p := &progress{
-		l: l, session: conn.SessionID, w: os.Stderr, prog: prog,
+		l: l, session: conn.SessionID, w: o.std.err, prog: prog,
 		delay: time.Second, interval: time.Second, repeat: 10 * time.Second,
 	}
 	if !o.quiet && !o.noWait {
@@ -197,7 +219,7 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 	printed := !o.quiet && !o.noWait && p.stop()
 	if err == nil {
 		if printed {
-			printLine(os.Stderr, prog, fmt.Sprintf("acquired the %s lock on %s after %v", o.mode, o.path,
+			printLine(o.std.err, prog, fmt.Sprintf("acquired the %s lock on %s after %v", o.mode, o.path,
 				time.Since(begin).Round(100*time.Millisecond)))
 		}
 		return g, nil
@@ -211,8 +233,8 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 		return nil, fail(exitTimeout, "timed out after %v waiting for the %s lock on %s (%s); left the queue",
 			o.timeout, o.mode, o.path, holdersNow(l))
 	case errors.Is(err, rwlock.ErrWouldBlock):
-		return nil, fail(exitTimeout, "the %s lock on %s is not free (%s) and --no-wait was given",
-			o.mode, o.path, holdersNow(l))
+		return nil, fail(exitTimeout, "the %s lock on %s is not free (%s) and %s was given",
+			o.mode, o.path, holdersNow(l), o.giveUp)
 	}
 	return nil, fail(exitUnavailable, "waiting for the %s lock on %s: %s", o.mode, o.path, describeZKError(err))
 }
@@ -249,30 +271,30 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, g *rwlock.Grant, sig
 	token := g.Token()
 	lost := g.Done()
 	if err := g.Err(); err != nil || token == 0 {
-		release(prog, g)
+		o.release(prog, g)
 		return 0, fail(exitLost, "lost the %s lock on %s before the command started: %v", o.mode, o.path, g.Err())
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.std.in, o.std.out, o.std.err
 	cmd.Env = append(os.Environ(),
 		"ZKRWLOCK_TOKEN="+strconv.FormatInt(token, 10),
 		"ZKRWLOCK_NODE="+g.Node(),
 	)
 	c, err := startChild(cmd)
 	if err != nil {
-		release(prog, g)
+		o.release(prog, g)
 		return 0, startFailure(o.argv[0], err)
 	}
 	res := c.supervise(lost, sigs, o.grace, func() {
-		printLine(os.Stderr, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
+		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
 			"sent SIGTERM to the command, SIGKILL follows in %v", o.mode, o.path, g.Err(), o.grace))
 	}, func() {
-		printLine(os.Stderr, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL", o.grace))
+		printLine(o.std.err, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL", o.grace))
 	})
 	if !res.lost && g.Err() != nil && !errors.Is(g.Err(), rwlock.ErrReleased) {
 		res.lost = true
-		printLine(os.Stderr, prog, fmt.Sprintf("lost the %s lock on %s as the command exited (%v)", o.mode, o.path, g.Err()))
+		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s as the command exited (%v)", o.mode, o.path, g.Err()))
 	}
-	release(prog, g)
+	o.release(prog, g)
 	if res.lost {
 		return 0, fail(exitLost, "the command was stopped because the %s lock on %s was lost", o.mode, o.path)
 	}
@@ -281,69 +303,10 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, g *rwlock.Grant, sig
 
 // release releases g, and says so when it cannot: then the node goes when
 // the session ends, which closing the connection does next.
-func release(prog string, g *rwlock.Grant) {
+func (o *execOptions) release(prog string, g *rwlock.Grant) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := g.Release(ctx); err != nil {
-		printLine(os.Stderr, prog, fmt.Sprintf("release: %v (the node goes with the session, which ends now)", err))
-	}
-}
-
-// startFailure is the failure for a command that could not be started.
-func startFailure(name string, err error) error {
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-		return fail(exitNotFound, "%s: command not found", name)
-	}
-	return fail(exitCannotRun, "cannot run %s: %v", name, err)
-}
-
-// interrupted is the cause of a wait ended by a signal.
-type interrupted struct{ sig os.Signal }
-
-func (i *interrupted) Error() string { return "interrupted by " + signalName(i.sig) }
-
-func interruptedErr(sig os.Signal, format string, args ...any) error {
-	code := exitSignalBase + int(sig.(syscall.Signal))
-	return fail(code, "interrupted by %s %s", signalName(sig), fmt.Sprintf(format, args...))
-}
-
-func signalName(sig os.Signal) string {
-	switch sig {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	case syscall.SIGQUIT:
-		return "SIGQUIT"
-	}
-	return sig.String()
-}
-
-// interruptible returns a context that ends, with an *interrupted cause,
-// at the first signal on sigs. stop ends the watch and returns that
-// signal, if one came; later signals stay in sigs.
-func interruptible(parent context.Context, sigs <-chan os.Signal) (context.Context, func() os.Signal) {
-	ctx, cancel := context.WithCancelCause(parent)
-	done := make(chan struct{})
-	var got os.Signal
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case s := <-sigs:
-			got = s
-			cancel(&interrupted{s})
-		case <-done:
-		}
-	})
-	var once sync.Once
-	return ctx, func() os.Signal {
-		once.Do(func() {
-			close(done)
-			wg.Wait()
-			cancel(nil)
-		})
-		return got
+		printLine(o.std.err, prog, fmt.Sprintf("release: %v (the node goes with the session, which ends now)", err))
 	}
 }

@@ -137,6 +137,24 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
+func TestCommandCheckedBeforeQueueing(t *testing.T) {
+	// A command that cannot run fails at once, even behind a holder: it
+	// does not wait its turn, take the lock, and only then fail.
+	server(t)
+	path := lockPath(t)
+	holder := hold(t, path, rwlock.Write, "holder-C")
+	conn := client(t)
+	for _, tc := range commandCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runIn(t, nil, "exec", "--read", "--timeout", "5s", path, "--", tc.command)
+			require.Equal(t, tc.code, r.code, r.stderr)
+			require.Contains(t, r.stderr, tc.want)
+			require.Less(t, r.took, 5*time.Second, "it waited for the lock")
+			require.Equal(t, []string{filepath.Base(holder.Node())}, children(t, conn, path), "it queued")
+		})
+	}
+}
+
 func TestTimeout(t *testing.T) {
 	server(t)
 	path := lockPath(t)
@@ -160,6 +178,23 @@ func TestTimeout(t *testing.T) {
 		requireOneLine(t, r.stderr)
 		require.Empty(t, r.stdout)
 		require.Equal(t, []string{filepath.Base(holder.Node())}, children(t, conn, path), "node left behind")
+	})
+	// --timeout 0 waits no time at all, as flock -w 0 does, not forever.
+	for _, args := range [][]string{{"--timeout", "0s"}, {"--timeout", "0"}, {"--timeout", "0s", "--no-wait"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			p := start(t, nil, append(append([]string{"exec", "--read"}, args...), path, "--", "echo", "ran")...)
+			r := p.wait(t, 30*time.Second)
+			require.Equal(t, exitTimeout, r.code, r.stderr)
+			requireOneLine(t, r.stderr)
+			require.Contains(t, r.stderr, "is not free (holder write-")
+			require.Empty(t, r.stdout)
+			require.Equal(t, []string{filepath.Base(holder.Node())}, children(t, conn, path), "node left behind")
+		})
+	}
+	t.Run("timeout 0 on a free lock", func(t *testing.T) {
+		r := runCLI(t, nil, "exec", "--read", "--timeout", "0s", path+"-free", "--", "echo", "ran")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Equal(t, "ran\n", r.stdout)
 	})
 }
 

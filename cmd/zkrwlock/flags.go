@@ -25,12 +25,12 @@ var errHelp = errors.New("help shown")
 // parse parses flags and up to npos positional arguments, allowing flags
 // between them (zkrwlock queue PATH --json). It stops at the first
 // argument after the positionals, or after "--", and returns the
-// positionals and the rest (without the "--").
-func parse(fs *flag.FlagSet, usage string, args []string, npos int) (pos, rest []string, err error) {
+// positionals and the rest (without the "--"). --help prints usage on out.
+func parse(out io.Writer, fs *flag.FlagSet, usage string, args []string, npos int) (pos, rest []string, err error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				printUsage(os.Stdout, fs, usage)
+				printUsage(out, fs, usage)
 				return nil, nil, errHelp
 			}
 			return nil, nil, &failure{exitUsage, err}
@@ -49,6 +49,13 @@ func parse(fs *flag.FlagSet, usage string, args []string, npos int) (pos, rest [
 		args = args[1:]
 	}
 	return pos, args, nil
+}
+
+// given returns the names of the flags set on the command line.
+func given(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }
 
 // printUsage writes the command's usage text and its flags, GNU style,

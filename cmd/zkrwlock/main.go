@@ -3,46 +3,21 @@
 //
 //	zkrwlock exec --write /locks/schema -- ./migrate.sh   run a command under the lock
 //	zkrwlock queue /locks/schema                          who holds the lock, who waits
+//	zkrwlock ls --older-than 1h /locks                    every lock under /locks, stuck first
 //	zkrwlock dev                                          a throwaway local ZooKeeper
 //
 // Every command takes --help. Exit codes are documented in the usage text
-// (see exitCodes) and in the README. It is for Linux: it uses the
-// parent-death signal, /proc and terminal ioctls, and internal/zkserver
-// (behind `zkrwlock dev`) is Linux-only too.
+// (see exitCodes) and in the README. It is written for Linux: there the
+// command exec runs gets the parent-death signal and a lost lock waits for
+// the command's whole process group by reading /proc (proc_linux.go), and
+// `zkrwlock dev` runs internal/zkserver, which is Linux-only. Elsewhere
+// (macOS) it builds with portable fallbacks (proc_other.go, dev_other.go).
 package main
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 )
-
-// Exit codes. The command's own status passes through exec; the others are
-// chosen not to be confused with it where possible: sysexits(3) for usage,
-// unavailability and time-outs, 111 (daemontools' setlock: lock trouble)
-// for a lost lock, 126/127 as env(1) and timeout(1) use them, and 128+n,
-// as shells report a death by signal n, for an interrupted wait.
-const (
-	exitUsage       = 64  // EX_USAGE: bad flags or arguments, invalid lock path
-	exitUnavailable = 69  // EX_UNAVAILABLE: no ZooKeeper session, or ZooKeeper failed
-	exitTimeout     = 75  // EX_TEMPFAIL: --timeout (or --no-wait) while waiting
-	exitLost        = 111 // the grant was lost while the command ran; it was terminated
-	exitCannotRun   = 126 // the command was found but could not be started
-	exitNotFound    = 127 // the command was not found
-	exitSignalBase  = 128 // 128+n: interrupted by signal n, or the command died of it
-)
-
-const exitCodes = `Exit status:
-  N        exec: the command's own exit status (128+n if it died of signal n)
-  0        success (queue, dev, --help)
-  64       usage: bad flag or argument, invalid lock path
-  69       ZooKeeper unavailable: no session within --connect-timeout, or a request failed
-  75       exec: gave up waiting (--timeout, --no-wait); no node left behind
-  111      exec: the lock was lost while the command ran; the command was terminated
-  126/127  exec: the command could not be started / was not found
-  130/143  interrupted (SIGINT/SIGTERM) while connecting or waiting; no node left behind
-`
 
 const mainUsage = `Usage: zkrwlock COMMAND [flags] [arguments]
 
@@ -51,6 +26,7 @@ Distributed read/write locks on Apache ZooKeeper, for shell scripts and cron.
 Commands:
   exec   take the lock, run a command while holding it, release it when it exits
   queue  show who holds the lock and who waits, in order
+  ls     list the locks under a prefix, stuck ones first
   dev    start a throwaway local ZooKeeper server until Ctrl-C
   help   show the usage of a command
 
@@ -60,97 +36,52 @@ ZooKeeper servers: --zk host:port,...; default $ZOOKEEPER_SERVERS, else 127.0.0.
 
 ` + exitCodes
 
+// stdio is where a command reads and writes: the process's own streams when
+// run from main, files of a test's when a test calls run. The command that
+// exec runs inherits them, so they are files, not writers.
+type stdio struct{ in, out, err *os.File }
+
 type command struct {
-	run   func(args []string) int
+	run   func(std stdio, args []string) int
 	usage string
 }
 
 var commands = map[string]command{
 	"exec":  {runExec, execUsage},
 	"queue": {runQueue, queueUsage},
+	"ls":    {runLs, lsUsage},
 	"dev":   {runDev, devUsage},
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(stdio{os.Stdin, os.Stdout, os.Stderr}, os.Args[1:]))
 }
 
-func run(args []string) int {
+// run runs the command line args (without the program name) and returns
+// the exit code.
+func run(std stdio, args []string) int {
 	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, mainUsage)
+		fmt.Fprint(std.err, mainUsage)
 		return exitUsage
 	}
 	name := args[0]
 	switch name {
 	case "-h", "-help", "--help":
-		fmt.Fprint(os.Stdout, mainUsage)
+		fmt.Fprint(std.out, mainUsage)
 		return 0
 	case "help":
 		if len(args) == 1 {
-			fmt.Fprint(os.Stdout, mainUsage)
+			fmt.Fprint(std.out, mainUsage)
 			return 0
 		}
 		if c, ok := commands[args[1]]; ok {
-			return c.run([]string{"--help"})
+			return c.run(std, []string{"--help"})
 		}
 		name = args[1]
 	default:
 		if c, ok := commands[name]; ok {
-			return c.run(args[1:])
+			return c.run(std, args[1:])
 		}
 	}
-	return usageError("zkrwlock", fmt.Errorf("unknown command %q", name))
-}
-
-// A failure is an error with the exit code it calls for.
-type failure struct {
-	code int
-	err  error
-}
-
-func (f *failure) Error() string { return f.err.Error() }
-func (f *failure) Unwrap() error { return f.err }
-
-func fail(code int, format string, args ...any) error {
-	return &failure{code, fmt.Errorf(format, args...)}
-}
-
-// report prints err as one line, prefixed with prog, and returns its exit
-// code (exitUnavailable unless err is a failure that says otherwise).
-func report(prog string, err error) int {
-	code := exitUnavailable
-	var f *failure
-	if errors.As(err, &f) {
-		code = f.code
-	}
-	if code == exitUsage {
-		return usageError(prog, err)
-	}
-	printLine(os.Stderr, prog, err.Error())
-	return code
-}
-
-func usageError(prog string, err error) int {
-	help := "zkrwlock --help"
-	if prog != "zkrwlock" {
-		help = prog + " --help"
-	}
-	printLine(os.Stderr, prog, fmt.Sprintf("%v (see %s)", err, help))
-	return exitUsage
-}
-
-// printLine writes "prog: msg" on one line: line breaks in msg (an error
-// from a server, say) become spaces.
-func printLine(w io.Writer, prog, msg string) {
-	fmt.Fprintf(w, "%s: %s\n", prog, oneLine(msg))
-}
-
-func oneLine(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c == '\n' || c == '\r' {
-			b[i] = ' '
-		}
-	}
-	return string(b)
+	return usageError(std.err, "zkrwlock", fmt.Errorf("unknown command %q", name))
 }

@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,8 +26,11 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 )
 
-// The tests build the command once and run it as a subprocess, as an
-// operator would, against a ZooKeeper server they start themselves.
+// The tests run the command against a ZooKeeper server they start
+// themselves: in this process (runIn) when it reads its arguments and
+// writes its output and nothing more, and else as a subprocess built once
+// (start, runCLI), as an operator would run it, for what needs a process of
+// its own: signals sent to it, the command exec runs, its death.
 
 // binary is the zkrwlock built by TestMain (with -race when the tests run
 // with it).
@@ -110,7 +115,15 @@ const runTimeout = 2 * time.Minute
 // kills it (by its pid) if it still runs, and waits for it.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	return startVia(t, nil, env, args...)
+}
+
+// startVia starts zkrwlock as start does, through the command prefix
+// (nohup, say), which must exec it: the process is zkrwlock's.
+func startVia(t *testing.T, prefix, env []string, args ...string) *proc {
+	t.Helper()
+	argv := append(append(slices.Clone(prefix), binary), args...)
+	p := &proc{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
 	p.cmd.Env = append(baseEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.WaitDelay = 5 * time.Second // for leftovers of a killed command that keep the pipes open
@@ -176,6 +189,47 @@ func runCLI(t *testing.T, env []string, args ...string) outcome {
 	return start(t, env, args...).wait(t, runTimeout)
 }
 
+// runIn runs zkrwlock's entry point in this process to completion, with
+// the environment of start (and env, "KEY=value" each, set for the test),
+// stdin from /dev/null, and stdout and stderr captured.
+func runIn(t *testing.T, env []string, args ...string) outcome {
+	t.Helper()
+	servers := ""
+	if c := shared.Started(); c != nil {
+		servers = c.ConnectString()
+	}
+	t.Setenv("ZOOKEEPER_SERVERS", servers)
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	dir := t.TempDir()
+	open := func(name string) *os.File {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	in, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer in.Close()
+	out, errOut := open("stdout"), open("stderr")
+	// The connection flags set the default logger, which redirects the log
+	// package too: put both back for the tests that follow.
+	defer slog.SetDefault(slog.Default())
+	defer log.SetFlags(log.Flags())
+	defer log.SetOutput(log.Writer())
+
+	begin := time.Now()
+	code := run(stdio{in, out, errOut}, args)
+	r := outcome{code: code, took: time.Since(begin)}
+	r.stdout, r.stderr = readFile(t, out.Name()), readFile(t, errOut.Name())
+	if r.stderr != "" {
+		t.Logf("zkrwlock %s: stderr:\n%s", strings.Join(args, " "), r.stderr)
+	}
+	return r
+}
+
 // syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -227,6 +281,45 @@ func hold(t *testing.T, path string, mode rwlock.Mode, owner string) *rwlock.Gra
 	require.NoError(t, err)
 	t.Cleanup(func() { g.Release(context.Background()) })
 	return g
+}
+
+// queueWaiter queues a waiter for the lock at path in mode on a session of
+// the test's own, and returns that session's connection once its node is
+// listed. It leaves the queue when the test ends.
+func queueWaiter(t *testing.T, path string, mode rwlock.Mode, owner string) *zk.Conn {
+	t.Helper()
+	conn := client(t)
+	before := len(children(t, conn, path))
+	l := lockOf(t, conn, path, rwlock.WithOwner(owner))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var g *rwlock.Grant
+		var err error
+		if mode == rwlock.Write {
+			g, err = l.Lock(ctx)
+		} else {
+			g, err = l.RLock(ctx)
+		}
+		if err == nil { // the test ended before it was cancelled
+			g.Release(context.Background())
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	waitFor(t, 30*time.Second, owner+" to queue", func() bool { return len(children(t, conn, path)) == before+1 })
+	return conn
+}
+
+// sessionOf returns the session that owns g's node.
+func sessionOf(t *testing.T, g *rwlock.Grant) int64 {
+	t.Helper()
+	_, stat, err := client(t).Get(g.Node())
+	require.NoError(t, err)
+	return stat.EphemeralOwner
 }
 
 // children returns the children of a lock directory (none if it does not

@@ -87,21 +87,34 @@ func (p *progress) state(ctx context.Context) string {
 	return describeQueue(q, p.session())
 }
 
-// describeQueue says how many nodes are ahead of ours (the one of session
-// self; all of them while ours is not there yet) and who holds the lock.
+// describeQueue says where our node (the one of session self) is in q:
+// how many nodes are ahead of it and who holds the lock; that nothing holds
+// it back any more (the listing is newer than what the acquisition has
+// seen: it is about to be granted); or that it is not there yet.
 func describeQueue(q []rwlock.Entry, self int64) string {
-	ahead := len(q)
+	ahead := -1
 	var holders []rwlock.Entry
 	for i, e := range q {
 		if e.SessionID == self {
-			ahead = min(ahead, i)
-			continue
+			if e.Held {
+				return fmt.Sprintf("nothing holds %s back any more: it is being granted", nodeName(e.Node))
+			}
+			ahead = i
+			break
 		}
 		if e.Held {
 			holders = append(holders, e)
 		}
 	}
-	s := fmt.Sprintf("%d ahead", ahead)
+	var s string
+	switch {
+	case ahead >= 0:
+		s = fmt.Sprintf("%d ahead", ahead)
+	case len(q) == 0:
+		return "not queued yet; nobody holds the lock"
+	default:
+		s = fmt.Sprintf("not queued yet; %d in the queue", len(q))
+	}
 	switch len(holders) {
 	case 0:
 	case 1:

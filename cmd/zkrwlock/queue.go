@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -47,14 +46,14 @@ type queueEntry struct {
 	AgeSeconds float64   `json:"age_seconds"`
 }
 
-func runQueue(args []string) int {
+func runQueue(std stdio, args []string) int {
 	const prog = "zkrwlock queue"
 	var conn connFlags
 	var asJSON bool
 	fs := newFlagSet("queue")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array instead of a table")
 	conn.register(fs)
-	pos, rest, err := parse(fs, queueUsage, args, 1)
+	pos, rest, err := parse(std.out, fs, queueUsage, args, 1)
 	switch {
 	case errors.Is(err, errHelp):
 		return 0
@@ -70,21 +69,21 @@ func runQueue(args []string) int {
 		err = checkPath(pos[0])
 	}
 	if err == nil {
-		err = showQueue(&conn, pos[0], asJSON, os.Stdout)
+		err = showQueue(std, &conn, pos[0], asJSON)
 	}
 	if err != nil {
-		return report(prog, err)
+		return report(std.err, prog, err)
 	}
 	return 0
 }
 
-func showQueue(cf *connFlags, path string, asJSON bool, w io.Writer) error {
+func showQueue(std stdio, cf *connFlags, path string, asJSON bool) error {
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	notify(sigs, interrupts...)
 	defer signal.Stop(sigs)
 	ctx, stop := interruptible(context.Background(), sigs)
 	defer stop()
-	log := cf.logger()
+	log := cf.logger(std.err)
 	conn, err := cf.dial(ctx)
 	if err != nil {
 		if sig := stop(); sig != nil {
@@ -109,29 +108,33 @@ func showQueue(cf *connFlags, path string, asJSON bool, w io.Writer) error {
 	}
 	now := time.Now()
 	if asJSON {
-		return writeJSON(w, q, now)
+		return writeJSON(std.out, q, now)
 	}
-	return writeTable(w, path, q, now)
+	return writeTable(std.out, path, q, now)
 }
 
 func writeJSON(w io.Writer, q []rwlock.Entry, now time.Time) error {
 	out := make([]queueEntry, 0, len(q))
 	for _, e := range q {
-		out = append(out, queueEntry{
-			Node:       e.Node,
-			Name:       nodeName(e.Node),
-			Mode:       e.Mode.String(),
-			Held:       e.Held,
-			Owner:      e.Owner,
-			SessionID:  sessionHex(e.SessionID),
-			Seq:        e.Seq,
-			Created:    e.Created.UTC(),
-			AgeSeconds: age(now, e.Created).Seconds(),
-		})
+		out = append(out, jsonEntry(e, now))
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+func jsonEntry(e rwlock.Entry, now time.Time) queueEntry {
+	return queueEntry{
+		Node:       e.Node,
+		Name:       nodeName(e.Node),
+		Mode:       e.Mode.String(),
+		Held:       e.Held,
+		Owner:      e.Owner,
+		SessionID:  sessionHex(e.SessionID),
+		Seq:        e.Seq,
+		Created:    e.Created.UTC(),
+		AgeSeconds: age(now, e.Created).Seconds(),
+	}
 }
 
 func writeTable(w io.Writer, path string, q []rwlock.Entry, now time.Time) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +39,7 @@ func TestQueue(t *testing.T) {
 	waitFor(t, 30*time.Second, "writer-B to queue", func() bool { return len(children(t, connA, path)) == 2 })
 
 	t.Run("text", func(t *testing.T) {
-		r := runCLI(t, nil, "queue", path)
+		r := runIn(t, nil, "queue", path)
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Empty(t, r.stderr)
 		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
@@ -57,7 +56,7 @@ func TestQueue(t *testing.T) {
 	})
 
 	t.Run("json", func(t *testing.T) {
-		r := runCLI(t, nil, "queue", path, "--json") // flags may follow PATH
+		r := runIn(t, nil, "queue", path, "--json") // flags may follow PATH
 		require.Equal(t, 0, r.code, r.stderr)
 		var entries []map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &entries), r.stdout)
@@ -89,10 +88,10 @@ func TestQueue(t *testing.T) {
 	})
 
 	t.Run("empty", func(t *testing.T) {
-		r := runCLI(t, nil, "queue", "--json", path+"-nobody")
+		r := runIn(t, nil, "queue", "--json", path+"-nobody")
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Equal(t, "[]\n", r.stdout)
-		r = runCLI(t, nil, "queue", path+"-nobody")
+		r = runIn(t, nil, "queue", path+"-nobody")
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Contains(t, r.stdout, "no holders, no waiters")
 	})
@@ -111,29 +110,5 @@ func TestFormatAge(t *testing.T) {
 		{50 * time.Hour, "2d02h"},
 	} {
 		require.Equal(t, tc.want, formatAge(tc.d), tc.d)
-	}
-}
-
-func TestDescribeQueue(t *testing.T) {
-	e := func(name string, mode rwlock.Mode, session int64, held bool) rwlock.Entry {
-		return rwlock.Entry{Node: "/l/_c_0123456789abcdef0123456789abcdef-" + name, Mode: mode,
-			SessionID: session, Owner: fmt.Sprintf("host:%d", session), Held: held}
-	}
-	for _, tc := range []struct {
-		name string
-		q    []rwlock.Entry
-		want string
-	}{
-		{"not queued yet", []rwlock.Entry{e("write-0000000001", rwlock.Write, 1, true)},
-			"1 ahead, holder write-0000000001 owned by host:1"},
-		{"behind a writer", []rwlock.Entry{e("write-0000000001", rwlock.Write, 1, true), e("read-0000000002", rwlock.Read, 2, false),
-			e("write-0000000003", rwlock.Write, 9, false)}, "2 ahead, holder write-0000000001 owned by host:1"},
-		{"behind readers", []rwlock.Entry{e("read-0000000001", rwlock.Read, 1, true), e("read-0000000002", rwlock.Read, 2, true),
-			e("write-0000000003", rwlock.Write, 9, false)}, "2 ahead, holders read-0000000001 owned by host:1 and 1 more"},
-		{"empty", nil, "0 ahead"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, describeQueue(slices.Clone(tc.q), 9))
-		})
 	}
 }

@@ -1,0 +1,385 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"regexp"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+const lsUsage = `Usage: zkrwlock ls [flags] PREFIX
+
+Lists the locks under PREFIX (PREFIX itself included; / for all): every
+directory that holds lock nodes, with what is held, since when, and how
+long the longest wait has lasted. Stuck locks come first.
+
+  LOCK           MODE   HOLDERS  HELD   OWNER         WAITERS  WAITING  FLAG
+  /locks/schema  write  1        2h03m  build-7:4242  3        1h58m    stuck
+  /locks/report  read   2        1h10m  cron-3:991    0        -        old
+  /locks/config  read   4        12.0s  web-1:977     0        -        -
+
+HELD is the age of the oldest holder's node (OWNER is its owner): the time
+since it joined the queue, by the server's clock, so it includes any time
+it waited first. WAITING is the age of the oldest waiter's node: how long
+the longest wait has lasted.
+
+With --older-than D, a lock whose oldest holder is older than D is "old",
+and "stuck" when others wait for it too; FLAG says so. Locks are sorted
+stuck first, then by WAITING, then by HELD, longest first, then by path.
+
+Locks nobody holds or waits for are not listed: nothing tells their empty
+directories from other znodes, and ZooKeeper deletes them soon.
+
+%FLAGS%
+--json prints one JSON array, one object per lock, in the same order, with
+these fields: path, mode ("read" or "write"), holders, waiters (counts),
+oldest_holder and oldest_waiter (objects as in 'zkrwlock queue --json', or
+null), old and stuck (false without --older-than). No locks prints [].
+
+` + exitCodes
+
+// lsParallel bounds the ZooKeeper requests of ls in flight at once (each
+// Queue sends its own reads besides).
+const lsParallel = 16
+
+// lockInfo is what ls tells about one lock.
+type lockInfo struct {
+	path         string
+	mode         rwlock.Mode
+	holders      int
+	waiters      int
+	oldestHolder rwlock.Entry
+	oldestWaiter *rwlock.Entry // nil without waiters
+	held, waited time.Duration // the ages of those two; 0 for none
+	old, stuck   bool
+}
+
+// lockJSON is the JSON form of a lockInfo. Its field names are stable.
+type lockJSON struct {
+	Path         string      `json:"path"`
+	Mode         string      `json:"mode"`
+	Holders      int         `json:"holders"`
+	Waiters      int         `json:"waiters"`
+	OldestHolder queueEntry  `json:"oldest_holder"`
+	OldestWaiter *queueEntry `json:"oldest_waiter"`
+	Old          bool        `json:"old"`
+	Stuck        bool        `json:"stuck"`
+}
+
+type lsOptions struct {
+	conn      connFlags
+	asJSON    bool
+	olderThan time.Duration
+	flag      bool // --older-than was given
+	prefix    string
+}
+
+func runLs(std stdio, args []string) int {
+	const prog = "zkrwlock ls"
+	var o lsOptions
+	fs := newFlagSet("ls")
+	fs.BoolVar(&o.asJSON, "json", false, "print a JSON array instead of a table")
+	fs.DurationVar(&o.olderThan, "older-than", 0, "flag locks whose oldest holder is older than this: "+
+		"\"old\", and \"stuck\" when others wait")
+	o.conn.register(fs)
+	pos, rest, err := parse(std.out, fs, lsUsage, args, 1)
+	switch {
+	case errors.Is(err, errHelp):
+		return 0
+	case err != nil:
+	case len(pos) == 0:
+		err = fail(exitUsage, "missing PREFIX")
+	case len(rest) > 0:
+		err = fail(exitUsage, "unexpected argument %q", rest[0])
+	case o.olderThan < 0:
+		err = fail(exitUsage, "--older-than must not be negative")
+	default:
+		o.prefix, o.flag = pos[0], given(fs)["older-than"]
+		err = o.conn.validate()
+	}
+	if err == nil && o.prefix != "/" {
+		err = checkPath(o.prefix)
+	}
+	if err == nil {
+		err = o.list(std)
+	}
+	if err != nil {
+		return report(std.err, prog, err)
+	}
+	return 0
+}
+
+// list finds the locks, reads their queues and prints them.
+func (o *lsOptions) list(std stdio) error {
+	sigs := make(chan os.Signal, 1)
+	notify(sigs, interrupts...)
+	defer signal.Stop(sigs)
+	ctx, stop := interruptible(context.Background(), sigs)
+	defer stop()
+	log := o.conn.logger(std.err)
+	conn, err := o.conn.dial(ctx)
+	if err != nil {
+		if sig := stop(); sig != nil {
+			return interruptedErr(sig, "while connecting to ZooKeeper")
+		}
+		return err
+	}
+	defer closeConn(conn)
+
+	dirs, err := findLockDirs(ctx, conn, o.prefix, o.conn.sessionTimeout)
+	var locks []lockInfo
+	if err == nil {
+		locks, err = readLocks(ctx, conn, dirs, o.conn.sessionTimeout, log)
+	}
+	if sig := stop(); sig != nil {
+		return interruptedErr(sig, "while reading the locks under %s", o.prefix)
+	}
+	if err != nil {
+		return fail(exitUnavailable, "list the locks under %s: %s", o.prefix, describeZKError(err))
+	}
+	now := time.Now()
+	for i := range locks {
+		o.judge(&locks[i], now)
+	}
+	sortLocks(locks)
+	if o.asJSON {
+		return writeLocksJSON(std.out, locks, now)
+	}
+	return o.writeLocksTable(std.out, locks)
+}
+
+// lockNodeName matches the names of lock nodes, [_c_<guid>-]read-<seq> and
+// [_c_<guid>-]write-<seq>. Queue has the last word on what is one; the walk
+// uses this to find lock directories and to skip lock nodes, which are
+// ephemeral and so have no children to list.
+var lockNodeName = regexp.MustCompile(`^(_c_[0-9a-f]{32}-)?(read|write)-(\d{10}|-\d{9,10})$`)
+
+// findLockDirs walks the tree under prefix, prefix included, level by
+// level with at most lsParallel listings at once, each within timeout, and
+// returns the directories that have children named like lock nodes, in
+// path order. /zookeeper, the server's own, is skipped.
+func findLockDirs(ctx context.Context, conn *zk.Conn, prefix string, timeout time.Duration) ([]string, error) {
+	var dirs []string
+	level := []string{prefix}
+	for len(level) > 0 {
+		next := make([][]string, len(level))
+		isLock := make([]bool, len(level))
+		eg, ectx := errgroup.WithContext(ctx)
+		eg.SetLimit(lsParallel)
+		for i, dir := range level {
+			eg.Go(func() error {
+				children, err := listChildren(ectx, conn, dir, timeout)
+				if errors.Is(err, zk.ErrNoNode) {
+					return nil // deleted meanwhile, or no such prefix
+				}
+				if err != nil {
+					return fmt.Errorf("list %s: %w", dir, err)
+				}
+				for _, c := range children {
+					switch {
+					case lockNodeName.MatchString(c):
+						isLock[i] = true
+					case dir == "/" && c == "zookeeper":
+					default:
+						next[i] = append(next[i], childPath(dir, c))
+					}
+				}
+				return nil
+			})
+		}
+		if err := eg.Wait(); err != nil {
+			return nil, err
+		}
+		for i, dir := range level {
+			if isLock[i] {
+				dirs = append(dirs, dir)
+			}
+		}
+		level = slices.Concat(next...)
+	}
+	slices.Sort(dirs)
+	return dirs, nil
+}
+
+// listChildren lists dir, giving up after timeout or when ctx ends:
+// go-zookeeper's requests have no deadline, and one sent while the server
+// is gone waits until it is back. An abandoned request ends when the
+// connection is closed.
+func listChildren(ctx context.Context, conn *zk.Conn, dir string, timeout time.Duration) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type result struct {
+		names []string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		names, _, err := conn.Children(dir)
+		done <- result{names, err}
+	}()
+	select {
+	case r := <-done:
+		return r.names, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no answer from ZooKeeper: %w", ctx.Err())
+	}
+}
+
+func childPath(dir, name string) string {
+	if dir == "/" {
+		return "/" + name
+	}
+	return dir + "/" + name
+}
+
+// readLocks reads the queue of each directory, at most lsParallel at once,
+// each within timeout, and returns the locks that have nodes still.
+func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.Duration, log *slog.Logger) ([]lockInfo, error) {
+	queues := make([][]rwlock.Entry, len(dirs))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(lsParallel)
+	for i, dir := range dirs {
+		eg.Go(func() error {
+			l, err := rwlock.New(conn, dir, rwlock.WithLogger(log))
+			if err != nil {
+				return err
+			}
+			qctx, cancel := context.WithTimeout(ectx, timeout)
+			defer cancel()
+			queues[i], err = l.Queue(qctx)
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, err
+	}
+	var locks []lockInfo
+	for i, q := range queues {
+		if len(q) > 0 { // else its nodes went between the walk and the read
+			locks = append(locks, summarize(dirs[i], q))
+		}
+	}
+	return locks, nil
+}
+
+// summarize counts the holders and waiters of a non-empty queue and finds
+// the oldest of each.
+func summarize(path string, q []rwlock.Entry) lockInfo {
+	info := lockInfo{path: path, mode: q[0].Mode, oldestHolder: q[0]}
+	for _, e := range q {
+		if e.Held {
+			info.holders++
+			if e.Created.Before(info.oldestHolder.Created) {
+				info.oldestHolder = e
+			}
+			continue
+		}
+		info.waiters++
+		if info.oldestWaiter == nil || e.Created.Before(info.oldestWaiter.Created) {
+			info.oldestWaiter = &e
+		}
+	}
+	return info
+}
+
+// judge sets the ages of a lock's oldest holder and waiter, as of now, and
+// flags it: old when its oldest holder is older than --older-than, stuck
+// when it is old and others wait.
+func (o *lsOptions) judge(info *lockInfo, now time.Time) {
+	info.held = age(now, info.oldestHolder.Created)
+	if info.oldestWaiter != nil {
+		info.waited = age(now, info.oldestWaiter.Created)
+	}
+	info.old = o.flag && info.held >= o.olderThan
+	info.stuck = info.old && info.waiters > 0
+}
+
+// sortLocks puts stuck locks first, then those waited for longest, then
+// those held longest, then orders by path.
+func sortLocks(locks []lockInfo) {
+	slices.SortFunc(locks, func(a, b lockInfo) int {
+		return cmp.Or(
+			-cmp.Compare(btoi(a.stuck), btoi(b.stuck)),
+			-cmp.Compare(a.waited, b.waited),
+			-cmp.Compare(a.held, b.held),
+			strings.Compare(a.path, b.path),
+		)
+	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func writeLocksJSON(w io.Writer, locks []lockInfo, now time.Time) error {
+	out := make([]lockJSON, 0, len(locks))
+	for _, l := range locks {
+		j := lockJSON{
+			Path: l.path, Mode: l.mode.String(), Holders: l.holders, Waiters: l.waiters,
+			OldestHolder: jsonEntry(l.oldestHolder, now), Old: l.old, Stuck: l.stuck,
+		}
+		if l.oldestWaiter != nil {
+			e := jsonEntry(*l.oldestWaiter, now)
+			j.OldestWaiter = &e
+		}
+		out = append(out, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// writeLocksTable prints the table; the FLAG column only with --older-than.
+func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
+	if len(locks) == 0 {
+		_, err := fmt.Fprintf(w, "no locks under %s\n", o.prefix)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := "LOCK\tMODE\tHOLDERS\tHELD\tOWNER\tWAITERS\tWAITING"
+	if o.flag {
+		header += "\tFLAG"
+	}
+	fmt.Fprintln(tw, header)
+	for _, l := range locks {
+		waiting := "-"
+		if l.oldestWaiter != nil {
+			waiting = formatAge(l.waited)
+		}
+		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%d\t%s", l.path, l.mode, l.holders, formatAge(l.held),
+			ownerText(l.oldestHolder.Owner), l.waiters, waiting)
+		if o.flag {
+			row += "\t" + flagText(l)
+		}
+		fmt.Fprintln(tw, row)
+	}
+	return tw.Flush()
+}
+
+func flagText(l lockInfo) string {
+	switch {
+	case l.stuck:
+		return "stuck"
+	case l.old:
+		return "old"
+	}
+	return "-"
+}

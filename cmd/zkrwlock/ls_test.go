@@ -1,0 +1,233 @@
+package main
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+// lsEntry is ls --json's object, decoded.
+type lsEntry struct {
+	Path         string
+	Mode         string
+	Holders      int
+	Waiters      int
+	OldestHolder map[string]any `json:"oldest_holder"`
+	OldestWaiter map[string]any `json:"oldest_waiter"`
+	Old          bool
+	Stuck        bool
+}
+
+func (e lsEntry) waited() float64 {
+	if e.OldestWaiter == nil {
+		return 0
+	}
+	return e.OldestWaiter["age_seconds"].(float64)
+}
+
+func TestLs(t *testing.T) {
+	server(t)
+	prefix := lockPath(t)
+	stuck, held, deep := prefix+"/stuck", prefix+"/held", prefix+"/a/b/deep"
+	// stuck: a writer holds it, a reader and a writer wait.
+	hold(t, stuck, rwlock.Write, "holder-S")
+	queueWaiter(t, stuck, rwlock.Read, "waiter-1")
+	queueWaiter(t, stuck, rwlock.Write, "waiter-2")
+	// held: two readers, nobody waits.
+	hold(t, held, rwlock.Read, "reader-1")
+	hold(t, held, rwlock.Read, "reader-2")
+	// deep: under directories that are no locks.
+	hold(t, deep, rwlock.Write, "holder-D")
+	// A directory whose children only look a bit like lock nodes is none.
+	// (Cleanups run last first: children go before their parent.)
+	conn := client(t)
+	for _, p := range []string{prefix + "/other", prefix + "/other/read-me", prefix + "/other/write-12"} {
+		_, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Delete(p, -1) })
+	}
+
+	t.Run("json", func(t *testing.T) {
+		r := runIn(t, nil, "ls", "--json", "--older-than", "0s", prefix)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Empty(t, r.stderr)
+		var raw []map[string]any
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw), r.stdout)
+		for _, e := range raw {
+			require.ElementsMatch(t, []string{"path", "mode", "holders", "waiters", "oldest_holder", "oldest_waiter", "old", "stuck"},
+				keys(e), "stable field names")
+		}
+		var locks []lsEntry
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &locks))
+		require.Len(t, locks, 3, r.stdout)
+		byPath := map[string]lsEntry{}
+		for _, l := range locks {
+			byPath[l.Path] = l
+		}
+		require.ElementsMatch(t, []string{stuck, held, deep}, keys(byPath))
+
+		s := byPath[stuck]
+		require.Equal(t, "write", s.Mode)
+		require.Equal(t, 1, s.Holders)
+		require.Equal(t, 2, s.Waiters)
+		require.Equal(t, "holder-S", s.OldestHolder["owner"])
+		require.Equal(t, "waiter-1", s.OldestWaiter["owner"])
+		require.ElementsMatch(t, keys(s.OldestHolder), []string{"node", "name", "mode", "held", "owner", "session_id", "seq",
+			"created", "age_seconds"}, "the fields of queue --json")
+		require.True(t, s.Old)
+		require.True(t, s.Stuck, "held (longer than 0s) with waiters")
+
+		h := byPath[held]
+		require.Equal(t, "read", h.Mode)
+		require.Equal(t, 2, h.Holders)
+		require.Equal(t, 0, h.Waiters)
+		require.Equal(t, "reader-1", h.OldestHolder["owner"])
+		require.Nil(t, h.OldestWaiter)
+		require.True(t, h.Old)
+		require.False(t, h.Stuck, "nobody waits")
+
+		d := byPath[deep]
+		require.Equal(t, "write", d.Mode)
+		require.Equal(t, "holder-D", d.OldestHolder["owner"])
+
+		require.Equal(t, stuck, locks[0].Path, "stuck first")
+		for i := 1; i < len(locks); i++ {
+			a, b := locks[i-1], locks[i]
+			require.True(t, a.Stuck || !b.Stuck, "%s before %s", a.Path, b.Path)
+			if a.Stuck == b.Stuck {
+				require.GreaterOrEqual(t, a.waited(), b.waited(), "%s before %s", a.Path, b.Path)
+			}
+			if a.Stuck == b.Stuck && a.waited() == b.waited() {
+				require.GreaterOrEqual(t, a.OldestHolder["age_seconds"], b.OldestHolder["age_seconds"], "%s before %s", a.Path, b.Path)
+			}
+		}
+	})
+
+	t.Run("not old yet", func(t *testing.T) {
+		r := runIn(t, nil, "ls", "--json", "--older-than", "1h", prefix)
+		require.Equal(t, 0, r.code, r.stderr)
+		var locks []lsEntry
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &locks))
+		require.Len(t, locks, 3, r.stdout)
+		for _, l := range locks {
+			require.False(t, l.Old, l.Path)
+			require.False(t, l.Stuck, l.Path)
+		}
+		require.Equal(t, stuck, locks[0].Path, "the one with waiters first")
+	})
+
+	t.Run("text", func(t *testing.T) {
+		r := runIn(t, nil, "ls", prefix)
+		require.Equal(t, 0, r.code, r.stderr)
+		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		require.Len(t, lines, 4, r.stdout)
+		require.Equal(t, []string{"LOCK", "MODE", "HOLDERS", "HELD", "OWNER", "WAITERS", "WAITING"}, strings.Fields(lines[0]))
+		row := strings.Fields(lines[1])
+		require.Len(t, row, 7, lines[1])
+		require.Equal(t, []string{stuck, "write", "1"}, row[:3])
+		require.Regexp(t, `^\d+\.\ds$`, row[3])
+		require.Equal(t, []string{"holder-S", "2"}, row[4:6])
+		require.Regexp(t, `^\d+\.\ds$`, row[6])
+		for _, line := range lines[2:] {
+			require.Equal(t, "-", strings.Fields(line)[6], "nobody waits: %s", line)
+		}
+	})
+
+	t.Run("text flagged", func(t *testing.T) {
+		r := runIn(t, nil, "ls", prefix, "--older-than", "0s") // flags may follow PREFIX
+		require.Equal(t, 0, r.code, r.stderr)
+		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		require.Len(t, lines, 4, r.stdout)
+		require.Equal(t, "FLAG", strings.Fields(lines[0])[7])
+		flags := map[string]string{}
+		for _, line := range lines[1:] {
+			f := strings.Fields(line)
+			flags[f[0]] = f[7]
+		}
+		require.Equal(t, map[string]string{stuck: "stuck", held: "old", deep: "old"}, flags)
+	})
+
+	t.Run("prefix is a lock", func(t *testing.T) {
+		r := runIn(t, nil, "ls", "--json", stuck)
+		require.Equal(t, 0, r.code, r.stderr)
+		var locks []lsEntry
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &locks))
+		require.Len(t, locks, 1)
+		require.Equal(t, stuck, locks[0].Path)
+	})
+
+	t.Run("root", func(t *testing.T) {
+		r := runIn(t, nil, "ls", "--json", "/")
+		require.Equal(t, 0, r.code, r.stderr)
+		var locks []lsEntry
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &locks))
+		var paths []string
+		for _, l := range locks {
+			paths = append(paths, l.Path)
+			require.False(t, strings.HasPrefix(l.Path, "/zookeeper"), l.Path)
+		}
+		require.Subset(t, paths, []string{stuck, held, deep})
+	})
+
+	t.Run("no locks", func(t *testing.T) {
+		r := runIn(t, nil, "ls", prefix+"/other")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Equal(t, "no locks under "+prefix+"/other\n", r.stdout)
+		r = runIn(t, nil, "ls", "--json", prefix+"-nothing-here")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Equal(t, "[]\n", r.stdout)
+	})
+}
+
+func keys[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+func TestSortLocks(t *testing.T) {
+	waiter := &rwlock.Entry{}
+	want := []lockInfo{
+		{path: "/stuck/long-wait", stuck: true, old: true, oldestWaiter: waiter, waited: time.Hour, held: 2 * time.Hour},
+		{path: "/stuck/short-wait-old", stuck: true, old: true, oldestWaiter: waiter, waited: time.Minute, held: 3 * time.Hour},
+		{path: "/stuck/short-wait-young", stuck: true, old: true, oldestWaiter: waiter, waited: time.Minute, held: 2 * time.Hour},
+		{path: "/waits/longer-than-a-stuck-one", oldestWaiter: waiter, waited: 2 * time.Hour, held: 2 * time.Hour},
+		{path: "/waits/short", oldestWaiter: waiter, waited: time.Second, held: time.Minute},
+		{path: "/held/old-a", old: true, held: 5 * time.Hour},
+		{path: "/held/old-b", old: true, held: 5 * time.Hour},
+		{path: "/held/young", held: time.Second},
+	}
+	got := slices.Clone(want)
+	rand.Shuffle(len(got), func(i, j int) { got[i], got[j] = got[j], got[i] })
+	sortLocks(got)
+	var gotPaths, wantPaths []string
+	for i := range want {
+		gotPaths, wantPaths = append(gotPaths, got[i].path), append(wantPaths, want[i].path)
+	}
+	require.Equal(t, wantPaths, gotPaths)
+}
+
+func TestLockNodeName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"write-0000000007": true,
+		"read-0000000012":  true,
+		"read--000000012":  true, // the counter wrapped
+		"_c_0123456789abcdef0123456789abcdef-read-0000000003": true,
+		"read-me":                false,
+		"write-12":               false,
+		"lock":                   false,
+		"_c_xyz-read-0000000003": false,
+	} {
+		require.Equal(t, want, lockNodeName.MatchString(name), name)
+	}
+}
