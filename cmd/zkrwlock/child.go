@@ -97,9 +97,10 @@ type result struct {
 }
 
 // supervise waits for the command to exit, passes signals on to it, and
-// stops it when lost closes: SIGTERM to its group at once, SIGKILL after
-// grace. onLost and onKill say what happens.
-func (c *child) supervise(lost <-chan struct{}, sigs <-chan os.Signal, grace time.Duration, onLost, onKill func()) result {
+// stops it when lost closes: SIGTERM to its group at once, SIGKILL
+// stopWithin() later (asked at that moment). onLost and onKill say what
+// happens.
+func (c *child) supervise(lost <-chan struct{}, sigs <-chan os.Signal, stopWithin func() time.Duration, onLost func(time.Duration), onKill func()) result {
 	var res result
 	var kill <-chan time.Time
 	var deadline time.Time
@@ -122,10 +123,11 @@ func (c *child) supervise(lost <-chan struct{}, sigs <-chan os.Signal, grace tim
 			return res
 		case <-lost:
 			lost, res.lost = nil, true
-			onLost()
+			within := stopWithin()
+			onLost(within)
 			c.signal(syscall.SIGTERM)
-			deadline = time.Now().Add(grace)
-			kill = time.After(grace)
+			deadline = time.Now().Add(within)
+			kill = time.After(within)
 		case <-kill:
 			kill, killed = nil, true
 			onKill()

@@ -35,10 +35,15 @@ was ahead has gone and the lock is ours in a moment; if that lasts,
 ZooKeeper is slow to answer. "Not queued yet": our node is not created yet,
 or is being created again after our session expired.
 
-If the lock is lost while COMMAND runs (its node deleted, the session
-expired, or ZooKeeper out of reach for about a fifth of --session-timeout),
-COMMAND's process group gets SIGTERM and, --grace later, SIGKILL, and
-zkrwlock exits 111 with a message saying the lock was lost.
+If the lock is lost while COMMAND runs, COMMAND's process group gets
+SIGTERM, and SIGKILL before another client can be granted the lock, and
+zkrwlock exits 111 with a message saying the lock was lost. The lock is
+lost when its node is deleted, when the session expires, or when ZooKeeper
+has not answered for three quarters of --session-timeout less a sixteenth
+(zkrwlock asks every sixteenth): a silence of 20s with the default 30s is
+ridden out. SIGKILL follows at the latest a sixteenth of --session-timeout
+after SIGTERM (less 0.1s; 1.8s with the default), the least time the server
+may take to let another client in; --grace shortens that.
 
 %FLAGS%
 The command's environment also has:
@@ -85,7 +90,8 @@ func runExec(std stdio, args []string) int {
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); 0 gives up at once, "+
 		"as --no-wait (and flock -w 0) do; without it, wait as long as it takes")
 	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is taken (exit 75)")
-	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, time between SIGTERM and SIGKILL to the command")
+	fs.DurationVar(&o.grace, "grace", maxGrace, "after a lost lock, time between SIGTERM and SIGKILL to the command, "+
+		"at most a sixteenth of --session-timeout less 0.1s (default: that much)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
 	o.conn.register(fs)
@@ -124,6 +130,16 @@ func (o *execOptions) validate(pos, rest []string, given map[string]bool) error 
 	case o.grace < 0:
 		return fail(exitUsage, "--grace must not be negative")
 	}
+	if err := o.conn.validate(); err != nil {
+		return err
+	}
+	if window := stopWindow(o.conn.sessionTimeout); given["grace"] && o.grace > window {
+		// Said, not refused: the lock cannot give the command more time
+		// than the server gives the lock.
+		printLine(o.std.err, "zkrwlock exec", fmt.Sprintf("--grace %v does not fit: after a lost lock, SIGKILL follows SIGTERM "+
+			"within %v with --session-timeout %v (a sixteenth of it, less 0.1s), before another client can have the lock",
+			o.grace, window, o.conn.sessionTimeout))
+	}
 	switch {
 	case o.noWait:
 		o.giveUp = "--no-wait"
@@ -131,9 +147,6 @@ func (o *execOptions) validate(pos, rest []string, given map[string]bool) error 
 		// A bound of no time at all, not none: "--timeout 0s" read as
 		// "wait forever" would let cron jobs pile up.
 		o.noWait, o.giveUp = true, "--timeout 0"
-	}
-	if err := o.conn.validate(); err != nil {
-		return err
 	}
 	o.path, o.argv, o.mode = pos[0], rest, rwlock.Read
 	if o.write {
@@ -284,11 +297,16 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, g *rwlock.Grant, sig
 		o.release(prog, g)
 		return 0, startFailure(o.argv[0], err)
 	}
-	res := c.supervise(lost, sigs, o.grace, func() {
+	var within time.Duration
+	res := c.supervise(lost, sigs, func() time.Duration {
+		within = stopWithin(g, o.grace)
+		return within
+	}, func(within time.Duration) {
 		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
-			"sent SIGTERM to the command, SIGKILL follows in %v", o.mode, o.path, g.Err(), o.grace))
+			"sent SIGTERM to the command, SIGKILL follows in %v", o.mode, o.path, g.Err(), within.Round(time.Millisecond)))
 	}, func() {
-		printLine(o.std.err, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL", o.grace))
+		printLine(o.std.err, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL",
+			within.Round(time.Millisecond)))
 	})
 	if !res.lost && g.Err() != nil && !errors.Is(g.Err(), rwlock.ErrReleased) {
 		res.lost = true
@@ -300,6 +318,31 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, g *rwlock.Grant, sig
 	}
 	return res.code, nil
 }
+
+// maxGrace stands for "as long as the lock allows" (see stopWithin).
+const maxGrace = 1<<63 - 1
+
+// killMargin is how long before the grant's deadline the command gets
+// SIGKILL: the signal takes effect at once, and the margin covers the
+// moments zkrwlock itself needs to send it.
+const killMargin = 100 * time.Millisecond
+
+// stopWithin is how long a command whose lock was just lost may run on
+// after SIGTERM: grace, but never past the moment the server may let
+// another client have the lock (Grant.Deadline), less killMargin. Without
+// a deadline (the session timeout unknown), at once.
+func stopWithin(g *rwlock.Grant, grace time.Duration) time.Duration {
+	deadline, ok := g.Deadline()
+	if !ok {
+		return 0
+	}
+	return max(min(grace, time.Until(deadline)-killMargin), 0)
+}
+
+// stopWindow is how long, at most, a command may run on after SIGTERM with
+// session timeout t: the time Grant.Deadline leaves after a loss noticed in
+// time, a sixteenth of t (see rwlock.Grant.Done), less killMargin.
+func stopWindow(t time.Duration) time.Duration { return max(t/16-killMargin, 0) }
 
 // release releases g, and says so when it cannot: then the node goes when
 // the session ends, which closing the connection does next.

@@ -110,12 +110,19 @@ type connFlags struct {
 
 const defaultServers = "127.0.0.1:2181"
 
+// defaultSessionTimeout is 30s, not go-zookeeper's usual 10s: a job under
+// exec rides out a silent connection of about 0.69 of it (20s) before its
+// lock is lost, and gets a sixteenth of it (1.9s) between SIGTERM and
+// SIGKILL then; a holder that dies blocks the others for that long. It is
+// within ZooKeeper's default maxSessionTimeout (20 ticks, 40s).
+const defaultSessionTimeout = 30 * time.Second
+
 func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.zk, "zk", "", "ZooKeeper servers as `host:port,...` (default $ZOOKEEPER_SERVERS, else "+defaultServers+")")
 	fs.DurationVar(&c.connectTimeout, "connect-timeout", 5*time.Second,
 		"give up (exit 69) when there is no ZooKeeper session after this long")
-	fs.DurationVar(&c.sessionTimeout, "session-timeout", 10*time.Second,
-		"ZooKeeper session timeout: how long a dead or cut-off holder blocks others")
+	fs.DurationVar(&c.sessionTimeout, "session-timeout", defaultSessionTimeout,
+		"ZooKeeper session timeout: how long a dead holder blocks others, and about how long a silent connection is ridden out")
 	fs.BoolVar(&c.debug, "debug", false, "log every protocol step and the ZooKeeper client's messages on stderr")
 }
 
