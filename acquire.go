@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 
 	"github.com/go-zookeeper/zk"
@@ -74,9 +75,10 @@ type acquisition struct {
 	writers bool            // a listing showed a writer before ours
 	retry   backoff
 
-	dir *watchEntry     // child watch on the directory, from our first listing
-	own <-chan zk.Event // data watch on our own node, set before we wait
-	tok int64           // our node's czxid, when read
+	dir     *watchEntry     // child watch on the directory, from our first listing
+	own     *watchEntry     // data watch on our own node, set before we wait
+	tok     int64           // our node's czxid, when read
+	oneTrip bool            // the listing sent behind the create showed our node
 }
 
 // acquire runs the protocol for ctx's caller.
@@ -159,12 +161,22 @@ func (a *acquisition) requeue() {
 	a.snap, a.dir, a.own, a.tok = snapshot{}, nil, nil, 0
 }
 
-// create makes our node, and the lock directory when it is missing.
+// create makes our node, and the lock directory when it is missing; the
+// first listing goes out right behind it (see listBehind).
 func (a *acquisition) create(ctx context.Context) (step, error) {
 	l := a.l
 	for tries := 0; ; tries++ {
+		var behind <-chan listing
+		sending := make(chan struct{})
+		if a.dir == nil {
+			behind = a.listBehind(ctx, sending)
+		}
 		r := a.c.create(ctx, nodePrefix(l.path, a.guid, a.mode), l.data, zk.FlagEphemeral|zk.FlagSequence, l.acl,
-			func(r reply[string]) { l.finishCreate(a.c, r, a.guid) })
+			sending, func(r reply[string]) { l.finishCreate(a.c, r, a.guid) })
+		var first listing
+		if behind != nil {
+			first = <-behind
+		}
 		switch {
 		case r.err == nil && r.session == 0:
 			// Created, but the session changed while we waited: the node
@@ -175,7 +187,11 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 		case r.err == nil:
 			a.path, a.node, a.session = r.v, r.v[len(l.path)+1:], r.session
 			l.debug("created", a.path)
-			return stepList, nil
+			if first.err == nil && first.session == a.session && slices.Contains(first.v, a.node) {
+				a.dir, a.oneTrip = first.watch, true
+				return a.locate(first.reply)
+			}
+			return stepList, nil // the listing overtook the create, or failed: list again
 		case errors.Is(r.err, zk.ErrNoNode) && tries < 5:
 			// The directory is missing, or the server reaped it (an empty
 			// container) between our mkdir and our create; a parent may go
@@ -195,6 +211,48 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 	}
 }
 
+// A listing is the outcome of a listing with its child watch.
+type listing struct {
+	reply[[]string]
+	watch *watchEntry
+}
+
+// listBehind sends the acquisition's first listing, with its child watch
+// on the directory, right behind the create that the caller is about to
+// make, without waiting for the create's answer: when nobody is in the way,
+// the acquisition takes one round trip instead of two.
+//
+// ZooKeeper carries out one session's requests in the order they arrive, so
+// a listing that reaches the server after the create shows our node. But
+// go-zookeeper has no call that keeps two requests in order; it sends
+// concurrent calls as they come. The listing waits until the create's call
+// has begun (sending is closed then), and yields once: the create then
+// nearly always reaches go-zookeeper's queue first. It must be correct
+// either way:
+//
+//   - a listing that shows our node was carried out after our create, so it
+//     is as good as one sent after the create's answer: it shows every node
+//     that can ever precede ours (lower numbers are never given out later);
+//   - a listing that lacks our node may simply have overtaken the create:
+//     it proves nothing, is never taken for "our node was deleted", and the
+//     acquisition lists again; the child watch it set fires on our own
+//     create, and is dropped;
+//   - a listing made in another session than the create, or that failed,
+//     is dropped the same way.
+func (a *acquisition) listBehind(ctx context.Context, sending <-chan struct{}) <-chan listing {
+	ch := make(chan listing, 1)
+	go func() {
+		select {
+		case <-sending:
+			runtime.Gosched()
+		case <-ctx.Done():
+		}
+		r, w := a.c.childrenW(ctx, a.l.path, true)
+		ch <- listing{r, w}
+	}()
+	return ch
+}
+
 // mkdirs creates the lock directory and its missing parents as containers,
 // which the server deletes once they are empty again, or as persistent
 // nodes on a server that has no containers (before 3.5.3). It remembers
@@ -209,7 +267,7 @@ func (a *acquisition) mkdirs(ctx context.Context) error {
 		dir := l.path[:i]
 		var r reply[string]
 		if l.noContainers.Load() {
-			r = a.c.create(ctx, dir, nil, zk.FlagPersistent, l.acl, nil)
+			r = a.c.create(ctx, dir, nil, zk.FlagPersistent, l.acl, nil, nil)
 		} else {
 			r = a.c.createContainer(ctx, dir, l.acl)
 		}
@@ -238,9 +296,10 @@ func (a *acquisition) removeCreatedDirs() {
 }
 
 // list reads the directory, finds our node and takes the snapshot of the
-// nodes before it. The first listing also sets a child watch on the
-// directory, at no extra request: if we are granted at once, it is the
-// grant's watch for its node's deletion (see Grant.watchNode).
+// nodes before it. Only a listing after a failed first listing (see
+// listBehind) sets a child watch on the directory; the first one's is the
+// grant's watch for its node's deletion, if we are granted at once (see
+// Grant.watchFrom).
 func (a *acquisition) list(ctx context.Context) (step, error) {
 	var r reply[[]string]
 	if a.dir == nil {
@@ -257,6 +316,12 @@ func (a *acquisition) list(ctx context.Context) (step, error) {
 	if a.unsure {
 		return a.adopt(ctx, r)
 	}
+	return a.locate(r)
+}
+
+// locate finds our node in a listing and takes the snapshot of the nodes
+// before it.
+func (a *acquisition) locate(r reply[[]string]) (step, error) {
 	if !a.ours(r.session) {
 		return stepRequeue, nil
 	}
@@ -318,33 +383,25 @@ func (a *acquisition) adopt(ctx context.Context, r reply[[]string]) (step, error
 
 type ownWatch struct {
 	stat    *zk.Stat
-	watch   <-chan zk.Event
+	watch   *watchEntry
 	session int64
 }
 
-// watchOwn sets the data watch on our own node. It is the acquisition's
-// own, not shared (see watches.go): its channel is read without a request
-// at the moment we are cleared, which needs go-zookeeper's ordering of
-// events, and a shared watch is relayed by another goroutine.
+// watchOwn sets the data watch on our own node. Its fire is read without
+// a request at the moment we are cleared (see firedNow), which keeps
+// go-zookeeper's ordering of events.
 func (a *acquisition) watchOwn(ctx context.Context, path string) (ownWatch, error) {
-	c := a.c.zk
-	r := request(a.c, ctx, false, func() (ownWatch, error) {
-		_, stat, ch, err := c.GetW(path)
-		return ownWatch{stat: stat, watch: ch}, err
-	}, nil)
-	r.v.session = r.session
-	return r.v, r.err
+	r, w := a.c.getW(ctx, path)
+	return ownWatch{stat: r.v.stat, watch: w, session: r.session}, r.err
 }
 
 // ownGone reports, without a request, whether an event about our node has
 // come: it was deleted (or the session ended) since we set the watch.
 func (a *acquisition) ownGone() (zk.Event, bool) {
-	select {
-	case ev := <-a.own:
-		return ev, true
-	default:
-		return zk.Event{}, false
+	if a.own.firedNow() {
+		return a.own.Event(), true
 	}
+	return zk.Event{}, false
 }
 
 // grant turns the acquisition into a Grant, unless ctx ended meanwhile:

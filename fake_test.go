@@ -43,6 +43,7 @@ type fakeConn struct {
 	state   atomic.Int32
 	calls   atomic.Int64                 // requests sent to the server
 	lists   atomic.Int64                 // of which Children and ChildrenW
+	applied []string                     // "op path" of every request, in the server's order; guarded by s.mu
 	watches map[watchKey][]chan zk.Event // guarded by s.mu
 
 	// Events for this session are held back while it is disconnected, as
@@ -133,6 +134,7 @@ func (c *fakeConn) apply(op, p string, f func() error) error {
 	}
 	c.calls.Add(1)
 	c.s.mu.Lock()
+	c.applied = append(c.applied, op+" "+p)
 	err := f()
 	c.s.mu.Unlock()
 	return err
@@ -541,3 +543,27 @@ func (s *fakeServer) othersWatchedBy(c *fakeConn) []string {
 // formatSeq formats a sequence number as ZooKeeper does (Java's %010d, which
 // pads negative numbers after the sign, as Go's does).
 func formatSeq(seq int32) string { return fmt.Sprintf("%010d", seq) }
+
+// overtaken counts, among c's requests from the first'th on, the listings
+// of dir that reached the server before the create they were sent behind
+// (see acquisition.listBehind): each costs the acquisition one more
+// listing. go-zookeeper keeps the create first nearly always; the fake's
+// goroutines, less often.
+func (c *fakeConn) overtaken(first int) int {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	n := 0
+	for i := first; i+1 < len(c.applied); i++ {
+		if c.applied[i] == "children "+dir && strings.HasPrefix(c.applied[i+1], "create "+dir+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// appliedCount returns how many of c's requests the server has seen.
+func (c *fakeConn) appliedCount() int {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return len(c.applied)
+}

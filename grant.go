@@ -444,10 +444,10 @@ func (g *Grant) setReleasing(on bool) (ignored bool) {
 // goes or its data changes (a Downgrade).
 
 // watchFrom starts watching the node with what the acquisition left.
-func (g *Grant) watchFrom(own <-chan zk.Event, dir *watchEntry) {
+func (g *Grant) watchFrom(own, dir *watchEntry) {
 	switch {
 	case own != nil:
-		g.subscribe(g.c.register(watchKey{g.node, dataWatch}, own, g.session, false))
+		g.subscribe(own)
 	case dir != nil:
 		g.subscribe(dir)
 	default:

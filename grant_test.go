@@ -166,6 +166,7 @@ func TestLeaseLapsesWhileGoZookeeperSaysConnected(t *testing.T) {
 			<-partitioned // sent, never answered
 			return zk.ErrConnectionClosed
 		})
+		synctest.Wait() // a keepalive under way when the partition began has been answered
 		last := answered.times()[len(answered.times())-1]
 		<-g.Done()
 		lost := time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -72,11 +73,11 @@ func TestUncontendedCostsThreeRequests(t *testing.T) {
 		require.NoError(t, g.Release(t.Context()))
 
 		for _, acquire := range []func(context.Context) (*Grant, error){l.Lock, l.RLock, l.TryLock, l.TryRLock} {
-			before := c.calls.Load()
+			before, first := c.calls.Load(), c.appliedCount()
 			g, err := acquire(t.Context())
 			require.NoError(t, err)
 			require.NoError(t, g.Release(t.Context()))
-			assert.Equal(t, int64(3), c.calls.Load()-before, "create, list, delete")
+			assert.Equal(t, int64(3+c.overtaken(first)), c.calls.Load()-before, "create, list, delete")
 		}
 		assert.Empty(t, s.lockNodes(dir))
 	})
@@ -176,13 +177,13 @@ func TestWakeWithoutRelist(t *testing.T) {
 		require.NoError(t, err)
 		c := s.conn()
 		l := newLock(t, c)
-		before := c.calls.Load()
+		before, first := c.calls.Load(), c.appliedCount()
 		r := start(ctx, l.RLock)
 		synctest.Wait()
 		require.NoError(t, w.Release(ctx))
 		synctest.Wait()
 		g := granted(t, r)
-		assert.Equal(t, int64(5), c.calls.Load()-before,
+		assert.Equal(t, int64(5+c.overtaken(first)), c.calls.Load()-before,
 			"the DELETE check (first acquisition of a lock), create, list, watch our own node, watch the writer")
 		require.NoError(t, g.Release(ctx))
 	})
@@ -205,7 +206,7 @@ func TestPredecessorGoneBeforeWatch(t *testing.T) {
 		})
 		g, err := newLock(t, c).Lock(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, int64(5), c.calls.Load(),
+		assert.Equal(t, int64(5+c.overtaken(0)), c.calls.Load(),
 			"the DELETE check, create, list, watch our own node, get the writer: NoNode is the way clear")
 		require.NoError(t, g.Release(ctx))
 		assert.NoError(t, w.Release(ctx))
@@ -636,5 +637,103 @@ func TestUnmarkedDeletionMeansListAgain(t *testing.T) {
 		require.NoError(t, holder.Release(ctx))
 		synctest.Wait()
 		require.NoError(t, granted(t, w).Release(ctx))
+	})
+}
+
+// The first listing goes out behind the create without waiting for its
+// answer (listBehind); here it overtakes the create. It lacks our node,
+// which must not be taken for a deleted node: the acquisition lists again.
+func TestListingThatOvertakesTheCreate(t *testing.T) {
+	for _, holder := range []bool{false, true} {
+		t.Run(fmt.Sprintf("holder=%v", holder), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newFakeServer()
+				ctx := t.Context()
+				var h *Grant
+				if holder {
+					var err error
+					h, err = newLock(t, s.conn()).Lock(ctx)
+					require.NoError(t, err)
+				}
+				c := s.conn()
+				l := newLock(t, c)
+				warm, err := l.TryRLock(ctx) // the directory and the DELETE check
+				if holder {
+					require.ErrorIs(t, err, ErrWouldBlock)
+				} else {
+					require.NoError(t, err)
+					require.NoError(t, warm.Release(ctx))
+				}
+
+				listed := make(chan struct{})
+				var order []string
+				var mu sync.Mutex
+				c.setBefore(func(op, p string) error {
+					if op == "create" {
+						<-listed // the listing reaches the server first
+					}
+					return nil
+				})
+				c.setAfter(func(op, p string, err error) error {
+					mu.Lock()
+					order = append(order, op)
+					mu.Unlock()
+					if op == "children" && len(order) == 1 {
+						close(listed)
+					}
+					return err
+				})
+				w := start(ctx, l.Lock)
+				synctest.Wait()
+				if holder {
+					pending(t, w)
+					require.NoError(t, h.Release(ctx))
+					synctest.Wait()
+				}
+				g := granted(t, w)
+				mu.Lock()
+				assert.Equal(t, []string{"children", "create", "children"}, order[:3], "the listing overtook the create, and is made again")
+				mu.Unlock()
+				c.setBefore(nil)
+				c.setAfter(nil)
+				require.NoError(t, g.Release(ctx))
+				assert.Empty(t, s.lockNodes(dir))
+			})
+		})
+	}
+}
+
+// In the usual order the listing behind the create shows our node: one
+// round trip, and the acquisition says so.
+func TestListingBehindTheCreateTakesOneRoundTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+
+		created := make(chan struct{})
+		c.setBefore(func(op, p string) error {
+			if op == "children" {
+				<-created // the listing reaches the server behind the create
+			}
+			return nil
+		})
+		c.setAfter(func(op, p string, err error) error {
+			if op == "create" {
+				close(created)
+			}
+			return err
+		})
+		a := &acquisition{l: l, c: acquireClient(c), want: want{mode: Write, block: true}, guid: newGUID()}
+		g, err = a.run(ctx)
+		require.NoError(t, err)
+		assert.True(t, a.oneTrip)
+		c.setBefore(nil)
+		c.setAfter(nil)
+		require.NoError(t, g.Release(ctx))
 	})
 }

@@ -12,38 +12,56 @@ import (
 // candidate blocker, the lock is ours without another request, provided
 // our own node is still there (see acquire.go); when the snapshot holds
 // one, we list again.
+//
+// The watch on our own node goes out together with the first look at the
+// node in our way, and the child watch that a writer behind a writer needs
+// with its look at that writer: none waits for another's answer. The proof
+// needs only that both answers be in before we are granted.
 func (a *acquisition) wait(ctx context.Context) (step, error) {
 	if !a.block {
 		return a.tryPass(ctx)
 	}
+	var own <-chan ownResult
 	if a.own == nil {
-		w, err := a.watchOwn(ctx, a.path)
-		switch {
-		case errors.Is(err, zk.ErrNoNode):
-			return a.ownDeleted()
-		case err != nil:
-			return a.after(err)
-		case !a.ours(w.session):
-			return stepRequeue, nil
-		}
-		a.own, a.tok = w.watch, w.stat.Czxid
+		own = a.watchOwnBehind(ctx)
 	}
 	for {
+		b, blocked := a.snap.blocker(a.isShared)
+		var r reply[node]
+		var data, deleted *watchEntry
+		var going <-chan *watchEntry
+		path := a.l.path + "/" + b.name
+		if blocked {
+			if a.mode == Write && b.mode == Write && len(a.snap.before) > 1 {
+				// b's going proves the way clear only if b held the lock,
+				// which a writer tells by marking its node as it goes (see
+				// Grant.Release). The mark uses up the data watch; a child
+				// watch, which fires only when b goes, tells the rest.
+				going = a.watchGoingBehind(ctx, path)
+			}
+			r, data = a.c.getW(ctx, path)
+			if going != nil {
+				deleted = <-going
+			}
+		}
+		if own != nil {
+			next, err, ok := a.settleOwn(<-own)
+			if own = nil; !ok {
+				return next, err
+			}
+		}
 		if ev, gone := a.ownGone(); gone {
 			return a.ownEvent(ev)
 		}
-		b, blocked := a.snap.blocker(a.isShared)
 		if !blocked {
 			return stepGrant, nil
 		}
-		path := a.l.path + "/" + b.name
-		r, data := a.c.getW(ctx, path)
 		switch {
 		case errors.Is(r.err, zk.ErrNoNode):
 			if a.gone(b.name) {
 				return stepList, nil
 			}
-			continue // looked at our own node above, before the next blocker
+			continue // the answer came after any event about our own node: looked at above
 		case r.err != nil:
 			return a.after(r.err)
 		case !a.ours(r.session):
@@ -57,14 +75,6 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 			continue
 		}
 		a.waited = true
-		var deleted *watchEntry
-		if a.mode == Write && b.mode == Write && len(a.snap.before) > 1 {
-			// b's going proves the way clear only if b held the lock,
-			// which a writer tells by marking its node as it goes (see
-			// Grant.Release). The mark uses up the data watch; a child
-			// watch, which fires only when b goes, tells the rest.
-			deleted = a.watchGoing(ctx, path)
-		}
 		a.l.debug("waiting for", path)
 		gone, next, err := a.await(ctx, b, data, deleted)
 		switch {
@@ -75,6 +85,53 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 		}
 		// Look again: at our node, at b's data, or at what blocks us now.
 	}
+}
+
+type ownResult struct {
+	ownWatch
+	err error
+}
+
+// watchOwnBehind sets the data watch on our own node on its own goroutine.
+func (a *acquisition) watchOwnBehind(ctx context.Context) <-chan ownResult {
+	ch := make(chan ownResult, 1)
+	go func() {
+		w, err := a.watchOwn(ctx, a.path)
+		ch <- ownResult{w, err}
+	}()
+	return ch
+}
+
+// settleOwn takes the answer to the watch on our own node; ok is false when
+// the acquisition cannot go on waiting (next and err say what then).
+func (a *acquisition) settleOwn(r ownResult) (next step, err error, ok bool) {
+	switch {
+	case errors.Is(r.err, zk.ErrNoNode):
+		next, err = a.ownDeleted()
+		return next, err, false
+	case r.err != nil:
+		next, err = a.after(r.err)
+		return next, err, false
+	case !a.ours(r.session):
+		return stepRequeue, nil, false
+	}
+	a.own, a.tok = r.watch, r.stat.Czxid
+	return 0, nil, true
+}
+
+// watchGoingBehind sets, on its own goroutine, a child watch on path, which
+// fires when path goes (lock nodes have no children); nil if it could not
+// be set.
+func (a *acquisition) watchGoingBehind(ctx context.Context, path string) <-chan *watchEntry {
+	ch := make(chan *watchEntry, 1)
+	go func() {
+		r, w := a.c.childrenW(ctx, path, false)
+		if r.err != nil {
+			w = nil
+		}
+		ch <- w
+	}()
+	return ch
 }
 
 // await waits for b to go or to change its data, on its data watch and, if
@@ -91,8 +148,8 @@ func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *watc
 	dataFired := data.Fired()
 	for {
 		select {
-		case ev := <-a.own:
-			next, err := a.ownEvent(ev)
+		case <-a.own.Fired():
+			next, err := a.ownEvent(a.own.Event())
 			return false, next, err
 		case <-dataFired:
 			dataFired = nil
@@ -164,16 +221,6 @@ func (a *acquisition) notWatching(ev zk.Event) (step, error) {
 		return stepList, nil
 	}
 	return stepRequeue, nil
-}
-
-// watchGoing sets a child watch on path, which fires when path goes (lock
-// nodes have no children); nil if it could not be set.
-func (a *acquisition) watchGoing(ctx context.Context, path string) *watchEntry {
-	r, w := a.c.childrenW(ctx, path, false)
-	if r.err != nil {
-		return nil
-	}
-	return w
 }
 
 // tryPass is TryLock's and TryRLock's look at the node in their way. A

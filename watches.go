@@ -35,30 +35,89 @@ type watchKey struct {
 	kind watchKind
 }
 
-// A watchEntry is one outstanding registration, shared by its callers in
-// the session that set it. (go-zookeeper ends every watch of an expired
-// session with an EventNotWatching; a caller of the new session must not
-// take that for the end of its own.)
+// A watchEntry is one registration, shared by its callers in the session
+// that set it. (go-zookeeper ends every watch of an expired session with an
+// EventNotWatching; a caller of the new session must not take that for the
+// end of its own.)
+//
+// go-zookeeper sends the watch's one event into raw and closes it. A
+// goroutine relays it to fired and to the subscribers; firedNow also takes
+// it from raw if it is there, so that a caller that has just seen a later
+// event or answer of the session knows, without a request and without
+// waiting for the relay, whether this watch fired before: go-zookeeper puts
+// each event in its channel before it reads the next packet.
 type watchEntry struct {
-	session int64           // the session that set it
-	raw     <-chan zk.Event // go-zookeeper's channel
-	fired   chan struct{}   // closed when the event has come
-	event   zk.Event        // the event; set before fired is closed
-
-	mu   sync.Mutex
-	subs map[*func(zk.Event)]struct{} // callbacks to run when it fires
-	done bool                         // the callbacks have run
+	mu      sync.Mutex
+	pending bool                         // the request that sets it is under way
+	ready   chan struct{}                // closed when it is settled, set or not
+	session int64                        // the session that set it
+	raw     <-chan zk.Event              // go-zookeeper's channel
+	fired   chan struct{}                // closed when the event is published
+	event   zk.Event                     // the event; set before fired is closed
+	subs    map[*func(zk.Event)]struct{} // callbacks to run when it fires
+	done    bool                         // the event is published
 }
 
-// Fired returns a channel that is closed when the watch has fired;
-// then Event tells what happened.
+// Fired returns a channel that is closed when the watch has fired; then
+// Event tells what happened.
 func (w *watchEntry) Fired() <-chan struct{} { return w.fired }
 
 // Event returns what fired the watch. Call it after Fired is closed.
 func (w *watchEntry) Event() zk.Event { return w.event }
 
+// firedNow reports whether the watch has fired, as of the last packet
+// go-zookeeper has read, and publishes the event if it has.
+func (w *watchEntry) firedNow() bool {
+	w.mu.Lock()
+	if w.done {
+		w.mu.Unlock()
+		return true
+	}
+	select {
+	case ev, ok := <-w.raw:
+		if !ok {
+			// Closed and empty: the relay took the event and is about to
+			// publish it.
+			w.mu.Unlock()
+			<-w.fired
+			return true
+		}
+		subs := w.publishLocked(ev)
+		w.mu.Unlock()
+		runSubs(subs, ev)
+		return true
+	default:
+		w.mu.Unlock()
+		return false
+	}
+}
+
+// unfired reports whether the watch is set and has not fired: neither
+// published, nor waiting in go-zookeeper's channel (sharing one that has
+// fired would only wake the caller for nothing).
+func (w *watchEntry) unfired() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.raw) == 0 && !w.done
+}
+
+// publishLocked records ev, closes fired, and returns the callbacks to run.
+func (w *watchEntry) publishLocked(ev zk.Event) map[*func(zk.Event)]struct{} {
+	w.event, w.done = ev, true
+	close(w.fired)
+	subs := w.subs
+	w.subs = nil
+	return subs
+}
+
+func runSubs(subs map[*func(zk.Event)]struct{}, ev zk.Event) {
+	for fn := range subs {
+		(*fn)(ev)
+	}
+}
+
 // subscribe runs fn, once, when the watch fires (at once if it has), on
-// the goroutine that received the event. cancel stops that, if it has not
+// the goroutine that publishes the event. cancel stops that, if it has not
 // happened yet.
 func (w *watchEntry) subscribe(fn func(zk.Event)) (cancel func()) {
 	w.mu.Lock()
@@ -86,28 +145,20 @@ func (w *watchEntry) subscribe(fn func(zk.Event)) (cancel func()) {
 // before we looked leaves no watch behind. The watch is nil when the read
 // failed.
 func (c *client) getW(ctx context.Context, path string) (reply[node], *watchEntry) {
-	key := watchKey{path, dataWatch}
-	if w := c.outstanding(key); w != nil {
-		if r := c.get(ctx, path); r.err != nil || r.session == w.session {
-			return r, w
-		}
-	}
 	type result struct {
 		node
 		ch <-chan zk.Event
 	}
-	r := request(c, ctx, false, func() (result, error) {
-		data, stat, ch, err := c.zk.GetW(path)
-		return result{node{data, stat}, ch}, err
-	}, func(r reply[result]) {
-		if r.err == nil {
-			c.register(key, r.v.ch, r.session, false) // tracked, so that the next caller shares it
-		}
-	})
-	if r.err != nil {
-		return reply[node]{err: r.err}, nil
-	}
-	return reply[node]{r.v.node, r.session, nil}, c.register(key, r.v.ch, r.session, false)
+	r, w := watchShared(c, ctx, watchKey{path, dataWatch},
+		func() (result, <-chan zk.Event, error) {
+			data, stat, ch, err := c.zk.GetW(path)
+			return result{node{data, stat}, ch}, ch, err
+		},
+		func() reply[result] {
+			n := c.get(ctx, path)
+			return reply[result]{result{node: n.v}, n.session, n.err}
+		})
+	return reply[node]{r.v.node, r.session, r.err}, w
 }
 
 // childrenW lists path's children and watches them: the watch fires when
@@ -120,81 +171,120 @@ func (c *client) getW(ctx context.Context, path string) (reply[node], *watchEntr
 // acquisition on the connection a watch that the last one's release has
 // just fired, and a wake for nothing.
 func (c *client) childrenW(ctx context.Context, path string, private bool) (reply[[]string], *watchEntry) {
-	key := watchKey{path, childWatch}
-	if w := c.outstanding(key); w != nil && !private {
-		if r := c.children(ctx, path); r.err != nil || r.session == w.session {
-			return r, w
-		}
-	}
-	type result struct {
-		children []string
-		ch       <-chan zk.Event
-	}
-	r := request(c, ctx, false, func() (result, error) {
+	op := func() ([]string, <-chan zk.Event, error) {
 		children, _, ch, err := c.zk.ChildrenW(path)
-		return result{children, ch}, err
-	}, func(r reply[result]) {
-		if r.err == nil {
-			c.register(key, r.v.ch, r.session, private)
-		}
-	})
-	if r.err != nil {
-		return reply[[]string]{err: r.err}, nil
+		return children, ch, err
 	}
-	return reply[[]string]{r.v.children, r.session, nil}, c.register(key, r.v.ch, r.session, private)
+	if private {
+		w := &watchEntry{fired: make(chan struct{})}
+		r := request(c, ctx, false, func() ([]string, error) {
+			before := c.zk.SessionID()
+			children, ch, err := op()
+			c.settle(watchKey{}, w, ch, before, err, false)
+			return children, err
+		}, func(reply[[]string]) {})
+		if r.err != nil {
+			return r, nil
+		}
+		return r, w
+	}
+	return watchShared(c, ctx, watchKey{path, childWatch}, op, func() reply[[]string] { return c.children(ctx, path) })
 }
 
-// outstanding returns the registration for key that has not fired yet, if
-// any. (One whose event waits in go-zookeeper's channel, not yet relayed,
-// has fired: sharing it would only wake the caller for nothing.)
-func (c *client) outstanding(key watchKey) *watchEntry {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if w := c.watches[key]; w != nil && len(w.raw) == 0 {
-		return w
+// watchShared reads and watches key's node: at most one registration per
+// node, kind and connection is ever under way or outstanding. A caller that
+// finds one being set waits for it; one that finds it set and not yet fired
+// reads the node with plain, and shares it (see the top of this file).
+func watchShared[T any](c *client, ctx context.Context, key watchKey,
+	set func() (T, <-chan zk.Event, error), plain func() reply[T]) (reply[T], *watchEntry) {
+	for {
+		c.mu.Lock()
+		w := c.watches[key]
+		switch {
+		case w != nil && w.pending:
+			c.mu.Unlock()
+			select {
+			case <-w.ready:
+				continue
+			case <-ctx.Done():
+				return reply[T]{err: ctx.Err()}, nil
+			}
+		case w != nil && w.unfired():
+			c.mu.Unlock()
+			r := plain()
+			if r.err != nil || r.session == w.session {
+				return r, w
+			}
+			// The registration is of an earlier session, about to end with
+			// it: set ours.
+			c.mu.Lock()
+			if c.watches[key] == w {
+				delete(c.watches, key)
+			}
+			c.mu.Unlock()
+			continue
+		}
+		w = &watchEntry{pending: true, ready: make(chan struct{}), fired: make(chan struct{})}
+		c.watches[key] = w
+		c.mu.Unlock()
+		// Settled by the request itself, so that a caller that stops
+		// waiting leaves the registration tracked, not lost.
+		r := request(c, ctx, false, func() (T, error) {
+			before := c.zk.SessionID()
+			v, ch, err := set()
+			c.settle(key, w, ch, before, err, true)
+			return v, err
+		}, func(reply[T]) {})
+		if r.err != nil {
+			return r, nil
+		}
+		return r, w
 	}
-	return nil
 }
 
-// register tracks go-zookeeper's channel ch, set in session, for key until
-// it fires, and returns the entry callers share (unless private). If two
-// callers of one session raced to set the same watch, the second channel
-// is drained with the first entry's: both belong to the one watch the
-// server keeps per node and session, and fire together. An entry of
-// another session is replaced: it is about to fire with the end of its
-// session.
-func (c *client) register(key watchKey, ch <-chan zk.Event, session int64, private bool) *watchEntry {
-	c.retain()
-	c.mu.Lock()
-	w, shared := c.watches[key]
-	shared = shared && w.session == session && session != 0 && !private
-	if !shared {
-		w = &watchEntry{session: session, raw: ch, fired: make(chan struct{})}
-		if !private {
-			c.watches[key] = w
-		}
+// settle ends the pending state of w: with the watch set (err nil) in the
+// session that was before the request (if it still is), it tracks
+// go-zookeeper's channel until it fires; otherwise it forgets w.
+func (c *client) settle(key watchKey, w *watchEntry, ch <-chan zk.Event, before int64, err error, shared bool) {
+	session := c.zk.SessionID()
+	if session != before {
+		session = 0
 	}
+	c.mu.Lock()
+	if err == nil {
+		w.mu.Lock()
+		w.raw, w.session = ch, session
+		w.mu.Unlock()
+		c.retain()
+		go c.relay(key, w, shared)
+	} else if shared && c.watches[key] == w {
+		delete(c.watches, key)
+	}
+	w.pending = false
 	c.mu.Unlock()
-	go func() {
-		defer c.release()
-		ev := <-ch
-		if shared {
-			return
-		}
+	if w.ready != nil {
+		close(w.ready)
+	}
+}
+
+// relay waits for the watch's event and publishes it, unless firedNow
+// took it first.
+func (c *client) relay(key watchKey, w *watchEntry, shared bool) {
+	defer c.release()
+	ev, ok := <-w.raw
+	if shared {
 		c.mu.Lock()
 		if c.watches[key] == w {
 			delete(c.watches, key)
 		}
 		c.mu.Unlock()
-		w.event = ev
-		close(w.fired)
-		w.mu.Lock()
-		subs := w.subs
-		w.subs, w.done = nil, true
+	}
+	w.mu.Lock()
+	if !ok || w.done {
 		w.mu.Unlock()
-		for fn := range subs {
-			(*fn)(ev)
-		}
-	}()
-	return w
+		return // firedNow published it
+	}
+	subs := w.publishLocked(ev)
+	w.mu.Unlock()
+	runSubs(subs, ev)
 }

@@ -147,8 +147,16 @@ func request[T any](c *client, ctx context.Context, renews bool, op func() (T, e
 
 // The requests the lock makes. Writes and sync renew the lease.
 
-func (c *client) create(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL, late func(reply[string])) reply[string] {
-	return request(c, ctx, true, func() (string, error) { return c.zk.Create(path, data, flags, acl) }, late)
+// create creates path; sending, if not nil, is closed as the call to
+// go-zookeeper begins (see acquisition.listBehind).
+func (c *client) create(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL,
+	sending chan struct{}, late func(reply[string])) reply[string] {
+	return request(c, ctx, true, func() (string, error) {
+		if sending != nil {
+			close(sending)
+		}
+		return c.zk.Create(path, data, flags, acl)
+	}, late)
 }
 
 func (c *client) createContainer(ctx context.Context, path string, acl []zk.ACL) reply[string] {
