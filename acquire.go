@@ -75,10 +75,10 @@ type acquisition struct {
 	writers bool            // a listing showed a writer before ours
 	retry   backoff
 
-	dir     *watchEntry     // child watch on the directory, from our first listing
-	own     *watchEntry     // data watch on our own node, set before we wait
-	tok     int64           // our node's czxid, when read
-	oneTrip bool            // the listing sent behind the create showed our node
+	dir     *watchEntry // child watch on the directory, from our first listing
+	own     *watchEntry // data watch on our own node, set before we wait
+	tok     int64       // our node's czxid, when read
+	oneTrip bool        // the listing sent behind the create showed our node
 }
 
 // acquire runs the protocol for ctx's caller.
