@@ -2,15 +2,17 @@
 // ZooKeeper.
 //
 // A lock is a directory: each acquisition creates an ephemeral sequential
-// child, read-<seq> or write-<seq>, and the sequence numbers are the queue.
-// A reader holds the lock when no writer precedes it, and otherwise watches
+// child, _c_<guid>-read-<seq> or _c_<guid>-write-<seq>, and the sequence
+// numbers are the queue. A reader holds the lock when no writer precedes it, and otherwise watches
 // the nearest preceding writer; a writer holds it when nothing precedes it,
 // and otherwise watches its immediate predecessor. So the lock is FIFO, a
 // waiting writer blocks later readers, every waiter watches one node (no
 // herd effect), and a dead client's nodes vanish with its session.
 //
-// When the watched node goes, the listing taken after our own create
-// usually proves the way clear without another request. Where it cannot (a
+// An acquisition that finds nobody in its way takes one round trip: the
+// listing goes out right behind the create. When a watched node goes, the
+// listing taken after our own create usually proves the way clear without
+// another request. Where it cannot (a
 // writer with more nodes ahead than its predecessor), the predecessor tells:
 // a writer that waited marks its node held in the transaction that deletes
 // it, which proves that nothing before it is left, so a queue of writers
@@ -21,12 +23,14 @@
 //	defer g.Release(ctx)
 //
 // A [Grant] can end without Release: when its node is deleted, when its
-// session expires, or when the connection has been down long enough that the
-// server may have expired the session. [Grant.Done] closes no later than
-// the moment another client could be granted the lock; [RWLock.WithWrite]
-// and [RWLock.WithRead] cancel their function's context then. The
-// [Grant.Token] (the node's czxid) lets the store a lock protects turn away a
-// holder that missed it.
+// session expires, or when the lock's own lease clock can no longer show the
+// session alive for long enough: a write the server answered proves the
+// session alive for a session timeout from the moment it was sent, and a
+// grant is lost when only a quarter of that is left (see [Grant.Done]).
+// [Grant.Done] closes, and [Grant.Err] fails, before another client could be
+// granted the lock; [RWLock.WithWrite] and [RWLock.WithRead] cancel their
+// function's context then. The [Grant.Token] (the node's czxid) lets the
+// store a lock protects turn away a holder that missed it.
 //
 // Reentrancy travels in the context, since Go has no goroutine identity:
 // the contexts handed out by WithRead, WithWrite and ReadGroup, or made by
