@@ -45,7 +45,8 @@ bench: zookeeper
 	if [ -s "$$out.jsonl" ]; then cat "$$out.jsonl"; fi; \
 	echo "bench: $$out.jsonl, $$out.txt" >&2; exit $$rc
 
-## check: formatting, vet, and the public API contract
+## check: formatting, and vet, which also compiles api_test.go: the exported
+## API, name by name and signature by signature
 check:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...

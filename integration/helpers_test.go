@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -73,7 +74,7 @@ func lockPath(t *testing.T) string {
 func lockNodes(t *testing.T, conn *zk.Conn, path string) []string {
 	t.Helper()
 	children, _, err := conn.Children(path)
-	if err == zk.ErrNoNode {
+	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
 	require.NoError(t, err)

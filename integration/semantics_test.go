@@ -20,7 +20,7 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 )
 
-// The core contract of DESIGN.md, on a real server: who may hold the lock
+// The lock's core contract, on a real server: who may hold the lock
 // together, in which order waiters get it, what each waiter watches, and
 // what a failed or cancelled acquisition leaves behind (nothing).
 

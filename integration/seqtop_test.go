@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -292,7 +293,7 @@ func requireNoNodeOf(t *testing.T, c *client, dir string) {
 	t.Helper()
 	for _, name := range lockNodes(t, c.conn, dir) {
 		_, st, err := c.conn.Get(dir + "/" + name)
-		if err == zk.ErrNoNode {
+		if errors.Is(err, zk.ErrNoNode) {
 			continue
 		}
 		require.NoError(t, err)

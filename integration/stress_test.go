@@ -15,7 +15,7 @@ import (
 	"github.com/zkrwlock/rwlock"
 )
 
-// TestStress is the invariant hammer (STYLE practice 15) on a real server:
+// TestStress is the invariant hammer of sync.RWMutex's tests, on a real server:
 // clients with a session each take the lock in random modes, hold it for a
 // random while, and now and then give up on a wait (a tiny deadline, or a
 // cancel in the middle of the wait) or try without waiting. Inside every

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -327,7 +328,7 @@ func sessionOf(t *testing.T, g *rwlock.Grant) int64 {
 func children(t *testing.T, conn *zk.Conn, path string) []string {
 	t.Helper()
 	c, _, err := conn.Children(path)
-	if err == zk.ErrNoNode {
+	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
 	require.NoError(t, err)

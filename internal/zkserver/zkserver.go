@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -345,9 +344,7 @@ func (c *Cluster) launch(m *member) error {
 		})
 	}
 	cmd.Stderr = cmd.Stdout
-	// Own process group: a terminal's Ctrl-C reaches only us, and we stop the
-	// servers in order. Pdeathsig: they die with us anyway (see startProcess).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = serverProcAttr()
 	p, err := startProcess(cmd, logFile)
 	if err != nil {
 		return fmt.Errorf("zkserver: start member %d: %w", m.index, err)
@@ -585,12 +582,6 @@ func (c *Cluster) member(i int) (*member, error) {
 		return nil, fmt.Errorf("zkserver: no member %d (cluster has %d)", i, len(c.members))
 	}
 	return c.members[i], nil
-}
-
-func (c *Cluster) proc(m *member) *process {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return m.proc
 }
 
 // takeProc detaches m's process so that exactly one caller stops it.

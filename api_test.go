@@ -1,0 +1,59 @@
+package rwlock_test
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	rw "github.com/zkrwlock/rwlock"
+)
+
+// The exported API that programs outside this repository compile against.
+// This file does not compile (and go vet, run by make check, fails) if a
+// name or a signature changes.
+var (
+	_ func(*zk.Conn, string, ...rw.Option) (*rw.RWLock, error) = rw.New
+	_ func([]zk.ACL) rw.Option                                 = rw.WithACL
+	_ func(string) rw.Option                                   = rw.WithOwner
+	_ func(*slog.Logger) rw.Option                             = rw.WithLogger
+	_ func(time.Duration) rw.Option                            = rw.WithSessionTimeout
+	_ func(time.Duration) rw.Option                            = rw.WithCleanupTimeout
+
+	_ func(*rw.RWLock, context.Context) (*rw.Grant, error) = (*rw.RWLock).Lock
+	_ func(*rw.RWLock, context.Context) (*rw.Grant, error) = (*rw.RWLock).RLock
+	_ func(*rw.RWLock, context.Context) (*rw.Grant, error) = (*rw.RWLock).TryLock
+	_ func(*rw.RWLock, context.Context) (*rw.Grant, error) = (*rw.RWLock).TryRLock
+	_ func(*rw.RWLock) string                              = (*rw.RWLock).Path
+
+	_ func(*rw.Grant, context.Context) error              = (*rw.Grant).Release
+	_ func(*rw.Grant) <-chan struct{}                     = (*rw.Grant).Done
+	_ func(*rw.Grant) error                               = (*rw.Grant).Err
+	_ func(*rw.Grant) int64                               = (*rw.Grant).Token
+	_ func(*rw.Grant) rw.Mode                             = (*rw.Grant).Mode
+	_ func(*rw.Grant) string                              = (*rw.Grant).Node
+	_ func(*rw.Grant) (time.Time, bool)                   = (*rw.Grant).Deadline
+	_ func(*rw.Grant, context.Context) (*rw.Grant, error) = (*rw.Grant).Downgrade
+	_ func(context.Context, *rw.Grant) context.Context    = rw.ContextWithGrant
+
+	_ func(*rw.RWLock, context.Context, func(context.Context) error) error = (*rw.RWLock).WithRead
+	_ func(*rw.RWLock, context.Context, func(context.Context) error) error = (*rw.RWLock).WithWrite
+
+	_ func(*rw.RWLock, context.Context) (*rw.Group, context.Context, error)   = (*rw.RWLock).ReadGroup
+	_ func(*rw.Group, func() error)                                           = (*rw.Group).Go
+	_ func(*rw.Group, int)                                                    = (*rw.Group).SetLimit
+	_ func(*rw.Group) error                                                   = (*rw.Group).Wait
+	_ func(*rw.RWLock, context.Context, ...func(context.Context) error) error = (*rw.RWLock).ReadBatch
+
+	_ func(*rw.RWLock, context.Context) ([]rw.Entry, error) = (*rw.RWLock).Queue
+	_                                                       = rw.Entry{Node: "", Mode: rw.Write, Seq: int32(0), SessionID: int64(0), Owner: "", Held: false, Created: time.Time{}}
+	_ []rw.Mode                                             = []rw.Mode{rw.Read, rw.Write}
+
+	_ func(context.Context, []string, time.Duration) (*zk.Conn, error) = rw.Dial
+	_ func(string) error                                               = rw.ValidatePath
+	_ func(time.Duration) time.Duration                                = rw.HeadStart
+
+	_ []error = []error{rw.ErrWouldBlock, rw.ErrLost, rw.ErrReleased, rw.ErrInvalidPath, rw.ErrUpgrade,
+		rw.ErrInvalidArgument, rw.ErrSequenceExhausted}
+)
