@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -800,7 +799,7 @@ func (cl *zkClient) call(op, p string, f func() error) error {
 func enqueue(q []*zkReq, r *zkReq) []*zkReq {
 	key := func(r *zkReq) string {
 		if r.key == "" {
-			r.key = r.op + " " + guidless.ReplaceAllString(r.path, "")
+			r.key = r.op + " " + guidless(r.path)
 		}
 		return r.key
 	}
@@ -811,8 +810,28 @@ func enqueue(q []*zkReq, r *zkReq) []*zkReq {
 	return slices.Insert(q, i, r)
 }
 
-// guidless matches the random parts of the lock's paths.
-var guidless = regexp.MustCompile(`[0-9a-f]{32}`)
+// guidless returns p without the random parts of the lock's paths: runs of
+// 32 hex digits (the guids of nodes and of the ACL check).
+func guidless(p string) string {
+	var b []byte
+	run := 0
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if '0' <= c && c <= '9' || 'a' <= c && c <= 'f' {
+			run++
+			continue
+		}
+		if run > 0 && run != 32 {
+			b = append(b, p[i-run:i]...)
+		}
+		run = 0
+		b = append(b, c)
+	}
+	if run > 0 && run != 32 {
+		b = append(b, p[len(p)-run:]...)
+	}
+	return string(b)
+}
 
 // send is sendLoop's sendData: the request goes out on the connection.
 func (n *zkNet) send(cl *zkClient, r *zkReq) {
