@@ -17,7 +17,9 @@ import (
 // model the lock uses: nodes with data and stats, sequential and ephemeral
 // children, containers (never reaped), one-shot data and child watches, and
 // sessions that expire or close. Its hooks let a test fail, delay or lose
-// any call to drive exact interleavings.
+// any call to drive exact interleavings. Its connections are up or down at
+// a test's word, except those of the simulation, which follow a model of
+// go-zookeeper's connection (zkNet, below).
 type fakeServer struct {
 	mu       sync.Mutex
 	nodes    map[string]*fakeNode
@@ -606,9 +608,20 @@ func formatSeq(seq int32) string { return fmt.Sprintf("%010d", seq) }
 //     sendChan.
 //   - The network: each direction of a client's link is up or cut. TCP
 //     keeps what a cut loses and delivers it at the heal if the connection
-//     still lives. A stopped process (SIGSTOP) sends and reads nothing; what
-//     arrives waits in its socket, and at resumption the read deadline and
-//     the waiting frames race.
+//     still lives. Packets otherwise take no time: requests wait on the
+//     wire only as long as the scheduler lets them.
+//   - A stopped process (SIGSTOP) runs nothing: go-zookeeper's loops
+//     neither ping nor read (what arrives waits in its socket), and the
+//     lock's lease timer and requests wait at testPause (its other timers,
+//     a context's deadline or a backoff's sleep, may fire meanwhile, and
+//     reach testPause or wait for a frame that cannot come). At resumption
+//     its ping ticker fires once for the ticks it missed, and recvLoop's
+//     read deadline, if it passed, races with the frames that waited.
+//
+// Not modelled: an ensemble (the server is standalone, so a follower that
+// loses the leader after answering, which lease.go's relay allowance is
+// for, never happens), a machine's suspended monotonic clock, packets'
+// own latency, and a sendChan that fills up.
 //
 // Requests of one connection reach the server in order; when, is the
 // scheduler's choice (heads, apply), except a keepalive sync on a healthy
