@@ -1046,7 +1046,7 @@ func TestSimulationCatchesMutants(t *testing.T) {
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "GOPROXY=off") // the module cache has what the package needs
 			out, err := cmd.CombinedOutput()
-			found := regexp.MustCompile(`schedule (\d+) failed: (.*)`).FindSubmatch(out)
+			found := regexp.MustCompile(`(?s)schedule (\d+) failed: (.*?)\n\s*replay it with`).FindSubmatch(out)
 			if err == nil || found == nil {
 				t.Fatalf("not caught in %d schedules (err %v):\n%s", limit, err, out)
 			}
