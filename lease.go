@@ -178,6 +178,11 @@ func (c *client) judgeLocked(g *Grant, now time.Time) error {
 		}
 		return nil
 	}
+	if testStateRule != nil {
+		if judge, _ := testStateRule(c.zk); judge != nil {
+			return judge(g, now)
+		}
+	}
 	if _, ok := c.leaseEndLocked(g.session, g.timeout); !ok {
 		return &errLeaseLapsed{} // never renewed in this session: nothing proves it alive
 	}
@@ -230,6 +235,9 @@ func (c *client) stopIfIdleLocked() {
 // tick is the lease clock's look: it ends the grants that are lost,
 // renews the lease when it is due, and sets its timer for the next look.
 func (c *client) tick() {
+	if testPause != nil {
+		testPause(c.zk)
+	}
 	now := time.Now()
 	c.mu.Lock()
 	var lost []*Grant
@@ -250,6 +258,12 @@ func (c *client) tick() {
 		if g.timeout <= 0 {
 			soonest(now.Add(unknownTimeoutPoll))
 			continue
+		}
+		if testStateRule != nil {
+			if _, poll := testStateRule(c.zk); poll > 0 {
+				soonest(now.Add(poll))
+				continue
+			}
 		}
 		minT = minNonZero(minT, g.timeout)
 		soonest(c.lease.since.Add(g.timeout - HeadStart(g.timeout)))

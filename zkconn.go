@@ -115,6 +115,9 @@ type reply[T any] struct {
 // answered in a known session renews that session's lease: see lease.go.
 func request[T any](c *client, ctx context.Context, renews bool, op func() (T, error), late func(reply[T])) reply[T] {
 	run := func() reply[T] {
+		if testPause != nil {
+			testPause(c.zk)
+		}
 		before, sent := c.zk.SessionID(), time.Now()
 		v, err := op()
 		session := c.zk.SessionID()
