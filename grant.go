@@ -86,12 +86,15 @@ func (g *Grant) Node() string { return g.node }
 //     promise more for that cause; the fencing token ([Grant.Token]) is
 //     the defence.
 //
-// Without a session timeout ([WithSessionTimeout], or a connection made by
-// [Dial]), any disconnection is a loss, noticed when go-zookeeper notices.
-//
 // Done and Err consult the clock at every call: a process that was paused
 // (SIGSTOP, a long GC or VM pause) sees the loss at its first call after
 // resuming.
+//
+// All of this needs the session timeout ([WithSessionTimeout], or a
+// connection made by [Dial]). Without it, any disconnection is a loss,
+// noticed only when go-zookeeper notices: a partition that begins right
+// after a watch notification, or a paused process, can then let another
+// client in before the holder is told.
 func (g *Grant) Done() <-chan struct{} {
 	g.judge()
 	return g.ctx.Done()

@@ -283,13 +283,16 @@ func (c *client) tick() {
 		} else {
 			due = later(due, c.pinged.Add(every))
 		}
-		if !now.Before(due) && !c.pinging {
+		switch {
+		case c.pinging:
+			// The keepalive in flight looks again when it returns.
+		case !now.Before(due):
 			c.pinging, c.pinged = true, now
 			c.retain()
 			go c.keepalive()
-			due = now.Add(every)
+		default:
+			soonest(due)
 		}
-		soonest(later(due, now.Add(time.Millisecond)))
 	}
 	switch d := max(next.Sub(now), time.Millisecond); {
 	case next.IsZero():
