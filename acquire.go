@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -77,6 +78,8 @@ type acquisition struct {
 	dir *watchEntry     // child watch on the directory, from our first listing
 	own <-chan zk.Event // data watch on our own node, set before we wait
 	tok int64           // our node's czxid, when read
+
+	acqStats // for the lock's Stats (stats.go)
 }
 
 // acquire runs the protocol for ctx's caller.
@@ -88,7 +91,9 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 		return g, err
 	}
 	a := &acquisition{l: l, c: acquireClient(l.conn), want: w, guid: newGUID()}
-	g, err := a.run(ctx)
+	start := time.Now()
+	g, err := a.run(a.counting(ctx))
+	l.acquired(ctx, a, start, err)
 	if err != nil {
 		a.c.release()
 		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err)
@@ -242,6 +247,7 @@ func (a *acquisition) removeCreatedDirs() {
 // directory, at no extra request: if we are granted at once, it is the
 // grant's watch for its node's deletion (see Grant.watchNode).
 func (a *acquisition) list(ctx context.Context) (step, error) {
+	a.lists++
 	var r reply[[]string]
 	if a.dir == nil {
 		r, a.dir = a.c.childrenW(ctx, a.l.path, true)
