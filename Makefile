@@ -2,6 +2,11 @@
 GO ?= go
 export ZKRWLOCK_REQUIRE_ZK ?= 1
 
+# Modules of their own beside the lock's, so that their dependencies
+# (github.com/google/pprof, OpenTelemetry) stay out of its go.mod; go test
+# ./... and go vet ./... from the root leave them out.
+MODULES := lockprof otelrwlock
+
 SIM_SCHEDULES ?= 2000000
 SIM_FIRST ?= $(shell date +%s)
 
@@ -18,6 +23,8 @@ demo: zookeeper
 ## fails), with the race detector; then 100,000 simulated fault schedules
 test: zookeeper check
 	$(GO) test -race -count=1 -timeout 15m ./...
+	@for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -timeout 15m ./..."; \
+		(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done
 	$(GO) test -count=1 -run 'TestSimulation$$' -sim.schedules=100000 -v .
 
 ## sim: millions of simulated fault schedules, from a new first seed each run
@@ -49,3 +56,4 @@ bench: zookeeper
 check:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
+	@for m in $(MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done

@@ -331,6 +331,10 @@ func (g *Grant) end(cause error) bool {
 		g.mu.Unlock()
 		return false
 	}
+	var ev GrantEvent
+	if g.outer == nil {
+		ev = g.l.countEnd(g, cause) // before Done closes: whoever sees the end sees it counted
+	}
 	g.cancel(cause)
 	hooks, unwatch, unnest := g.onEnd, g.unwatch, g.unnest
 	g.onEnd, g.unwatch, g.unnest = nil, nil, nil
@@ -347,7 +351,7 @@ func (g *Grant) end(cause error) bool {
 		}
 		g.c.unhold(g)
 		g.c.release()
-		g.l.grantEnded(g, cause)
+		g.l.observeEnd(ev)
 	}
 	return true
 }

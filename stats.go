@@ -314,20 +314,25 @@ func (l *RWLock) acquired(ctx context.Context, a *acquisition, start time.Time, 
 	}
 }
 
-// grantEnded records the end of a grant that owns its node: its hold time,
-// and its cause if it was lost.
-func (l *RWLock) grantEnded(g *Grant, cause error) {
+// countEnd counts the end of a grant that owns its node, as it ends: its
+// hold time, and its cause if it was lost. It returns the event for
+// observeEnd, which tells the observer once the grant has ended.
+func (l *RWLock) countEnd(g *Grant, cause error) GrantEvent {
 	hold := time.Since(g.since)
 	l.stats.mode(g.mode).hold.record(hold)
 	c := lossCauseOf(cause)
 	if c != NotLost {
 		l.stats.lost[c-1].Add(1)
 	}
+	return GrantEvent{
+		Lock: l.path, Node: g.node, Mode: g.mode, Hold: hold, Cause: c,
+		Requests: int(g.requests.Load()), Err: cause,
+	}
+}
+
+func (l *RWLock) observeEnd(ev GrantEvent) {
 	if l.obs != nil {
-		l.obs.ObserveGrant(GrantEvent{
-			Lock: l.path, Node: g.node, Mode: g.mode, Hold: hold, Cause: c,
-			Requests: int(g.requests.Load()), Err: cause,
-		})
+		l.obs.ObserveGrant(ev)
 	}
 }
 
