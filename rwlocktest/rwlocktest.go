@@ -12,9 +12,10 @@
 //		rwlocktest.ReportMetrics(b, lock)
 //	}
 //
-// prints
+// prints lines such as this one, of the module lockprof's BenchmarkDemo
+// (config readers and a migration job):
 //
-//	BenchmarkConfigReload-8   2188   547221 ns/op   0 lost/grant   412345 p50-ns/acquire   1604321 p99-ns/acquire   3.000 req/acquire
+//	BenchmarkDemo-2   200   16212059 ns/op   0 lost/grant   7093109 p50-ns/acquire   32222740 p99-ns/acquire   5.772 req/acquire
 //
 // The contention profile, which says where the waits came from, is written
 // by the module github.com/zkrwlock/rwlock/lockprof (it needs
