@@ -154,7 +154,9 @@ type ModeStats struct {
 	Granted, WouldBlock, Cancelled, Failed uint64
 	// OneRoundTrip counts the grants that the first listing of the
 	// directory proved, without waiting for anyone: the uncontended
-	// acquisitions (see oneRoundTrip).
+	// acquisitions. (Today their create and that listing are two round
+	// trips in a row; the count is of those that one pipelined round trip
+	// can serve.)
 	OneRoundTrip uint64
 	// Wait is the time the granted acquisitions took, from the call to
 	// the grant. (The time spent by the others is in the contention
