@@ -35,7 +35,7 @@ type AcquireEvent struct {
 	Wait         time.Duration // how long it took
 	Requests     int           // the requests it sent to ZooKeeper
 	OneRoundTrip bool          // granted from its first listing, without waiting (see ModeStats.OneRoundTrip)
-	Err          error         // the error the call returns; nil when granted
+	Err          error         // why it failed (the call returns it wrapped); nil when granted
 }
 
 // A GrantEvent is the end of a grant.
