@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -79,6 +80,8 @@ type acquisition struct {
 	own     *watchEntry // data watch on our own node, set before we wait
 	tok     int64       // our node's czxid, when read
 	oneTrip bool        // the listing sent behind the create showed our node
+
+	acqStats // for the lock's Stats (stats.go)
 }
 
 // acquire runs the protocol for ctx's caller.
@@ -90,7 +93,9 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 		return g, err
 	}
 	a := &acquisition{l: l, c: acquireClient(l.conn), want: w, guid: newGUID()}
-	g, err := a.run(ctx)
+	start := time.Now()
+	g, err := a.run(a.counting(ctx))
+	l.acquired(ctx, a, start, err)
 	if err != nil {
 		a.c.release()
 		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err)
@@ -301,6 +306,7 @@ func (a *acquisition) removeCreatedDirs() {
 // grant's watch for its node's deletion, if we are granted at once (see
 // Grant.watchFrom).
 func (a *acquisition) list(ctx context.Context) (step, error) {
+	a.lists++
 	var r reply[[]string]
 	if a.dir == nil {
 		r, a.dir = a.c.childrenW(ctx, a.l.path, true)

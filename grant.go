@@ -48,13 +48,15 @@ type Grant struct {
 	ops       sync.Mutex // serialises Release and Downgrade
 	released  bool       // guarded by ops: Release or Downgrade has run
 	successor *Grant     // guarded by ops: the read grant a Downgrade made of this one
+
+	grantStats // for the lock's Stats (stats.go)
 }
 
 // newGrant makes the grant of a node, and puts it under the lease clock.
 // The grant takes over the acquisition's use of the client.
 func newGrant(l *RWLock, c *client, mode Mode, node string, session int64, timeout time.Duration) *Grant {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	g := &Grant{l: l, c: c, mode: mode, node: node, session: session, timeout: timeout, ctx: ctx, cancel: cancel}
+	g := &Grant{l: l, c: c, mode: mode, node: node, session: session, timeout: timeout}
+	g.initContext()
 	c.hold(g)
 	return g
 }
@@ -219,7 +221,7 @@ func (g *Grant) Release(ctx context.Context) error {
 		return nil
 	}
 	g.setReleasing(true)
-	err := g.l.deleteNode(ctx, g.c, g.node, g.session, g.markRelease)
+	err := g.l.deleteNode(g.counting(ctx), g.c, g.node, g.session, g.markRelease)
 	if err != nil && !errors.Is(err, errFinishing) {
 		if g.setReleasing(false) {
 			g.watchNode() // someone else's delete may have come meanwhile: look again
@@ -273,7 +275,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	}
 
 	l := g.l
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(g.counting(ctx)), l.cleanup)
 	defer cancel()
 	r := g.c.set(sctx, g.node, encodeNodeData(l.owner, false, true))
 	switch {
@@ -295,7 +297,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 		l: l, c: g.c, mode: Read, node: g.node, session: g.session, timeout: g.timeout,
 		markRelease: g.markRelease,
 	}
-	d.ctx, d.cancel = context.WithCancelCause(context.Background())
+	d.initContext()
 	d.token.Store(g.token.Load())
 	g.released, g.successor = true, d
 	g.c.retain() // the read grant's own use of the client
@@ -332,6 +334,10 @@ func (g *Grant) end(cause error) bool {
 		g.mu.Unlock()
 		return false
 	}
+	var ev GrantEvent
+	if g.outer == nil {
+		ev = g.l.countEnd(g, cause) // before Done closes: whoever sees the end sees it counted
+	}
 	g.cancel(cause)
 	hooks, unwatch, unnest := g.onEnd, g.unwatch, g.unnest
 	g.onEnd, g.unwatch, g.unnest = nil, nil, nil
@@ -348,6 +354,7 @@ func (g *Grant) end(cause error) bool {
 		}
 		g.c.unhold(g)
 		g.c.release()
+		g.l.observeEnd(ev)
 	}
 	return true
 }

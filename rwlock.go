@@ -88,6 +88,9 @@ type RWLock struct {
 	granted func() time.Duration // what the server granted a Dial connection; nil for others
 	cleanup time.Duration
 
+	obs   Observer  // from WithObserver; nil if none
+	stats lockStats // for Stats (stats.go)
+
 	noContainers atomic.Bool    // the server refused container nodes
 	deletable    atomic.Bool    // this client may delete nodes in the directory (see checkDeletable)
 	background   sync.WaitGroup // deletions that outlived the call that needed them
@@ -128,6 +131,7 @@ func newRWLock(conn zkConn, path string, opts ...Option) (*RWLock, error) {
 		log:     o.log,
 		timeout: o.sessionTimeout,
 		cleanup: o.cleanupTimeout,
+		obs:     o.observer,
 	}, nil
 }
 

@@ -130,11 +130,13 @@ func request[T any](c *client, ctx context.Context, renews bool, op func() (T, e
 		return reply[T]{v, session, err}
 	}
 	if ctx.Done() == nil {
+		countRequest(ctx)
 		return run()
 	}
 	if err := ctx.Err(); err != nil && late == nil {
 		return reply[T]{err: err}
 	}
+	countRequest(ctx)
 	ch := make(chan reply[T], 1)
 	go func() { ch <- run() }()
 	select {

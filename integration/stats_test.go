@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zkserver"
+)
+
+// The lock's request count is what the server received: on a server of
+// its own, the packets it counts over uncontended and contended cycles are
+// the lock's requests, give or take go-zookeeper's pings (one every third
+// of the session timeout), the mntr exchanges and the test's own polls.
+func TestStatsCountTheRequestsTheServerReceives(t *testing.T) {
+	zk := zkserver.StartStandalone(t)
+	a, b := connect(t, zk.ConnectString(), 0), connect(t, zk.ConnectString(), 0)
+	path := lockPath(t)
+	la, lb := a.lock(t, path), b.lock(t, path)
+	ctx := t.Context()
+	g, err := la.Lock(ctx) // the directory, and the ACL check of each lock, before measuring
+	require.NoError(t, err)
+	require.NoError(t, g.Release(ctx))
+	g, err = lb.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, g.Release(ctx))
+
+	packets := func() int64 {
+		n, err := zk.SumMntr(ctx, "zk_packets_received")
+		require.NoError(t, err)
+		return n
+	}
+	before, p0 := la.Stats().Add(lb.Stats()), packets()
+	for range 20 {
+		g, err := la.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+	}
+	w, err := la.Lock(ctx)
+	require.NoError(t, err)
+	waiting := make(chan error, 1)
+	go func() {
+		r, err := lb.RLock(ctx)
+		if err == nil {
+			err = r.Release(ctx)
+		}
+		waiting <- err
+	}()
+	polls := int64(0) // each a request of the test's, not the lock's
+	require.Eventually(t, func() bool {
+		polls++
+		children, _, err := a.conn.Children(path)
+		return err == nil && len(children) == 2
+	}, 30*time.Second, 5*time.Millisecond)
+	require.NoError(t, w.Release(ctx))
+	require.NoError(t, <-waiting)
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	g, err = la.TryLock(tctx) // uncontended: granted
+	require.NoError(t, err)
+	require.NoError(t, g.Release(ctx))
+	p2 := packets()
+
+	d := la.Stats().Add(lb.Stats()).Sub(before)
+	got := int64(d.Requests)
+	server := p2 - p0 - 1 - polls // the second mntr exchange counts as a packet
+	t.Logf("the lock counted %d requests, the server %d packets", got, server)
+	assert.GreaterOrEqual(t, server, got, "every request the lock counts reached the server")
+	assert.LessOrEqual(t, server-got, int64(2), "the rest: a ping or two of go-zookeeper's")
+	assert.Equal(t, uint64(22), d.Write.Granted)
+	assert.Equal(t, uint64(1), d.Read.Granted)
+	assert.Equal(t, uint64(22), d.Write.OneRoundTrip, "all the writes: nothing was in their way")
+}
+
+// A grant lost to a deleted node, a read that timed out behind it: the
+// figures say so.
+func TestStatsOfALossAndATimeout(t *testing.T) {
+	srv := sharedServer(t)
+	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	path := lockPath(t)
+	la, lb := a.lock(t, path), b.lock(t, path)
+	ctx := t.Context()
+	g, err := la.Lock(ctx)
+	require.NoError(t, err)
+	tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = lb.RLock(tctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, b.conn.Delete(g.Node(), -1))
+	<-g.Done()
+
+	sa, sb := la.Stats(), lb.Stats()
+	assert.Equal(t, rwlock.LostStats{NodeDeleted: 1}, sa.Lost)
+	assert.Equal(t, uint64(1), sa.Write.Hold.Count())
+	assert.Equal(t, uint64(1), sb.Read.Cancelled)
+	assert.Zero(t, sb.Read.Wait.Count(), "the wait histogram has the grants only")
+}

@@ -1,0 +1,211 @@
+package otelrwlock_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/otelrwlock"
+)
+
+const sessionTimeout = 10 * time.Second
+
+// connect opens a session of its own to the shared server.
+func connect(t *testing.T) *zk.Conn {
+	t.Helper()
+	conn, _ := zkserver.Connect(t, shared.Get(t).Addrs(), sessionTimeout)
+	return conn
+}
+
+func lockPath(t *testing.T) string {
+	var b [4]byte
+	rand.Read(b[:])
+	return "/otelrwlock/" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + hex.EncodeToString(b[:])
+}
+
+// sdk is an OpenTelemetry SDK that keeps everything in memory.
+type sdk struct {
+	reader *sdkmetric.ManualReader
+	spans  *tracetest.SpanRecorder
+	mp     *sdkmetric.MeterProvider
+	tp     *sdktrace.TracerProvider
+}
+
+func newSDK(t *testing.T) *sdk {
+	s := &sdk{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
+	s.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(s.reader))
+	s.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(s.spans))
+	t.Cleanup(func() {
+		assert.NoError(t, s.mp.Shutdown(context.Background()))
+		assert.NoError(t, s.tp.Shutdown(context.Background()))
+	})
+	return s
+}
+
+// metrics collects the observer's metrics by name.
+func (s *sdk) metrics(t *testing.T) map[string]metricdata.Aggregation {
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, s.reader.Collect(context.Background(), &rm))
+	out := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != otelrwlock.ScopeName {
+			continue
+		}
+		for _, m := range sm.Metrics {
+			out[m.Name] = m.Data
+		}
+	}
+	return out
+}
+
+func attrs(kvs ...attribute.KeyValue) attribute.Set { return attribute.NewSet(kvs...) }
+
+// sum returns a counter's value for one attribute set, or its total
+// without one.
+func sum(t *testing.T, data metricdata.Aggregation, set *attribute.Set) int64 {
+	t.Helper()
+	s, ok := data.(metricdata.Sum[int64])
+	require.True(t, ok, "a counter: %T", data)
+	var n int64
+	for _, dp := range s.DataPoints {
+		if set == nil || dp.Attributes.Equals(set) {
+			n += dp.Value
+		}
+	}
+	return n
+}
+
+// histogram returns a histogram's data point for one attribute set.
+func histogram(t *testing.T, data metricdata.Aggregation, set attribute.Set) metricdata.HistogramDataPoint[float64] {
+	t.Helper()
+	h, ok := data.(metricdata.Histogram[float64])
+	require.True(t, ok, "a histogram: %T", data)
+	for _, dp := range h.DataPoints {
+		if dp.Attributes.Equals(&set) {
+			return dp
+		}
+	}
+	t.Fatalf("no data point with %v", set.Encoded(attribute.DefaultEncoder()))
+	return metricdata.HistogramDataPoint[float64]{}
+}
+
+func TestObserverExportsTheLocksFigures(t *testing.T) {
+	s := newSDK(t)
+	obs, err := otelrwlock.NewObserver(otelrwlock.WithMeterProvider(s.mp), otelrwlock.WithTracerProvider(s.tp))
+	require.NoError(t, err)
+	path := lockPath(t)
+	conn := connect(t)
+	l, err := rwlock.New(conn, path, rwlock.WithSessionTimeout(sessionTimeout), rwlock.WithObserver(obs))
+	require.NoError(t, err)
+	other, err := rwlock.New(connect(t), path, rwlock.WithObserver(obs))
+	require.NoError(t, err)
+
+	ctx, parent := s.tp.Tracer("test").Start(t.Context(), "parent")
+	for range 3 {
+		require.NoError(t, l.WithRead(ctx, func(context.Context) error { return nil }))
+	}
+	const held = 50 * time.Millisecond
+	g, err := l.Lock(ctx)
+	require.NoError(t, err)
+	time.Sleep(held) // the hold the histogram must show, not a synchronisation
+	require.NoError(t, g.Release(ctx))
+
+	w, err := other.Lock(ctx)
+	require.NoError(t, err)
+	_, err = l.TryRLock(ctx)
+	require.ErrorIs(t, err, rwlock.ErrWouldBlock)
+	require.NoError(t, conn.Delete(w.Node(), -1)) // someone deletes the holder's node
+	<-w.Done()
+	parent.End()
+
+	m := s.metrics(t)
+	st, ost := l.Stats(), other.Stats()
+	p := otelrwlock.KeyPath.String(path)
+	read, write := otelrwlock.KeyMode.String("read"), otelrwlock.KeyMode.String("write")
+	granted := otelrwlock.KeyOutcome.String("granted")
+
+	readGranted := attrs(p, read, granted)
+	assert.Equal(t, int64(st.Read.Granted), sum(t, m["rwlock.acquisitions"], &readGranted))
+	assert.Equal(t, int64(3), sum(t, m["rwlock.acquisitions"], &readGranted))
+	wouldBlock := attrs(p, read, otelrwlock.KeyOutcome.String("would_block"))
+	assert.Equal(t, int64(1), sum(t, m["rwlock.acquisitions"], &wouldBlock))
+	assert.Equal(t, int64(st.Acquisitions()+ost.Acquisitions()), sum(t, m["rwlock.acquisitions"], nil))
+	assert.Equal(t, int64(st.Read.OneRoundTrip+st.Write.OneRoundTrip+ost.Write.OneRoundTrip),
+		sum(t, m["rwlock.acquisitions.one_round_trip"], nil))
+	assert.Equal(t, int64(st.Requests+ost.Requests), sum(t, m["rwlock.requests"], nil))
+
+	wait := histogram(t, m["rwlock.wait.duration"], readGranted)
+	assert.Equal(t, st.Read.Wait.Count(), wait.Count)
+	assert.InDelta(t, st.Read.Wait.Sum().Seconds(), wait.Sum, 1e-6)
+
+	hold := histogram(t, m["rwlock.hold.duration"], attrs(p, write))
+	assert.Equal(t, uint64(2), hold.Count, "ours and the other's")
+	assert.GreaterOrEqual(t, hold.Sum, held.Seconds())
+
+	lost := attrs(p, write, otelrwlock.KeyLossCause.String("node_deleted"))
+	assert.Equal(t, int64(1), sum(t, m["rwlock.grants.lost"], &lost))
+	assert.Equal(t, int64(ost.Lost.NodeDeleted), sum(t, m["rwlock.grants.lost"], nil))
+
+	// One span per acquisition, children of the caller's span, as long as
+	// the acquisition took.
+	var names []string
+	for _, sp := range s.spans.Ended() {
+		if sp.Name() == "parent" {
+			continue
+		}
+		names = append(names, sp.Name())
+		assert.Equal(t, parent.SpanContext().SpanID(), sp.Parent().SpanID(), sp.Name())
+		assert.Equal(t, trace.SpanKindInternal, sp.SpanKind())
+		assert.Contains(t, sp.Attributes(), p)
+		assert.Equal(t, codes.Unset, sp.Status().Code, "a TryRLock that would block is no error")
+		assert.Less(t, sp.EndTime().Sub(sp.StartTime()), 10*time.Second)
+	}
+	assert.Equal(t, []string{"rwlock.RLock", "rwlock.RLock", "rwlock.RLock", "rwlock.Lock", "rwlock.Lock", "rwlock.TryRLock"}, names)
+}
+
+func TestObserverMarksFailedWaits(t *testing.T) {
+	s := newSDK(t)
+	obs, err := otelrwlock.NewObserver(otelrwlock.WithMeterProvider(s.mp), otelrwlock.WithTracerProvider(s.tp))
+	require.NoError(t, err)
+	path := lockPath(t)
+	holder, err := rwlock.New(connect(t), path)
+	require.NoError(t, err)
+	l, err := rwlock.New(connect(t), path, rwlock.WithObserver(obs))
+	require.NoError(t, err)
+	g, err := holder.Lock(t.Context())
+	require.NoError(t, err)
+	defer g.Release(context.Background())
+
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err = l.RLock(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	spans := s.spans.Ended()
+	require.Len(t, spans, 1)
+	assert.Equal(t, codes.Error, spans[0].Status().Code)
+	assert.Equal(t, "cancelled", spans[0].Status().Description)
+	require.NotEmpty(t, spans[0].Events(), "the error is recorded")
+	assert.GreaterOrEqual(t, spans[0].EndTime().Sub(spans[0].StartTime()), 100*time.Millisecond)
+
+	m := s.metrics(t)
+	cancelled := attrs(otelrwlock.KeyPath.String(path), otelrwlock.KeyMode.String("read"), otelrwlock.KeyOutcome.String("cancelled"))
+	assert.Equal(t, int64(1), sum(t, m["rwlock.acquisitions"], &cancelled))
+	assert.Equal(t, uint64(1), histogram(t, m["rwlock.wait.duration"], cancelled).Count)
+}

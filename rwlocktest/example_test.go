@@ -1,0 +1,64 @@
+package rwlocktest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/rwlocktest"
+)
+
+// A benchmark of your own code reports the lock's figures after its loop:
+// go test -bench prints p50-ns/acquire, p99-ns/acquire, req/acquire and
+// lost/grant beside ns/op, and benchstat compares them.
+func ExampleReportMetrics() {
+	benchmarkConfigReload := func(b *testing.B) {
+		ctx := context.Background()
+		conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		lock, err := rwlock.New(conn, "/locks/config")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			err := lock.WithRead(ctx, func(ctx context.Context) error {
+				return nil // read the config
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		rwlocktest.ReportMetrics(b, lock)
+	}
+	_ = benchmarkConfigReload // func BenchmarkConfigReload(b *testing.B) in a _test.go file
+}
+
+// For the loop alone, leave out what came before it (here, a warm-up):
+// report the difference of two snapshots.
+func ExampleReportStats() {
+	benchmarkMigration := func(b *testing.B, lock *rwlock.RWLock) {
+		ctx := context.Background()
+		for range 10 { // warm-up, not measured
+			if err := lock.WithWrite(ctx, func(context.Context) error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+		before := lock.Stats()
+		for b.Loop() {
+			g, err := lock.Lock(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			// migrate one step
+			if err := g.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rwlocktest.ReportStats(b, lock.Stats().Sub(before))
+	}
+	_ = benchmarkMigration
+}

@@ -1,0 +1,74 @@
+// Package rwlocktest reports a lock's figures from a benchmark, the Go
+// way: through [testing.B.ReportMetric], so that go test -bench prints them
+// beside ns/op and benchstat compares them between two runs of your code.
+//
+// After the benchmark's loop, one call:
+//
+//	func BenchmarkConfigReload(b *testing.B) {
+//		lock, _ := rwlock.New(conn, "/locks/config")
+//		for b.Loop() {
+//			reload(ctx, lock)
+//		}
+//		rwlocktest.ReportMetrics(b, lock)
+//	}
+//
+// prints lines such as this one, of the module lockprof's BenchmarkDemo
+// (config readers and a migration job):
+//
+//	BenchmarkDemo-2   200   16212059 ns/op   0 lost/grant   7093109 p50-ns/acquire   32222740 p99-ns/acquire   5.772 req/acquire
+//
+// The contention profile, which says where the waits came from, is written
+// by the module github.com/zkrwlock/rwlock/lockprof (it needs
+// github.com/google/pprof, which this module does without).
+package rwlocktest
+
+import (
+	"testing"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+// The metrics' units. Latencies are of the acquisitions that were granted,
+// from the call to the grant.
+const (
+	UnitWaitP50     = "p50-ns/acquire" // median wait
+	UnitWaitP99     = "p99-ns/acquire" // 99th percentile of the wait
+	UnitRequests    = "req/acquire"    // requests to ZooKeeper per acquisition, its release included
+	UnitLostByGrant = "lost/grant"     // the share of grants that were lost, not released
+)
+
+// ReportMetrics reports the figures of locks, added up, over their whole
+// life (see [rwlock.RWLock.Stats]): the median and 99th percentile wait of
+// the grants, requests per acquisition, and the share of grants lost. Make
+// the locks in the benchmark function, or use ReportStats for a part of
+// their life. It reports nothing if the locks made no acquisition.
+func ReportMetrics(b *testing.B, locks ...*rwlock.RWLock) {
+	b.Helper()
+	var s rwlock.Stats
+	for _, l := range locks {
+		s = s.Add(l.Stats())
+	}
+	ReportStats(b, s)
+}
+
+// ReportStats reports s as ReportMetrics does. For the figures of the
+// benchmark's loop alone, take a snapshot before it and pass the
+// difference:
+//
+//	before := lock.Stats()
+//	for b.Loop() { ... }
+//	rwlocktest.ReportStats(b, lock.Stats().Sub(before))
+func ReportStats(b *testing.B, s rwlock.Stats) {
+	b.Helper()
+	acquisitions := s.Acquisitions()
+	if acquisitions == 0 {
+		return
+	}
+	wait := s.Wait()
+	b.ReportMetric(float64(wait.Quantile(0.5).Nanoseconds()), UnitWaitP50)
+	b.ReportMetric(float64(wait.Quantile(0.99).Nanoseconds()), UnitWaitP99)
+	b.ReportMetric(float64(s.Requests)/float64(acquisitions), UnitRequests)
+	if granted := s.Granted(); granted > 0 {
+		b.ReportMetric(float64(s.Lost.Total())/float64(granted), UnitLostByGrant)
+	}
+}

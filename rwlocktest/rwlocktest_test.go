@@ -1,0 +1,59 @@
+package rwlocktest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/rwlocktest"
+)
+
+// A benchmark run with testing.Benchmark hands back what it reported.
+func TestReportMetrics(t *testing.T) {
+	zk := zkserver.StartStandalone(t)
+	conn, _ := zkserver.Connect(t, zk.Addrs(), 10*time.Second)
+	var lock *rwlock.RWLock
+	res := testing.Benchmark(func(b *testing.B) {
+		var err error
+		lock, err = rwlock.New(conn, "/rwlocktest/report")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		for b.Loop() {
+			g, err := lock.RLock(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := g.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rwlocktest.ReportMetrics(b, lock)
+	})
+	require.Positive(t, res.N)
+	st := lock.Stats()
+	assert.Equal(t, uint64(res.N), st.Read.Granted, "the lock of the last run")
+	for _, unit := range []string{rwlocktest.UnitWaitP50, rwlocktest.UnitWaitP99, rwlocktest.UnitRequests, rwlocktest.UnitLostByGrant} {
+		assert.Contains(t, res.Extra, unit)
+	}
+	assert.Equal(t, float64(st.Read.Wait.Quantile(0.5).Nanoseconds()), res.Extra[rwlocktest.UnitWaitP50])
+	assert.Positive(t, res.Extra[rwlocktest.UnitWaitP50])
+	assert.GreaterOrEqual(t, res.Extra[rwlocktest.UnitWaitP99], res.Extra[rwlocktest.UnitWaitP50])
+	assert.InDelta(t, 3, res.Extra[rwlocktest.UnitRequests], 0.1, "create, list, delete (and the first run's directory)")
+	assert.Zero(t, res.Extra[rwlocktest.UnitLostByGrant])
+}
+
+func TestReportStatsOfNothingReportsNothing(t *testing.T) {
+	res := testing.Benchmark(func(b *testing.B) {
+		for b.Loop() {
+		}
+		rwlocktest.ReportStats(b, rwlock.Stats{})
+	})
+	assert.Empty(t, res.Extra)
+}
