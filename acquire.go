@@ -31,11 +31,14 @@ import (
 //     listing, a read, sees one consistent state of the directory);
 //   - while waiting, a data watch on our own node, set after the create and
 //     never fired, at the moment the event or answer that cleared our way
-//     arrived. ZooKeeper sends the events and answers of one session in
-//     the order of the changes, and go-zookeeper puts each event in its
-//     channel before it reads the next packet: so if our node had been
-//     deleted before the change that cleared our way, its event is already
-//     in our watch's channel when we look, without a request.
+//     arrived. On one connection ZooKeeper sends the events and answers of
+//     a session in the order of the changes, and go-zookeeper puts each
+//     event in its channel before it reads the next packet: so if our node
+//     had been deleted before the change that cleared our way, its event is
+//     already in our watch's channel when we look, without a request. That
+//     order holds only while the connection lasts (see confirmOwn): after a
+//     reconnection, or on a connection that does not tell, we read our node
+//     before the grant.
 //
 // Anything else (a TryRLock that read a writer gone or downgraded) lists
 // again before granting.
@@ -80,6 +83,9 @@ type acquisition struct {
 	own     *watchEntry // data watch on our own node, set before we wait
 	tok     int64       // our node's czxid, when read
 	oneTrip bool        // the listing sent behind the create showed our node
+
+	ownConnects      uint64 // the connection's session count when own was set
+	ownConnectsKnown bool   // the connection counts them (see confirmOwn)
 
 	acqStats // for the lock's Stats (stats.go)
 }

@@ -31,7 +31,8 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration) (
 			servers, ErrInvalidArgument, sessionTimeout, minSessionTimeout, int64(sessionTimeout))
 	}
 	g := &grantLogger{learned: make(chan struct{})}
-	conn, events, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g))
+	info := &dialInfo{}
+	conn, events, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(g), zk.WithEventCallback(info.event))
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: dial %v: %w", servers, err)
 	}
@@ -50,7 +51,8 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration) (
 			case <-g.learned:
 			case <-time.After(time.Second):
 			}
-			remember(conn, &g.granted)
+			info.granted = &g.granted
+			remember(conn, info)
 			return conn, nil
 		case <-ctx.Done():
 			conn.Close()
@@ -102,22 +104,55 @@ func (g *grantLogger) Printf(format string, args ...any) {
 	}
 }
 
-// dialed maps connections made by Dial to their granted timeouts. It holds
-// them weakly: an entry goes when its connection is garbage collected.
-var dialed sync.Map // weak.Pointer[zk.Conn] -> *atomic.Int64
+// dialInfo is what a lock learns of a connection that Dial made.
+type dialInfo struct {
+	granted  *atomic.Int64 // the session timeout the server granted, in nanoseconds
+	connects atomic.Uint64 // the times go-zookeeper has had a session: one per connection
+}
 
-func remember(c *zk.Conn, granted *atomic.Int64) {
+// event is go-zookeeper's event callback. It runs on go-zookeeper's
+// connection goroutine as the session is (re)established, before the
+// connection's goroutines start and before the watches are sent again, so
+// that a lock that sees a replayed watch event has seen the count move
+// (see acquisition.confirmOwn).
+func (d *dialInfo) event(ev zk.Event) {
+	if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+		d.connects.Add(1)
+	}
+}
+
+// dialed maps connections made by Dial to what Dial learnt of them. It holds
+// them weakly: an entry goes when its connection is garbage collected.
+var dialed sync.Map // weak.Pointer[zk.Conn] -> *dialInfo
+
+func remember(c *zk.Conn, info *dialInfo) {
 	key := weak.Make(c)
-	dialed.Store(key, granted)
+	dialed.Store(key, info)
 	runtime.AddCleanup(c, func(key weak.Pointer[zk.Conn]) { dialed.Delete(key) }, key)
 }
 
-// grantedTimeout returns the granted timeout of a Dial connection, or nil.
-func grantedTimeout(c *zk.Conn) func() time.Duration {
+func dialInfoOf(c *zk.Conn) *dialInfo {
 	v, ok := dialed.Load(weak.Make(c))
 	if !ok {
 		return nil
 	}
-	granted := v.(*atomic.Int64)
-	return func() time.Duration { return time.Duration(granted.Load()) }
+	return v.(*dialInfo)
+}
+
+// grantedTimeout returns the granted timeout of a Dial connection, or nil.
+func grantedTimeout(c *zk.Conn) func() time.Duration {
+	d := dialInfoOf(c)
+	if d == nil {
+		return nil
+	}
+	return func() time.Duration { return time.Duration(d.granted.Load()) }
+}
+
+// connectCount returns the connection count of a Dial connection, or nil.
+func connectCount(c *zk.Conn) func() uint64 {
+	d := dialInfoOf(c)
+	if d == nil {
+		return nil
+	}
+	return d.connects.Load
 }

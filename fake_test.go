@@ -47,6 +47,7 @@ type fakeConn struct {
 	calls   atomic.Int64                 // requests sent to the server
 	lists   atomic.Int64                 // of which Children and ChildrenW
 	applied []string                     // "op path" of every request, in the server's order; guarded by s.mu
+	connects atomic.Uint64               // sessions had: one per connection, as Dial counts them
 	watches map[watchKey][]chan zk.Event // guarded by s.mu
 
 	// Events for this session are held back while it is disconnected, as
@@ -71,6 +72,7 @@ func (s *fakeServer) conn() *fakeConn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := &fakeConn{s: s, watches: map[watchKey][]chan zk.Event{}}
+	c.connects.Store(1)
 	s.sessions++
 	c.session.Store(s.sessions)
 	c.state.Store(int32(zk.StateHasSession))
@@ -440,7 +442,12 @@ func (c *fakeConn) expire() {
 	c.newSession()
 }
 
+// connectCount is what a lock on a Dial connection learns from
+// go-zookeeper's event callback (dial.go): how many sessions it has had.
+func (c *fakeConn) connectCount() uint64 { return c.connects.Load() }
+
 func (c *fakeConn) newSession() {
+	c.connects.Add(1)
 	c.s.mu.Lock()
 	c.s.sessions++
 	c.session.Store(c.s.sessions)
@@ -476,6 +483,7 @@ func (c *fakeConn) reconnect() {
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
+	c.connects.Add(1)
 	c.state.Store(int32(zk.StateHasSession))
 	for _, h := range c.held {
 		h.ch <- h.ev
@@ -671,6 +679,7 @@ type zkNet struct {
 	logf      func(format string, args ...any)
 	onWire    func()     // a request waits on the wire for the scheduler
 	rule      *stateRule // the simulation's old loss rule, if it tests that one
+	shuffle   func(n int, swap func(i, j int))
 }
 
 const (
@@ -808,6 +817,9 @@ func (cl *zkClient) setState(s zk.State) {
 	if s != zk.StateHasSession && cl.downSince.IsZero() {
 		cl.downSince = time.Now()
 	}
+	if s == zk.StateHasSession {
+		cl.c.connects.Add(1) // Dial's event callback counts this (dial.go)
+	}
 	cl.c.state.Store(int32(s))
 }
 
@@ -925,6 +937,12 @@ func (n *zkNet) apply(r *zkReq, answer bool) {
 		held := cl.c.held
 		cl.c.held = nil
 		n.s.mu.Unlock()
+		// go-zookeeper lists the watches to set again from a map (conn.go
+		// 602), and the server fires the missed events in that order, not
+		// in the order of the changes.
+		if n.shuffle != nil {
+			n.shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
+		}
 		for _, h := range held {
 			n.toClient(cl, tcp, zkFrame{ch: h.ch, ev: h.ev})
 		}

@@ -78,15 +78,16 @@ func (m Mode) String() string {
 // queues after it, and no one can overtake a waiter. A grant lasts until it
 // is released or lost; [Grant.Done] tells which.
 type RWLock struct {
-	conn    zkConn
-	path    string
-	acl     []zk.ACL
-	data    []byte // node data: who holds or waits
-	owner   string
-	log     *slog.Logger
-	timeout time.Duration        // from WithSessionTimeout; 0 when not given
-	granted func() time.Duration // what the server granted a Dial connection; nil for others
-	cleanup time.Duration
+	conn     zkConn
+	path     string
+	acl      []zk.ACL
+	data     []byte // node data: who holds or waits
+	owner    string
+	log      *slog.Logger
+	timeout  time.Duration        // from WithSessionTimeout; 0 when not given
+	granted  func() time.Duration // what the server granted a Dial connection; nil for others
+	connects func() uint64        // how many times a Dial connection has had a session; nil for others
+	cleanup  time.Duration
 
 	obs   Observer  // from WithObserver; nil if none
 	stats lockStats // for Stats (stats.go)
@@ -111,6 +112,7 @@ func New(conn *zk.Conn, path string, opts ...Option) (*RWLock, error) {
 		return nil, err
 	}
 	l.granted = grantedTimeout(conn)
+	l.connects = connectCount(conn)
 	return l, nil
 }
 
@@ -122,16 +124,21 @@ func newRWLock(conn zkConn, path string, opts ...Option) (*RWLock, error) {
 	if err != nil {
 		return nil, err
 	}
+	var connects func() uint64
+	if c, ok := conn.(interface{ connectCount() uint64 }); ok {
+		connects = c.connectCount // a connection that counts its sessions itself: the fake
+	}
 	return &RWLock{
-		conn:    conn,
-		path:    path,
-		acl:     o.acl,
-		data:    encodeNodeData(o.owner, false, false),
-		owner:   o.owner,
-		log:     o.log,
-		timeout: o.sessionTimeout,
-		cleanup: o.cleanupTimeout,
-		obs:     o.observer,
+		connects: connects,
+		conn:     conn,
+		path:     path,
+		acl:      o.acl,
+		data:     encodeNodeData(o.owner, false, false),
+		owner:    o.owner,
+		log:      o.log,
+		timeout:  o.sessionTimeout,
+		cleanup:  o.cleanupTimeout,
+		obs:      o.observer,
 	}, nil
 }
 

@@ -283,6 +283,13 @@ func (s *sim) run() {
 	if s.cfg.stateRule {
 		s.net.rule = newStateRule(s.timeout)
 	}
+	replay := rand.New(rand.NewPCG(r.Uint64(), r.Uint64()))
+	var replayMu sync.Mutex
+	s.net.shuffle = func(n int, swap func(i, j int)) {
+		replayMu.Lock()
+		defer replayMu.Unlock()
+		replay.Shuffle(n, swap)
+	}
 	hosts := 1 + 2*r.IntN(2)
 	s.budget = simBudget{resets: r.IntN(3), cancels: r.IntN(3), cuts: r.IntN(3), freezes: r.IntN(2), planned: r.IntN(2)}
 	if s.cfg.noCut {

@@ -23,6 +23,7 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 	}
 	var own <-chan ownResult
 	if a.own == nil {
+		a.ownConnects, a.ownConnectsKnown = a.connects()
 		own = a.watchOwnBehind(ctx)
 	}
 	for {
@@ -54,7 +55,7 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 			return a.ownEvent(ev)
 		}
 		if !blocked {
-			return stepGrant, nil
+			return a.confirmOwn(ctx)
 		}
 		switch {
 		case errors.Is(r.err, zk.ErrNoNode):
@@ -191,6 +192,40 @@ func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *watc
 			return false, 0, ctx.Err()
 		}
 	}
+}
+
+// confirmOwn makes sure, before a grant that a wake cleared (an event, or
+// an answer that a node in our way is gone), that our node was still there:
+// see the proofs at the top of acquire.go. Its watch tells without a
+// request, unless the connection has been re-established since the watch
+// was set: go-zookeeper then sends its watches again in one SetWatches
+// request, in the order of a map, and the server fires the events of the
+// nodes gone meanwhile in that order, not in the order of the changes; and
+// requests waiting in go-zookeeper's queue go out before SetWatches. A
+// connection made by Dial counts its sessions (dial.go); on any other
+// connection, we cannot tell, and read our node.
+func (a *acquisition) confirmOwn(ctx context.Context) (step, error) {
+	if n, known := a.connects(); known && a.ownConnectsKnown && n == a.ownConnects {
+		return stepGrant, nil
+	}
+	r := a.c.get(ctx, a.path)
+	switch {
+	case errors.Is(r.err, zk.ErrNoNode):
+		return a.ownDeleted()
+	case r.err != nil:
+		return a.after(r.err)
+	case !a.ours(r.session):
+		return stepRequeue, nil
+	}
+	return stepGrant, nil // read after what cleared our way: our node outlived it
+}
+
+// connects returns the connection's session count, if it keeps one.
+func (a *acquisition) connects() (uint64, bool) {
+	if a.l.connects == nil {
+		return 0, false
+	}
+	return a.l.connects(), true
 }
 
 // ownEvent handles an event about our own node while we wait.

@@ -216,8 +216,8 @@ func (c *client) sync(ctx context.Context) reply[struct{}] {
 	}, nil)
 }
 
-// answered reports whether err is the server's answer to a request, so
-// that the request reached it: success, or an error of the server's.
+// answered reports whether err is the server's answer to a write, given
+// only once the leader has seen it: success, or an error the leader found.
 func answered(err error) bool {
 	switch {
 	case err == nil:
@@ -225,8 +225,12 @@ func answered(err error) bool {
 	case connectionLoss(err), sessionGone(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false
 	}
-	for _, e := range []error{zk.ErrNoNode, zk.ErrNodeExists, zk.ErrNotEmpty, zk.ErrBadVersion, zk.ErrNoAuth,
-		zk.ErrInvalidACL, zk.ErrNoChildrenForEphemerals, zk.ErrBadArguments} {
+	// Only the errors the leader's PrepRequestProcessor finds, which it
+	// proposes as error transactions: a follower answers them only after
+	// the leader has. A follower (or observer) with eager ACL checks answers
+	// ZNOAUTH and INVALIDACL on its own (ZooKeeperServer.authWriteRequest),
+	// so those prove nothing about the leader.
+	for _, e := range []error{zk.ErrNoNode, zk.ErrNodeExists, zk.ErrNotEmpty, zk.ErrBadVersion} {
 		if errors.Is(err, e) {
 			return true
 		}
