@@ -208,3 +208,30 @@ func TestReviewGrantOnDeletedNodeAfterSetWatchesReplay(t *testing.T) {
 	}
 	t.Skip("the replay never put B's event before A's in 8 trials")
 }
+
+// TestReviewUndeletableDirectoryIsNotRechecked targets WithACL's promise
+// ("an acquisition checks the DELETE permission before it queues, and fails
+// with an error wrapping zk.ErrNoAuth if it is missing") and the comment of
+// checkDeletable ("A missing directory is created with the lock's own ACL;
+// where that ACL does not let everyone delete, the check is made again once
+// it exists (see create)"). No such re-check exists: worldCanDelete is never
+// called. When the directory is missing, the DELETE probe fails with NoNode
+// (PrepRequestProcessor looks the parent up before the ACL check), which
+// marks the lock deletable for good; the lock then creates the directory
+// with an ACL that forbids DELETE, queues, is granted, and can never
+// release: its node blocks every other client until the session ends.
+func TestReviewUndeletableDirectoryIsNotRechecked(t *testing.T) {
+	srv := sharedServer(t)
+	c := connect(t, srv.ConnectString(), 0)
+	acl := zk.WorldACL(zk.PermCreate | zk.PermRead | zk.PermWrite) // no DELETE
+	l := c.lock(t, lockPath(t), rwlock.WithACL(acl))
+	g, err := l.Lock(t.Context())
+	if err != nil {
+		require.ErrorIs(t, err, zk.ErrNoAuth, "the promised refusal")
+		return
+	}
+	err = g.Release(t.Context())
+	t.Logf("granted %s; Release: %v; node still there: %v", g.Node(), err, g.Err() == nil)
+	require.NoError(t, err, "WithACL's promise broken: the acquisition queued where it cannot delete, "+
+		"and its node now blocks the lock until the session ends")
+}
