@@ -1,0 +1,72 @@
+package rwlock
+
+// Reviewer's unit tests: attempts to break the safety arguments.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestReviewNoAuthAnswerRenewsLease targets claim 1 (lease.go: "Only writes
+// and syncs count ... A write or a sync is passed on to the leader, and the
+// follower answers only after the leader has").
+//
+// answered() counts zk.ErrNoAuth (and ErrInvalidACL) as the server's answer
+// to a write, so such an answer renews the lease. But with
+// zookeeper.enableEagerACLCheck=true (ZOOKEEPER-3418, 3.6+),
+// FollowerRequestProcessor.run calls zks.authWriteRequest first, and a write
+// that fails the ACL check is answered NoAuth by the follower itself
+// (ZooKeeperServer.authWriteRequest sends the reply and drops the request):
+// the leader never hears of it. A follower cut off from the leader keeps
+// serving clients for up to syncLimit ticks.
+//
+// Here the connection stands for such a follower: syncs (and everything
+// else) go unanswered, but any write that fails the ACL check is answered
+// at once. The application retries a lock on another path whose directory
+// does not let it delete (checkDeletable's DELETE probe is answered NoAuth
+// every time). The grant on the first lock is never lost, though nothing
+// has reached the leader for 3T.
+func TestReviewNoAuthAnswerRenewsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 8 * time.Second
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c, WithSessionTimeout(timeout))
+		g, err := l.Lock(t.Context())
+		require.NoError(t, err)
+		other, err := newRWLock(c, "/forbidden", WithSessionTimeout(timeout))
+		require.NoError(t, err)
+
+		cutOff := make(chan struct{})
+		c.setBefore(func(op, p string) error {
+			if op == "delete" && strings.HasPrefix(p, "/forbidden/") {
+				return zk.ErrNoAuth // the follower's eager ACL check answers on its own
+			}
+			<-cutOff // forwarded to a leader that is gone: never answered
+			return zk.ErrConnectionClosed
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		go func() {
+			for ctx.Err() == nil {
+				_, err := other.TryLock(ctx) // fails with ErrNoAuth, at once
+				assert.ErrorIs(t, err, zk.ErrNoAuth)
+				time.Sleep(timeout / 16)
+			}
+		}()
+		time.Sleep(3 * timeout)
+		err = g.Err()
+		cancel()
+		close(cutOff)
+		c.setBefore(nil)
+		synctest.Wait()
+		assert.Error(t, err, "claim 1 broken: nothing reached the leader for 3T (the session expired at T), "+
+			"yet the grant is held: locally answered NoAuth replies renewed the lease")
+	})
+}
