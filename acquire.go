@@ -210,6 +210,9 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 			if err := a.mkdirs(ctx); err != nil && !errors.Is(err, zk.ErrNoNode) {
 				return a.after(err)
 			}
+			if err := a.recheckDeletable(ctx); err != nil {
+				return 0, err
+			}
 		case errors.Is(r.err, zk.ErrNoAuth):
 			a.removeCreatedDirs()
 			return 0, fmt.Errorf("create a node in %s: %w (the directory's ACL does not let this client create; see WithACL)", l.path, r.err)
@@ -297,6 +300,23 @@ func (a *acquisition) mkdirs(ctx context.Context) error {
 	return nil
 }
 
+// recheckDeletable checks the DELETE permission again in a lock directory
+// this acquisition has just made: the check before queueing found no
+// directory, and this one has the lock's own ACL. Unless that ACL lets
+// anyone delete, the client may be unable to, and would leave a node it
+// cannot remove.
+func (a *acquisition) recheckDeletable(ctx context.Context) error {
+	if !slices.Contains(a.created, a.l.path) || worldCanDelete(a.l.acl) {
+		return nil
+	}
+	a.l.deletable.Store(false)
+	if err := a.l.checkDeletable(ctx, a.c); err != nil {
+		a.removeCreatedDirs()
+		return err
+	}
+	return nil
+}
+
 // removeCreatedDirs deletes, deepest first, the directories this
 // acquisition created, when it cannot use them.
 func (a *acquisition) removeCreatedDirs() {
@@ -337,7 +357,7 @@ func (a *acquisition) locate(r reply[[]string]) (step, error) {
 	if !a.ours(r.session) {
 		return stepRequeue, nil
 	}
-	snap, err := takeSnapshot(r.v, a.node, a.snap.before)
+	snap, err := takeSnapshot(a.dropTwins(r.v), a.node, a.snap.before)
 	switch {
 	case errors.Is(err, errNotListed):
 		// Never "we are first": someone deleted our node while we waited.
@@ -352,6 +372,28 @@ func (a *acquisition) locate(r reply[[]string]) (step, error) {
 		return stepGrant, nil // the listing is the proof: our node, and nothing in our way
 	}
 	return stepWait, nil
+}
+
+// dropTwins deletes, and leaves out of children, the nodes other than ours
+// that carry our guid: a create whose answer was lost and that was carried
+// out only after the listing adopt looked at (a server slow to pass it on),
+// so that we created again. Left alone, such a twin would stand in our own
+// way, and outlive the acquisition.
+func (a *acquisition) dropTwins(children []string) []string {
+	twins := 0
+	for _, name := range children {
+		if g, ok := guidOf(name); ok && g == a.guid && name != a.node {
+			a.l.finish(a.c, a.l.path+"/"+name, "", a.session)
+			twins++
+		}
+	}
+	if twins == 0 {
+		return children
+	}
+	return slices.DeleteFunc(slices.Clone(children), func(name string) bool {
+		g, ok := guidOf(name)
+		return ok && g == a.guid && name != a.node
+	})
 }
 
 // adopt settles a create whose outcome we did not learn: the node that

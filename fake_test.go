@@ -41,14 +41,17 @@ func newFakeServer() *fakeServer {
 
 // fakeConn is one client session of a fakeServer; it implements zkConn.
 type fakeConn struct {
-	s       *fakeServer
-	session atomic.Int64
-	state   atomic.Int32
-	calls   atomic.Int64                 // requests sent to the server
-	lists   atomic.Int64                 // of which Children and ChildrenW
-	applied []string                     // "op path" of every request, in the server's order; guarded by s.mu
-	connects atomic.Uint64               // sessions had: one per connection, as Dial counts them
-	watches map[watchKey][]chan zk.Event // guarded by s.mu
+	s        *fakeServer
+	session  atomic.Int64
+	state    atomic.Int32
+	calls    atomic.Int64  // requests sent to the server
+	lists    atomic.Int64  // of which Children and ChildrenW
+	applied  []string      // "op path" of every request, in the server's order; guarded by s.mu
+	connects atomic.Uint64 // sessions had: one per connection, as Dial counts them
+	// replayOrder, if set, orders the events a reconnection sends again:
+	// go-zookeeper's SetWatches lists the watches from a map.
+	replayOrder func([]heldEvent)
+	watches     map[watchKey][]chan zk.Event // guarded by s.mu
 
 	// Events for this session are held back while it is disconnected, as
 	// the server can only send them once the client is back (go-zookeeper
@@ -485,6 +488,9 @@ func (c *fakeConn) reconnect() {
 	defer c.s.mu.Unlock()
 	c.connects.Add(1)
 	c.state.Store(int32(zk.StateHasSession))
+	if c.replayOrder != nil {
+		c.replayOrder(c.held)
+	}
 	for _, h := range c.held {
 		h.ch <- h.ev
 		close(h.ch)

@@ -78,9 +78,9 @@ func (g *Grant) Node() string { return g.node }
 //     while grants are held. A silent connection (a partition, a restarted
 //     server, a leader election) is ridden out for about 0.69·T. The
 //     holder then has until [Grant.Deadline] to stop: the whole head start
-//     on a standalone server or through the leader; through a follower that
-//     loses the leader at the worst moment, at least T/16 if T is at least
-//     four ticks of the server (8 s with ZooKeeper's default tickTime);
+//     on a standalone server; in an ensemble whose server loses touch with
+//     the leader at the worst moment, at least T/16 if T is at least eight
+//     ticks of the server (16 s with ZooKeeper's default tickTime);
 //   - when the session is found expired or replaced (go-zookeeper quietly
 //     opens a new session after an expiry);
 //   - when its node is deleted by someone else: the holder learns it from
@@ -90,7 +90,8 @@ func (g *Grant) Node() string { return g.node }
 //
 // Done and Err consult the clock at every call: a process that was paused
 // (SIGSTOP, a long GC or VM pause) sees the loss at its first call after
-// resuming.
+// resuming; a Done channel obtained before the pause closes within T/16
+// after it.
 //
 // All of this needs the session timeout ([WithSessionTimeout], or a
 // connection made by [Dial]). Without it, any disconnection is a loss,
@@ -134,6 +135,9 @@ func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 	r := g.root()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.timeout <= 0 {
+		return time.Time{}, false
+	}
 	if r.ctx.Err() != nil {
 		return r.deadline, !r.deadline.IsZero()
 	}
@@ -200,6 +204,9 @@ func (g *Grant) Token() int64 {
 // deletion is confirmed, the deletion goes on in the background until it
 // succeeds or the session ends; the grant ends, and Release returns the
 // error.
+//
+// Once the *zk.Conn is closed, Release returns nil: closing ends the
+// session, and its nodes with it.
 //
 // Releasing a nested grant (see [ContextWithGrant]) ends only that grant.
 func (g *Grant) Release(ctx context.Context) error {

@@ -189,3 +189,94 @@ func TestWithWriteReleasesOnPanic(t *testing.T) {
 		assert.Empty(t, s.lockNodes(dir))
 	})
 }
+
+// A waiter is disconnected; meanwhile its own node is deleted, then the
+// node in its way. At the reconnection, in the same session, go-zookeeper
+// sets its watches again from a map, and the server fires the missed events
+// in that order: here the blocker's first. The waiter must not take that
+// wake for its turn: its connection has had a new session since it set its
+// own watch (see confirmOwn), so it reads its node, and finds it gone.
+func TestReplayedEventsOutOfOrderGrantNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		b, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		c := s.conn()
+		waiter := start(ctx, newLock(t, c).Lock)
+		synctest.Wait()
+		nodes := s.lockNodes(dir)
+		require.Len(t, nodes, 2)
+		own := dir + "/" + otherThan(nodes, b.Node())
+
+		c.disconnect()
+		require.NoError(t, s.conn().Delete(own, -1)) // an operator's delete
+		require.NoError(t, b.Release(ctx))
+		var late []heldEvent
+		c.replayOrder = func(held []heldEvent) {
+			// The blocker's event first; our own node's in a later frame,
+			// which the waiter does not see before it acts on the first.
+			kept := held[:0]
+			for _, h := range held {
+				if h.ev.Path == own {
+					late = append(late, h)
+				} else {
+					kept = append(kept, h)
+				}
+			}
+			c.held = kept
+		}
+		c.reconnect()
+		synctest.Wait()
+		require.NotEmpty(t, late)
+		for _, h := range late {
+			h.ch <- h.ev
+			close(h.ch)
+		}
+		r := <-waiter
+		assert.ErrorIs(t, r.err, ErrLost, "granted %v", r.g)
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// otherThan returns the name in names that is not the last element of path.
+func otherThan(names []string, path string) string {
+	for _, n := range names {
+		if dir+"/"+n != path {
+			return n
+		}
+	}
+	return ""
+}
+
+// A create whose answer was lost, carried out only after the listing that
+// looked for it: the acquisition creates again, and finds a twin of its
+// own node before it. The twin must go, not stand in the way.
+func TestTwinOfOurNodeIsDeleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c)
+		ctx := t.Context()
+		g, err := l.TryLock(ctx) // the directory and the DELETE check
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+
+		twin := ""
+		c.setBefore(func(op, p string) error {
+			if op == "create" && twin == "" {
+				twin, _ = s.conn().Create(p, nil, zk.FlagEphemeral|zk.FlagSequence, nil) // the late one
+				s.mu.Lock()
+				s.nodes[twin].stat.EphemeralOwner = c.SessionID()
+				s.mu.Unlock()
+			}
+			return nil
+		})
+		g, err = l.TryLock(ctx)
+		require.NoError(t, err, "the twin before us is ours: nothing is in our way")
+		c.setBefore(nil)
+		l.background.Wait()
+		assert.Equal(t, []string{path.Base(g.Node())}, s.lockNodes(dir), "the twin is gone")
+		require.NoError(t, g.Release(ctx))
+	})
+}

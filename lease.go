@@ -56,13 +56,21 @@ import (
 // T − H − T/16, about 0.69·T, without losing its grants: 6.9 s with
 // T = 10 s.
 //
-// Connected to a standalone server or to the leader, the holder has all of
-// H to stop before the session can expire. Through a follower that loses
-// the leader at the worst moment, it has H − tickTime/2 − T/16: at least
-// T/16 when T is at least four ticks (8 s with ZooKeeper's default
-// tickTime of 2 s), which the documentation asks of users; with fewer,
-// that worst case can let another client in first. [Grant.Deadline]
-// reports the earliest expiry under that assumption.
+// On a standalone server, the holder has all of H to stop before the
+// session can expire. In an ensemble the server it talks to may be out of
+// touch with the leader at the worst moment, and the leader then expires
+// the session earlier than the lease says: up to tickTime/2 plus the gap
+// between our requests through a follower (above); up to a tick plus that
+// gap through an observer behind an ObserverMaster (two relays); up to a
+// tick through a deposed leader, which answers syncs as reads until it sees
+// it has lost its quorum (syncLimit+1 ticks), while the followers give it
+// up after syncLimit ticks and the new leader counts every session's T
+// afresh. With T at least eight ticks (16 s with ZooKeeper's default
+// tickTime of 2 s) all of these are at most T/8 + T/16, and the holder has
+// at least T/16 left; [Grant.Deadline] reports the earliest expiry under
+// that assumption. With fewer ticks, such a worst case can let another
+// client in first; the fencing token is the defence that does not depend
+// on time.
 //
 // Time is the monotonic clock, or the wall clock where it says more: the
 // monotonic clock stands still while a machine is suspended, the server's
@@ -91,9 +99,9 @@ import (
 func HeadStart(t time.Duration) time.Duration { return t / 4 }
 
 // relayAllowance is how much earlier than the lease's end the leader may
-// expire a session whose follower lost the leader at the worst moment:
-// tickTime/2, at most T/8 for a session of four ticks or more, plus the
-// keepalive interval.
+// expire a session whose server was out of touch with it at the worst
+// moment: at most a tick plus the keepalive interval, T/8 + T/16 for a
+// session of eight ticks or more (see above).
 func relayAllowance(t time.Duration) time.Duration { return t/8 + renewInterval(t) }
 
 // retryUnanswered is how soon a keepalive that was not answered is tried
@@ -172,7 +180,11 @@ func (c *client) judgeLocked(g *Grant, now time.Time) error {
 	if c.zk.SessionID() != g.session {
 		return zk.ErrSessionExpired // go-zookeeper silently made a new session
 	}
-	if g.timeout <= 0 {
+	t := g.timeout
+	if cur := g.l.sessionTimeout(); cur > 0 && cur < t {
+		t = cur // a server of the ensemble granted less at a reconnection
+	}
+	if t <= 0 {
 		if c.zk.State() != zk.StateHasSession {
 			return errDisconnected
 		}
@@ -183,11 +195,11 @@ func (c *client) judgeLocked(g *Grant, now time.Time) error {
 			return judge(g, now)
 		}
 	}
-	if _, ok := c.leaseEndLocked(g.session, g.timeout); !ok {
+	if _, ok := c.leaseEndLocked(g.session, t); !ok {
 		return &errLeaseLapsed{} // never renewed in this session: nothing proves it alive
 	}
-	if silent := elapsed(c.lease.since, now); silent >= g.timeout-HeadStart(g.timeout) {
-		return &errLeaseLapsed{silent: silent, left: g.timeout - silent}
+	if silent := elapsed(c.lease.since, now); silent >= t-HeadStart(t) {
+		return &errLeaseLapsed{silent: silent, left: t - silent}
 	}
 	return nil
 }
@@ -293,6 +305,11 @@ func (c *client) tick() {
 		default:
 			soonest(due)
 		}
+		// And at least every keepalive interval: timers run on the
+		// monotonic clock, which stands still while the machine is
+		// suspended, so a deadline set before a suspend would fire late;
+		// each look reads the wall clock too (see elapsed).
+		soonest(now.Add(every))
 	}
 	switch d := max(next.Sub(now), time.Millisecond); {
 	case next.IsZero():

@@ -189,7 +189,8 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Grant, error) {
 // fn returns. fn's context carries the grant, and is cancelled, with a cause
 // wrapping ErrLost, when the grant is lost: a migration must stop writing
 // then. Its Err and Done consult the lease clock as [Grant.Err] does, so a
-// check right after a pause sees the loss. WithWrite then returns an error
+// check right after a pause sees the loss; contexts derived from it see it
+// at the clock's next look, within a sixteenth of the session timeout. WithWrite then returns an error
 // wrapping ErrLost (joined with fn's error). Errors acquiring the lock are
 // returned as from Lock, without running fn.
 func (l *RWLock) WithWrite(ctx context.Context, fn func(context.Context) error) error {

@@ -73,7 +73,11 @@ func TestStatsCountTheRequestsTheServerReceives(t *testing.T) {
 	assert.LessOrEqual(t, server-got, int64(2), "the rest: a ping or two of go-zookeeper's")
 	assert.Equal(t, uint64(22), d.Write.Granted)
 	assert.Equal(t, uint64(1), d.Read.Granted)
-	assert.Equal(t, uint64(22), d.Write.OneRoundTrip, "all the writes: nothing was in their way")
+	// Nothing was in the writes' way, so each took one round trip unless its
+	// listing overtook its create (acquisition.listBehind: rare, and more
+	// frequent under the race detector on a busy machine).
+	assert.GreaterOrEqual(t, d.Write.OneRoundTrip, uint64(20), "nothing was in the writes' way")
+	assert.LessOrEqual(t, d.Write.OneRoundTrip, uint64(22))
 }
 
 // A grant lost to a deleted node, a read that timed out behind it: the
