@@ -163,7 +163,7 @@ func (a *acquisition) requeue() {
 func (a *acquisition) create(ctx context.Context) (step, error) {
 	l := a.l
 	for tries := 0; ; tries++ {
-		r := a.c.create(ctx, nodePrefix(l.path, a.guid, a.mode), l.data, zk.FlagEphemeral|zk.FlagSequence, l.acl,
+		r := a.c.create(ctx, nodePrefix(l.path, a.guid, a.mode, l.dialect), l.data, zk.FlagEphemeral|zk.FlagSequence, l.acl,
 			func(r reply[string]) { l.finishCreate(a.c, r, a.guid) })
 		switch {
 		case r.err == nil && r.session == 0:
@@ -197,7 +197,10 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 
 // mkdirs creates the lock directory and its missing parents as containers,
 // which the server deletes once they are empty again, or as persistent
-// nodes on a server that has no containers (before 3.5.3). It remembers
+// nodes on a server that has no containers (before 3.5.3). In a kazoo
+// dialect the lock directory itself is persistent (see
+// Dialect.persistentDir); its parents stay containers, which the server
+// does not reap while they have a child. It remembers
 // the directories it created, which must go again if we cannot create our
 // node in them: a container that never had a child is never reaped.
 func (a *acquisition) mkdirs(ctx context.Context) error {
@@ -208,7 +211,7 @@ func (a *acquisition) mkdirs(ctx context.Context) error {
 		}
 		dir := l.path[:i]
 		var r reply[string]
-		if l.noContainers.Load() {
+		if l.noContainers.Load() || dir == l.path && l.dialect.persistentDir() {
 			r = a.c.create(ctx, dir, nil, zk.FlagPersistent, l.acl, nil)
 		} else {
 			r = a.c.createContainer(ctx, dir, l.acl)
@@ -270,6 +273,7 @@ func (a *acquisition) list(ctx context.Context) (step, error) {
 		return 0, err
 	}
 	a.snap = snap
+	a.l.notePeers(snap.peers)
 	a.writers = a.writers || slices.ContainsFunc(snap.before, func(n lockNode) bool { return n.mode == Write })
 	if _, blocked := a.snap.blocker(a.isShared); !blocked {
 		return stepGrant, nil // the listing is the proof: our node, and nothing in our way

@@ -87,7 +87,9 @@ type RWLock struct {
 	timeout time.Duration        // from WithSessionTimeout; 0 when not given
 	granted func() time.Duration // what the server granted a Dial connection; nil for others
 	cleanup time.Duration
+	dialect Dialect
 
+	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
 	noContainers atomic.Bool    // the server refused container nodes
 	deletable    atomic.Bool    // this client may delete nodes in the directory (see checkDeletable)
 	background   sync.WaitGroup // deletions that outlived the call that needed them
@@ -128,6 +130,7 @@ func newRWLock(conn zkConn, path string, opts ...Option) (*RWLock, error) {
 		log:     o.log,
 		timeout: o.sessionTimeout,
 		cleanup: o.cleanupTimeout,
+		dialect: o.dialect,
 	}, nil
 }
 
