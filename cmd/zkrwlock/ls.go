@@ -27,10 +27,10 @@ Lists the locks under PREFIX (PREFIX itself included; / for all): every
 directory that holds lock nodes, with what is held, since when, and how
 long the longest wait has lasted. Stuck locks come first.
 
-  LOCK           MODE   HOLDERS  HELD   OWNER         WAITERS  WAITING  FAMILY            FLAG
-  /locks/schema  write  1        2h03m  build-7:4242  3        1h58m    zkrwlock          stuck
-  /locks/report  read   2        1h10m  cron-3:991    0        -        zkrwlock          old
-  /locks/config  read   4        12.0s  web-1:977     0        -        zkrwlock,kazoo    -
+  LOCK           MODE   HOLDERS  HELD   OWNER         WAITERS  WAITING  FAMILY          FLAG
+  /locks/schema  write  1        2h03m  build-7:4242  3        1h58m    zkrwlock        stuck
+  /locks/report  read   2        1h10m  cron-3:991    0        -        zkrwlock        old
+  /locks/config  read   4        12.0s  web-1:977     0        -        zkrwlock,kazoo  -
 
 HELD is the age of the oldest holder's node (OWNER is its owner): the time
 since it joined the queue, by the server's clock, so it includes any time
