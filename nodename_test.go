@@ -172,6 +172,35 @@ func TestTakeSnapshot(t *testing.T) {
 	assert.ErrorIs(t, err, errNotListed, "our own node missing is never 'we are first'")
 }
 
+// Every family's nodes are ordered by their numbers alone, whatever their
+// names; the snapshot notes which peers' tokens it saw.
+func TestTakeSnapshotOfEveryFamily(t *testing.T) {
+	self := "_c_" + guid + "-__READ__0000000009"
+	children := []string{
+		guid + "__lock__0000000008",              // kazoo
+		"_c_" + uuid + "-__WRIT__0000000002",     // Curator
+		self,                                     // ours, DialectCurator
+		"_c_" + guid + "-lock-0000000005",        // zk.Lock
+		"_c_" + guid + "-read-0000000001",        // ours, native
+		"_c_" + uuid + "-__READ__0000000011",     // after us
+		"_c_" + guid + "-read__lock__0000000007", // ours, DialectKazooLock
+		"_c_" + uuid + "-__READ__0000000006",     // Curator reader
+	}
+	snap, err := takeSnapshot(children, self, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{children[4], children[1], children[3], children[7], children[6], children[0]}, names(snap.before))
+	b, blocked := snap.blocker(func(string) bool { return false })
+	require.True(t, blocked)
+	assert.Equal(t, children[0], b.name, "the nearest writer: kazoo's")
+	var peers []string
+	for i, tok := range tokens {
+		if snap.peers&(1<<i) != 0 {
+			peers = append(peers, tok.text)
+		}
+	}
+	assert.ElementsMatch(t, []string{"__lock__", "__WRIT__", "lock-", "__READ__"}, peers)
+}
+
 // At the counter's end ZooKeeper 3.8 gives 2147483647 again and again, and
 // creates in flight together negative numbers: fail rather than guess.
 func TestTakeSnapshotAtTheCounterEnd(t *testing.T) {
@@ -184,6 +213,9 @@ func TestTakeSnapshotAtTheCounterEnd(t *testing.T) {
 		{"our number negative", []string{"write-2147483647", "read--2147483648"}, "read--2147483648"},
 		{"a duplicate of ours", []string{"_c_" + guid + "-write-0000000005", "read-0000000005"}, "read-0000000005"},
 		{"duplicates before us", []string{"write-0000000003", "read-0000000003", "read-0000000009"}, "read-0000000009"},
+		{"a peer's duplicate of ours", []string{guid + "__lock__0000000005", "_c_" + guid + "-__rlock__0000000005"}, "_c_" + guid + "-__rlock__0000000005"},
+		{"peers' duplicates before us", []string{"_c_" + uuid + "-lock-0000000003", "_c_" + guid + "-lock-0000000003", "_c_" + guid + "-wlock-0000000004"}, "_c_" + guid + "-wlock-0000000004"},
+		{"ours in a dialect at the top", []string{"_c_" + uuid + "-__WRIT__2147483646", "_c_" + guid + "-__READ__2147483647"}, "_c_" + guid + "-__READ__2147483647"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := takeSnapshot(tc.children, tc.self, nil)
