@@ -92,10 +92,10 @@ func (d Dialect) persistentDir() bool { return d == DialectKazoo || d == Dialect
 func (d Dialect) bit() uint8 { return 1 << uint(d) }
 
 // notePeers warns, once per lock, when a listing showed peer nodes whose
-// library does not see the nodes of the lock's dialect (peers holds the
-// snapshot's token bits; see peerTokens): between that peer and zkrwlock,
-// mutual exclusion does not hold, in both directions, as the peer ignores
-// our nodes or misorders them.
+// library does not see the nodes of the lock's dialect (peers has a bit per
+// token, as snapshot.peers): between that peer and zkrwlock, mutual
+// exclusion does not hold, in both directions, as the peer ignores our
+// nodes or misorders them.
 func (l *RWLock) notePeers(peers uint16) {
 	if peers == 0 || l.peersWarned.Load() {
 		return

@@ -215,7 +215,7 @@ func TestWarnsOnceOfPeersThatDoNotSeeUs(t *testing.T) {
 		{DialectNative, guid + "__lock__", ""}, // kazoo with extra_lock_patterns
 		{DialectCurator, "_c_" + uuid + "-__READ__", ""},
 		{DialectCurator, guid + "__rlock__", "kazoo ReadLock"},
-		{DialectCurator, "write-", "zkrwlock before dialects"},
+		{DialectCurator, "write-", "unprotected read-/write- names"},
 		{DialectCurator, "_c_" + guid + "-write-", ""},
 		{DialectMutex, "_c_" + uuid + "-lock-", ""},
 		{DialectMutex, "_c_" + uuid + "-__WRIT__", "Curator InterProcessReadWriteLock"},

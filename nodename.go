@@ -69,8 +69,8 @@ type token struct {
 // tokens, where one ends with another, list the longer one first:
 // read__lock__ before __lock__, rlock- and wlock- before lock-.
 var tokens = [...]token{
-	{"read-", Read, DialectNative, true, guarded | bare, "zkrwlock before dialects", DialectNative.bit()},
-	{"write-", Write, DialectNative, true, guarded | bare, "zkrwlock before dialects", DialectNative.bit()},
+	{"read-", Read, DialectNative, true, guarded | bare, "unprotected read-/write- names", DialectNative.bit()},
+	{"write-", Write, DialectNative, true, guarded | bare, "unprotected read-/write- names", DialectNative.bit()},
 	{"__READ__", Read, DialectCurator, true, guarded | uuid36, "Curator InterProcessReadWriteLock", DialectCurator.bit()},
 	{"__WRIT__", Write, DialectCurator, true, guarded | uuid36, "Curator InterProcessReadWriteLock", DialectCurator.bit()},
 	{"rlock-", Read, DialectMutex, true, guarded, "", 0},
