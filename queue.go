@@ -21,7 +21,7 @@ type Entry struct {
 	Held      bool      // holds the lock now; false while waiting
 	Created   time.Time // when the node was created, by the server's clock
 	Family    Dialect   // whose names the node carries (kazoo's Lock and WriteLock: DialectKazoo)
-	Peer      bool      // another library's node (Curator, kazoo, zk.Lock; or an unprotected read-/write- name): Owner is its data as text
+	Peer      bool      // not made by zkrwlock's guarded names (Curator, kazoo, zk.Lock): Owner is its data as text
 }
 
 // Queue returns the holders and then the waiters of the lock, in queue

@@ -97,8 +97,9 @@ type RWLock struct {
 
 // New returns the lock whose directory is path, using conn, which it never
 // closes or replaces. It makes no request: the directory and its parents
-// are created, as container nodes, by the first acquisition. New returns an
-// error wrapping ErrInvalidPath for a path ZooKeeper would reject (see
+// are created, as container nodes (the directory itself persistent in a
+// kazoo dialect), by the first acquisition. New returns an error wrapping
+// ErrInvalidPath for a path ZooKeeper would reject (see
 // [ValidatePath]), and one wrapping ErrInvalidArgument for a nil conn or
 // option, or an invalid option.
 func New(conn *zk.Conn, path string, opts ...Option) (*RWLock, error) {
