@@ -10,19 +10,23 @@ MODULES := lockprof otelrwlock
 SIM_SCHEDULES ?= 2000000
 SIM_FIRST ?= $(shell date +%s)
 
-.PHONY: demo test check sim fuzz zookeeper bench
+.PHONY: demo test check sim fuzz zookeeper peers bench
 
 zookeeper:
 	@./scripts/install-zookeeper.sh
+
+## peers: Curator and kazoo, which integration/peers_test.go shares locks with
+peers:
+	@./scripts/install-peers.sh
 
 ## demo: start a throwaway ZooKeeper, show readers and a migration job sharing a lock
 demo: zookeeper
 	$(GO) run ./cmd/demo
 
-## test: every test, against real ZooKeeper servers the tests start (a missing server
-## fails), with the race detector; then 100,000 simulated fault schedules (about a
-## minute on two free cores)
-test: zookeeper check
+## test: every test, against real ZooKeeper servers the tests start and real Curator
+## and kazoo peers (a missing server or peer fails), with the race detector; then
+## 100,000 simulated fault schedules (about a minute on two free cores)
+test: zookeeper peers check
 	$(GO) test -race -count=1 -timeout 15m ./...
 	@for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -timeout 15m ./..."; \
 		(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done

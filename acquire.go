@@ -182,7 +182,7 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 		if a.dir == nil {
 			behind = a.listBehind(ctx, sending)
 		}
-		r := a.c.create(ctx, nodePrefix(l.path, a.guid, a.mode), l.data, zk.FlagEphemeral|zk.FlagSequence, l.acl,
+		r := a.c.create(ctx, nodePrefix(l.path, a.guid, a.mode, l.dialect), l.data, zk.FlagEphemeral|zk.FlagSequence, l.acl,
 			sending, func(r reply[string]) { l.finishCreate(a.c, r, a.guid) })
 		var first listing
 		if behind != nil {
@@ -269,7 +269,10 @@ func (a *acquisition) listBehind(ctx context.Context, sending <-chan struct{}) <
 
 // mkdirs creates the lock directory and its missing parents as containers,
 // which the server deletes once they are empty again, or as persistent
-// nodes on a server that has no containers (before 3.5.3). It remembers
+// nodes on a server that has no containers (before 3.5.3). In a kazoo
+// dialect the lock directory itself is persistent (see
+// Dialect.persistentDir); its parents stay containers, which the server
+// does not reap while they have a child. It remembers
 // the directories it created, which must go again if we cannot create our
 // node in them: a container that never had a child is never reaped.
 func (a *acquisition) mkdirs(ctx context.Context) error {
@@ -280,7 +283,7 @@ func (a *acquisition) mkdirs(ctx context.Context) error {
 		}
 		dir := l.path[:i]
 		var r reply[string]
-		if l.noContainers.Load() {
+		if l.noContainers.Load() || dir == l.path && l.dialect.persistentDir() {
 			r = a.c.create(ctx, dir, nil, zk.FlagPersistent, l.acl, nil, nil)
 		} else {
 			r = a.c.createContainer(ctx, dir, l.acl)
@@ -367,6 +370,7 @@ func (a *acquisition) locate(r reply[[]string]) (step, error) {
 		return 0, err
 	}
 	a.snap = snap
+	a.l.notePeers(snap.peers)
 	a.writers = a.writers || slices.ContainsFunc(snap.before, func(n lockNode) bool { return n.mode == Write })
 	if _, blocked := a.snap.blocker(a.isShared); !blocked {
 		return stepGrant, nil // the listing is the proof: our node, and nothing in our way

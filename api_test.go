@@ -54,6 +54,24 @@ var (
 	_ func(string) error                                               = rw.ValidatePath
 	_ func(time.Duration) time.Duration                                = rw.HeadStart
 
+	// Dialects: the zero Dialect is the native one (iota order), so that a
+	// lock made without WithDialect names its nodes as before.
+	_ func(rw.Dialect) rw.Option = rw.WithDialect
+	_                            = [...]rw.Dialect{
+		rw.DialectNative, rw.DialectCurator, rw.DialectMutex, rw.DialectKazoo, rw.DialectKazooLock,
+	}
+	_ [0]struct{} = [rw.DialectNative]struct{}{}
+	_ [4]struct{} = [rw.DialectKazooLock]struct{}{}
+	_ string      = rw.DialectCurator.String()
+	_ rw.Entry    = rw.Entry{Family: rw.DialectKazoo, Peer: true}
+
+	// Statistics and observation.
+	_ func(*rw.RWLock) rw.Stats                 = (*rw.RWLock).Stats
+	_ func(rw.Observer) rw.Option               = rw.WithObserver
+	_ func(int) int                             = rw.SetContentionProfileRate
+	_ func() []rw.ContentionRecord              = rw.ContentionRecords
+	_ func(rw.Histogram, float64) time.Duration = rw.Histogram.Quantile
+
 	_ []error = []error{rw.ErrWouldBlock, rw.ErrLost, rw.ErrReleased, rw.ErrInvalidPath, rw.ErrUpgrade,
 		rw.ErrInvalidArgument, rw.ErrSequenceExhausted}
 )

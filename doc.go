@@ -38,6 +38,11 @@
 // context returns a nested grant without a new node. A write grant can be
 // downgraded to a read grant in place ([Grant.Downgrade]).
 //
+// A lock path can be shared with other lock libraries (Curator, kazoo,
+// go-zookeeper's zk.Lock): [WithDialect] names our nodes as the peer family
+// on the path counts them, and every lock, whatever its dialect, queues
+// behind every family's nodes (see [Dialect]).
+//
 // Failures leave nothing behind: a cancelled or failed acquisition deletes
 // its node, and a deletion interrupted by a connection failure, or a create
 // whose response was lost, is finished once the client reconnects.

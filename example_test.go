@@ -337,4 +337,25 @@ func ExampleRWLock_Queue() {
 	}
 }
 
+// A Java service locks /locks/schema with Curator's
+// InterProcessReadWriteLock: this job queues with it, as one of its writers.
+func ExampleWithDialect() {
+	ctx := context.Background()
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	schema, err := rwlock.New(conn, "/locks/schema", rwlock.WithDialect(rwlock.DialectCurator))
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = schema.WithWrite(ctx, func(ctx context.Context) error {
+		return migrate(ctx, "add column")
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
 func loadShard(context.Context, string) error { return nil }

@@ -251,6 +251,13 @@ func (g *Grant) Release(ctx context.Context) error {
 // read node, as Curator 5.4 does, lets a writer that queued meanwhile in
 // between: CURATOR-276.)
 //
+// With a peer on the path (see [WithDialect]) the node keeps its writer's
+// name, and peers do not read the mark: to a peer it stays a writer until
+// it is deleted, so the downgraded grant stays exclusive towards peers —
+// their readers and their writers wait — and only zkrwlock's readers
+// join. No peer writer can come in between, since none queued behind the
+// node passes it before it is deleted.
+//
 // On success the write grant ends (its Err returns ErrReleased) and the
 // returned read grant owns the node; releasing either of them releases it.
 // If ctx has ended when it is called, or the server refuses the change (an

@@ -21,8 +21,9 @@ import (
 // listing (see RWLock.deleteNode). mode=read: the write grant was
 // downgraded; readers no longer wait for it (see Grant.Downgrade). Either
 // mark proves that the node held the lock, and so does any change of a lock
-// node's data, which only holders make. Do not write lock node data by
-// hand: a forged change lets waiters in.
+// node's data, which only holders make. All of this holds for zkrwlock's
+// own nodes only (see nodename.go): a peer's data is never read for marks.
+// Do not write lock node data by hand: a forged change lets waiters in.
 const (
 	ownerKey   = "owner="
 	heldLine   = "state=held\n"

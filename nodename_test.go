@@ -11,53 +11,110 @@ import (
 
 const guid = "0123456789abcdef0123456789abcdef"
 
+// uuid is how Curator's protected names spell their id (Java's UUID.toString).
+const uuid = "2b4f1e6c-1a2b-4c3d-8e9f-0123456789ab"
+
 func TestParseNode(t *testing.T) {
+	type want struct {
+		seq    int32
+		mode   Mode
+		family Dialect
+		ours   bool
+	}
 	tests := []struct {
 		name string
-		want lockNode
-		ok   bool
+		want *want // nil: not a lock node
 	}{
-		{name: "read-0000000000", want: lockNode{seq: 0, mode: Read}, ok: true},
-		{name: "write-0000000042", want: lockNode{seq: 42, mode: Write}, ok: true},
-		{name: "_c_" + guid + "-read-0000000007", want: lockNode{seq: 7, mode: Read}, ok: true},
-		{name: "_c_" + guid + "-write-2147483647", want: lockNode{seq: math.MaxInt32, mode: Write}, ok: true},
-		{name: "write--2147483648", want: lockNode{seq: math.MinInt32, mode: Write}, ok: true},
-		{name: "read--000000001", want: lockNode{seq: -1, mode: Read}, ok: true},
-		{name: "read--999999999", want: lockNode{seq: -999999999, mode: Read}, ok: true},
-		{name: "read--1000000000", want: lockNode{seq: -1000000000, mode: Read}, ok: true},
+		// zkrwlock's own names, in every dialect.
+		{"_c_" + guid + "-read-0000000007", &want{7, Read, DialectNative, true}},
+		{"_c_" + guid + "-write-2147483647", &want{math.MaxInt32, Write, DialectNative, true}},
+		{"_c_" + guid + "-__READ__0000000007", &want{7, Read, DialectCurator, true}},
+		{"_c_" + guid + "-__WRIT__0000000008", &want{8, Write, DialectCurator, true}},
+		{"_c_" + guid + "-rlock-0000000009", &want{9, Read, DialectMutex, true}},
+		{"_c_" + guid + "-wlock-0000000010", &want{10, Write, DialectMutex, true}},
+		{"_c_" + guid + "-__rlock__0000000011", &want{11, Read, DialectKazoo, true}},
+		{"_c_" + guid + "-__lock__0000000012", &want{12, Write, DialectKazoo, true}},
+		{"_c_" + guid + "-read__lock__0000000013", &want{13, Read, DialectKazooLock, true}},
+
+		// Unprotected native names (ours, before the guid): recognised, not ours.
+		{"read-0000000000", &want{0, Read, DialectNative, false}},
+		{"write-0000000042", &want{42, Write, DialectNative, false}},
+		{"write--2147483648", &want{math.MinInt32, Write, DialectNative, false}},
+		{"read--000000001", &want{-1, Read, DialectNative, false}},
+		{"read--999999999", &want{-999999999, Read, DialectNative, false}},
+		{"read--1000000000", &want{-1000000000, Read, DialectNative, false}},
+
+		// Peers' names.
+		{"_c_" + uuid + "-__READ__0000000001", &want{1, Read, DialectCurator, false}},
+		{"_c_" + uuid + "-__WRIT__0000000002", &want{2, Write, DialectCurator, false}},
+		{"_c_" + uuid + "-lock-0000000003", &want{3, Write, DialectMutex, false}}, // Curator InterProcessMutex
+		{"_c_" + guid + "-lock-0000000004", &want{4, Write, DialectMutex, false}}, // go-zookeeper zk.Lock
+		{guid + "__rlock__0000000005", &want{5, Read, DialectKazoo, false}},       // kazoo ReadLock
+		{guid + "__lock__0000000006", &want{6, Write, DialectKazoo, false}},       // kazoo WriteLock, Lock
+		{guid + "__lock__-2147483648", &want{math.MinInt32, Write, DialectKazoo, false}},
+		{"_c_" + uuid + "-__WRIT__-000000002", &want{-2, Write, DialectCurator, false}},
 
 		// Foreign and malformed names are ignored.
-		{name: "foo"},
-		{name: "read-abc"},
-		{name: "read-"},
-		{name: "write"},
-		{name: ""},
-		{name: "read-000000001"},         // 9 digits
-		{name: "read-00000000001"},       // 11 digits
-		{name: "read-2147483648"},        // overflows int32
-		{name: "read--2147483649"},       // overflows int32
-		{name: "read--000000000"},        // Java prints 0 without a sign
-		{name: "read--0000000001"},       // not how %010d spells -1
-		{name: "read-+000000001"},        // sign Java never prints
-		{name: "lock-0000000001"},        // go-zookeeper's zk.Lock
-		{name: "x__lock__0000000001"},    // kazoo
-		{name: "_c_abc-read-0000000001"}, // short guid
-		{name: "_c_" + strings.ToUpper(guid) + "-read-0000000001"},
-		{name: "_c_" + guid + "read-0000000001"}, // no dash after the guid
-		{name: "_c_" + guid + "-lock-0000000001"},
-		{name: "_c_" + guid + "-read-0000000001x"},
-		{name: "prefix-read-0000000001"},
-		{name: "read-000000000\x00"},
+		{"foo", nil},
+		{"read-abc", nil},
+		{"read-", nil},
+		{"write", nil},
+		{"", nil},
+		{"read-000000001", nil},   // 9 digits
+		{"read-00000000001", nil}, // 11 digits
+		{"read-2147483648", nil},  // overflows int32
+		{"read--2147483649", nil}, // overflows int32
+		{"read--000000000", nil},  // Java prints 0 without a sign
+		{"read--0000000001", nil}, // not how %010d spells -1
+		{"read-+000000001", nil},  // sign Java never prints
+		{"lock-0000000001", nil},  // zk.Lock's names are protected
+		{"x__lock__0000000001", nil},
+		{"_c_abc-read-0000000001", nil}, // short guid
+		{"_c_" + strings.ToUpper(guid) + "-read-0000000001", nil},
+		{"_c_" + guid + "read-0000000001", nil}, // no dash after the guid
+		{"_c_" + guid + "-read-0000000001x", nil},
+		{"prefix-read-0000000001", nil},
+		{"read-000000000\x00", nil},
+		{"_c_" + uuid + "-read-0000000001", nil},                  // Curator's protection, our token
+		{"_c_" + uuid + "-rlock-0000000001", nil},                 // only we make rlock-, with our guid
+		{"_c_" + strings.ToUpper(uuid) + "-lock-0000000001", nil}, // Java prints lowercase
+		{"_c_" + strings.ReplaceAll(uuid, "-", "") + "x-lock-0000000001", nil},
+		{guid + "read__lock__0000000001", nil}, // only we make read__lock__
+		{guid + "__READ__0000000001", nil},
+		{guid[:31] + "__lock__0000000001", nil},
+		{"__lock__0000000001", nil},
+		{"_c_" + guid + "-__lock__0000000001 ", nil},
+		{"_c_" + guid + "-__lock__000000001", nil},
+		{"_c_" + guid + "-__LOCK__0000000001", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := parseNode(tc.name)
-			require.Equal(t, tc.ok, ok)
+			require.Equal(t, tc.want != nil, ok)
 			if ok {
-				tc.want.name = tc.name
-				assert.Equal(t, tc.want, got)
+				assert.Equal(t, *tc.want, want{got.seq, got.mode, got.family, got.ours})
+				assert.Equal(t, tc.name, got.name)
 			}
 		})
+	}
+}
+
+// What we create is what we recognise as ours, in every dialect.
+func TestNodePrefixParsesAsOurs(t *testing.T) {
+	for d := range Dialect(numDialects) {
+		for _, m := range []Mode{Read, Write} {
+			p := nodePrefix("/locks/x", guid, m, d)
+			n, ok := parseNode(strings.TrimPrefix(p, "/locks/x/") + "0000000042")
+			require.True(t, ok, p)
+			assert.True(t, n.ours, p)
+			assert.Equal(t, m, n.mode, p)
+			assert.Equal(t, int32(42), n.seq, p)
+			wantFamily := d
+			if d == DialectKazooLock && m == Write {
+				wantFamily = DialectKazoo // the same name as kazoo's writers
+			}
+			assert.Equal(t, wantFamily, n.family, p)
+		}
 	}
 }
 
@@ -115,6 +172,35 @@ func TestTakeSnapshot(t *testing.T) {
 	assert.ErrorIs(t, err, errNotListed, "our own node missing is never 'we are first'")
 }
 
+// Every family's nodes are ordered by their numbers alone, whatever their
+// names; the snapshot notes which peers' tokens it saw.
+func TestTakeSnapshotOfEveryFamily(t *testing.T) {
+	self := "_c_" + guid + "-__READ__0000000009"
+	children := []string{
+		guid + "__lock__0000000008",              // kazoo
+		"_c_" + uuid + "-__WRIT__0000000002",     // Curator
+		self,                                     // ours, DialectCurator
+		"_c_" + guid + "-lock-0000000005",        // zk.Lock
+		"_c_" + guid + "-read-0000000001",        // ours, native
+		"_c_" + uuid + "-__READ__0000000011",     // after us
+		"_c_" + guid + "-read__lock__0000000007", // ours, DialectKazooLock
+		"_c_" + uuid + "-__READ__0000000006",     // Curator reader
+	}
+	snap, err := takeSnapshot(children, self, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{children[4], children[1], children[3], children[7], children[6], children[0]}, names(snap.before))
+	b, blocked := snap.blocker(func(string) bool { return false })
+	require.True(t, blocked)
+	assert.Equal(t, children[0], b.name, "the nearest writer: kazoo's")
+	var peers []string
+	for i, tok := range tokens {
+		if snap.peers&(1<<i) != 0 {
+			peers = append(peers, tok.text)
+		}
+	}
+	assert.ElementsMatch(t, []string{"__lock__", "__WRIT__", "lock-", "__READ__"}, peers)
+}
+
 // At the counter's end ZooKeeper 3.8 gives 2147483647 again and again, and
 // creates in flight together negative numbers: fail rather than guess.
 func TestTakeSnapshotAtTheCounterEnd(t *testing.T) {
@@ -127,6 +213,9 @@ func TestTakeSnapshotAtTheCounterEnd(t *testing.T) {
 		{"our number negative", []string{"write-2147483647", "read--2147483648"}, "read--2147483648"},
 		{"a duplicate of ours", []string{"_c_" + guid + "-write-0000000005", "read-0000000005"}, "read-0000000005"},
 		{"duplicates before us", []string{"write-0000000003", "read-0000000003", "read-0000000009"}, "read-0000000009"},
+		{"a peer's duplicate of ours", []string{guid + "__lock__0000000005", "_c_" + guid + "-__rlock__0000000005"}, "_c_" + guid + "-__rlock__0000000005"},
+		{"peers' duplicates before us", []string{"_c_" + uuid + "-lock-0000000003", "_c_" + guid + "-lock-0000000003", "_c_" + guid + "-wlock-0000000004"}, "_c_" + guid + "-wlock-0000000004"},
+		{"ours in a dialect at the top", []string{"_c_" + uuid + "-__WRIT__2147483646", "_c_" + guid + "-__READ__2147483647"}, "_c_" + guid + "-__READ__2147483647"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := takeSnapshot(tc.children, tc.self, nil)
@@ -196,11 +285,14 @@ func TestNodeData(t *testing.T) {
 }
 
 // FuzzParseNode: any child name parses or is ignored, never panics, and a
-// parsed name is exactly how ZooKeeper would spell that node.
+// parsed name is exactly how its family and ZooKeeper would spell that
+// node: a known prefix, its token, the number as %010d.
 func FuzzParseNode(f *testing.F) {
 	for _, s := range []string{
 		"read-0000000001", "write--2147483648", "_c_" + guid + "-write-0000000003",
 		"foo", "read-abc", "_c_", "_c_" + guid, "_c_" + guid + "-", "read--000000000", "x__lock__0000000001",
+		"_c_" + uuid + "-__WRIT__0000000001", guid + "__rlock__0000000002", "_c_" + guid + "-read__lock__0000000003",
+		"_c_" + uuid + "-lock-0000000004",
 	} {
 		f.Add(s)
 	}
@@ -209,16 +301,15 @@ func FuzzParseNode(f *testing.F) {
 		if !ok {
 			return
 		}
-		prefix := ""
-		if g, ok := guidOf(name); ok {
-			prefix = protectedPrefix + g + "-"
-		}
-		mode := readPrefix
-		if n.mode == Write {
-			mode = writePrefix
-		}
-		if got := prefix + mode + formatSeq(n.seq); got != name {
-			t.Fatalf("parseNode(%q) = %+v, which ZooKeeper would name %q", name, n, got)
+		tok := tokens[n.token]
+		prefix, found := strings.CutSuffix(name, tok.text+formatSeq(n.seq))
+		switch shape := shapeOf(prefix); {
+		case !found:
+			t.Fatalf("parseNode(%q) = %+v, which ZooKeeper would name %q", name, n, prefix+tok.text+formatSeq(n.seq))
+		case shape&tok.shapes == 0:
+			t.Fatalf("parseNode(%q) = %+v: no family puts %q before %q", name, n, prefix, tok.text)
+		case n.ours != (shape == guarded && tok.ours), n.mode != tok.mode, n.family != tok.family:
+			t.Fatalf("parseNode(%q) = %+v does not match its token %+v", name, n, tok)
 		}
 	})
 }

@@ -19,6 +19,7 @@ type options struct {
 	sessionTimeout time.Duration
 	cleanupTimeout time.Duration
 	observer       Observer
+	dialect        Dialect
 	err            error
 }
 
@@ -73,8 +74,27 @@ func WithOwner(owner string) Option {
 	}
 }
 
-// WithLogger sets the logger for debug lines about each protocol step.
-// The default discards everything.
+// WithDialect sets the names this lock gives its nodes, so that the peer
+// library it shares its path with counts them in its queue (see
+// [Dialect]); the default is DialectNative. Every zkrwlock client of one
+// path should use the same dialect, and the path must hold no names the
+// peer does not know: go-zookeeper's zk.Lock fails on them, and Curator
+// misorders them. In a kazoo dialect the lock directory is created
+// persistent, not as a container (kazoo fails once its directory is
+// reaped). An unknown dialect makes New fail with ErrInvalidArgument.
+func WithDialect(d Dialect) Option {
+	return func(o *options) {
+		if !d.valid() {
+			o.err = fmt.Errorf("%w: dialect %v", ErrInvalidArgument, d)
+		}
+		o.dialect = d
+	}
+}
+
+// WithLogger sets the logger for debug lines about each protocol step,
+// and for warnings: peers on the path that do not see this lock's nodes
+// (once per lock; see [WithDialect]), a node that cannot be deleted or
+// watched. The default discards everything.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {

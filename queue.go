@@ -20,11 +20,14 @@ type Entry struct {
 	Owner     string    // who, as set by WithOwner (default host:pid)
 	Held      bool      // holds the lock now; false while waiting
 	Created   time.Time // when the node was created, by the server's clock
+	Family    Dialect   // whose names the node carries (kazoo's Lock and WriteLock: DialectKazoo)
+	Peer      bool      // not made by zkrwlock's guarded names (Curator, kazoo, zk.Lock): Owner is its data as text
 }
 
 // Queue returns the holders and then the waiters of the lock, in queue
 // order, read from ZooKeeper now (one list and one read per node; nodes
-// that vanish meanwhile are left out). Children that are not lock nodes are
+// that vanish meanwhile are left out). Peers' nodes are entries too, with
+// their family; children that are not lock nodes of any family are
 // ignored. A lock directory that does not exist is an empty queue.
 func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	if l.conn == nil {
@@ -40,11 +43,16 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 		return nil, fmt.Errorf("rwlock: queue %s: %w", l.path, children.err)
 	}
 	var nodes []lockNode
+	var peers uint16
 	for _, name := range children.v {
 		if n, ok := parseNode(name); ok {
 			nodes = append(nodes, n)
+			if !n.ours {
+				peers |= 1 << n.token
+			}
 		}
 	}
+	l.notePeers(peers)
 	slices.SortFunc(nodes, queueOrder)
 
 	entries := make([]Entry, len(nodes))
@@ -62,12 +70,13 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 				return fmt.Errorf("rwlock: queue %s: %w", path, r.err)
 			}
 			mode := n.mode
-			if mode == Write && downgraded(r.v.data) {
+			if mode == Write && n.ours && downgraded(r.v.data) {
 				mode = Read
 			}
 			entries[i] = Entry{
 				Node: path, Mode: mode, Seq: n.seq, SessionID: r.v.stat.EphemeralOwner,
 				Owner: ownerOf(r.v.data), Created: time.UnixMilli(r.v.stat.Ctime),
+				Family: n.family, Peer: !n.ours,
 			}
 			found[i] = true
 			return nil

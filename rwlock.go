@@ -88,10 +88,12 @@ type RWLock struct {
 	granted  func() time.Duration // what the server granted a Dial connection; nil for others
 	connects func() uint64        // how many times a Dial connection has had a session; nil for others
 	cleanup  time.Duration
+	dialect  Dialect
 
 	obs   Observer  // from WithObserver; nil if none
 	stats lockStats // for Stats (stats.go)
 
+	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
 	noContainers atomic.Bool    // the server refused container nodes
 	deletable    atomic.Bool    // this client may delete nodes in the directory (see checkDeletable)
 	background   sync.WaitGroup // deletions that outlived the call that needed them
@@ -99,8 +101,9 @@ type RWLock struct {
 
 // New returns the lock whose directory is path, using conn, which it never
 // closes or replaces. It makes no request: the directory and its parents
-// are created, as container nodes, by the first acquisition. New returns an
-// error wrapping ErrInvalidPath for a path ZooKeeper would reject (see
+// are created, as container nodes (the directory itself persistent in a
+// kazoo dialect), by the first acquisition. New returns an error wrapping
+// ErrInvalidPath for a path ZooKeeper would reject (see
 // [ValidatePath]), and one wrapping ErrInvalidArgument for a nil conn or
 // option, or an invalid option.
 func New(conn *zk.Conn, path string, opts ...Option) (*RWLock, error) {
@@ -139,6 +142,7 @@ func newRWLock(conn zkConn, path string, opts ...Option) (*RWLock, error) {
 		timeout:  o.sessionTimeout,
 		cleanup:  o.cleanupTimeout,
 		obs:      o.observer,
+		dialect:  o.dialect,
 	}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,11 +222,21 @@ func TestOwnNodeMissingIsLost(t *testing.T) {
 		require.NoError(t, err)
 		other := s.conn()
 		c := s.conn()
-		c.setAfter(func(op, p string, err error) error {
-			if op == "create" && err == nil {
-				assert.NoError(t, other.Delete(p, -1)) // gone before we list
+		// Our node goes before any listing can show it (the listing sent behind
+		// the create may reach the server before the create's answer does).
+		var prefix atomic.Value
+		c.setBefore(func(op, p string) error {
+			switch pre, _ := prefix.Load().(string); {
+			case op == "create" && strings.HasPrefix(p, dir+"/"):
+				prefix.Store(p)
+			case op == "children" && pre != "":
+				for _, name := range s.lockNodes(dir) {
+					if strings.HasPrefix(dir+"/"+name, pre) {
+						other.Delete(dir+"/"+name, -1)
+					}
+				}
 			}
-			return err
+			return nil
 		})
 		_, err = newLock(t, c).Lock(ctx)
 		assert.ErrorIs(t, err, ErrLost, "never 'we are first'")
@@ -233,7 +244,7 @@ func TestOwnNodeMissingIsLost(t *testing.T) {
 
 		// A waiter whose node is deleted notices at its next listing: here
 		// when the node it watches goes and another candidate remains.
-		c.setAfter(nil)
+		c.setBefore(nil)
 		ctx2, cancel2 := context.WithCancel(ctx)
 		r2 := start(ctx2, newLock(t, s.conn()).Lock)
 		synctest.Wait()

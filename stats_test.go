@@ -2,7 +2,9 @@ package rwlock
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -99,11 +101,21 @@ func TestStatsOfAFailedAcquisition(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, g.Release(t.Context()))
 		c := s.conn()
-		c.setAfter(func(op, p string, err error) error {
-			if op == "create" && err == nil {
-				assert.NoError(t, other.Delete(p, -1)) // gone before we list
+		// Our node goes before any listing can show it (the listing sent behind
+		// the create may reach the server before the create's answer does).
+		var prefix atomic.Value
+		c.setBefore(func(op, p string) error {
+			switch pre, _ := prefix.Load().(string); {
+			case op == "create" && strings.HasPrefix(p, dir+"/"):
+				prefix.Store(p)
+			case op == "children" && pre != "":
+				for _, name := range s.lockNodes(dir) {
+					if strings.HasPrefix(dir+"/"+name, pre) {
+						other.Delete(dir+"/"+name, -1)
+					}
+				}
 			}
-			return err
+			return nil
 		})
 		l := newLock(t, c)
 		_, err = l.Lock(t.Context())

@@ -33,7 +33,7 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 		var going <-chan *watchEntry
 		path := a.l.path + "/" + b.name
 		if blocked {
-			if a.mode == Write && b.mode == Write && len(a.snap.before) > 1 {
+			if a.mode == Write && b.mode == Write && b.ours && len(a.snap.before) > 1 {
 				// b's going proves the way clear only if b held the lock,
 				// which a writer tells by marking its node as it goes (see
 				// Grant.Release). The mark uses up the data watch; a child
@@ -68,10 +68,14 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 		case !a.ours(r.session):
 			return stepRequeue, nil
 		}
-		if heldMark(r.v.data) {
+		// Marks count only on our own nodes: a peer's data is its own
+		// business (Curator's is an address, kazoo's an identifier), and a
+		// peer, which does not read our marks, holds its node until it
+		// deletes it.
+		if b.ours && heldMark(r.v.data) {
 			a.snap.pruneBefore(b) // b held the lock: nothing before it is left
 		}
-		if a.mode == Read && downgraded(r.v.data) {
+		if a.mode == Read && b.ours && downgraded(r.v.data) {
 			a.markShared(b.name)
 			continue
 		}
@@ -137,9 +141,10 @@ func (a *acquisition) watchGoingBehind(ctx context.Context, path string) <-chan 
 
 // await waits for b to go or to change its data, on its data watch and, if
 // not nil, its child watch, and for our own node's watch and ctx. A change
-// of b's data means that b held the lock (only holders change their data),
-// so nothing before b is left; that is taken from the event itself, since
-// b may be gone before its mark could be read. next is stepWait unless our
+// of one of our own nodes' data means that b held the lock (only holders
+// change their data), so nothing before b is left; that is taken from the
+// event itself, since b may be gone before its mark could be read. A
+// peer's change proves nothing: we look again. next is stepWait unless our
 // node or our session is gone.
 func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *watchEntry) (gone bool, next step, err error) {
 	var deletedFired <-chan struct{}
@@ -158,7 +163,9 @@ func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *watc
 			case zk.EventNodeDeleted:
 				return true, stepWait, nil
 			case zk.EventNodeDataChanged:
-				a.snap.pruneBefore(b)
+				if b.ours {
+					a.snap.pruneBefore(b)
+				}
 				if deletedFired == nil {
 					return false, stepWait, nil
 				}
@@ -180,7 +187,7 @@ func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *watc
 				// them may run in either order, so wait for this one.
 				select {
 				case <-dataFired:
-					if data.Event().Type == zk.EventNodeDataChanged {
+					if data.Event().Type == zk.EventNodeDataChanged && b.ours {
 						a.snap.pruneBefore(b)
 					}
 				case <-ctx.Done():
@@ -259,9 +266,10 @@ func (a *acquisition) notWatching(ev zk.Event) (step, error) {
 }
 
 // tryPass is TryLock's and TryRLock's look at the node in their way. A
-// reader may pass a writer that is gone or downgraded (a blocking RLock
-// learns the same from its watch); it then lists again, which proves our
-// node still there. A writer, or a node in TryLock's way, blocks.
+// reader may pass a writer that is gone, or one of ours that is downgraded
+// (a blocking RLock learns the same from its watch); it then lists again,
+// which proves our node still there. A writer, or a node in TryLock's way,
+// blocks.
 func (a *acquisition) tryPass(ctx context.Context) (step, error) {
 	b, _ := a.snap.blocker(a.isShared)
 	if a.mode == Write {
@@ -274,7 +282,7 @@ func (a *acquisition) tryPass(ctx context.Context) (step, error) {
 		return stepList, nil
 	case r.err != nil:
 		return a.after(r.err)
-	case downgraded(r.v.data):
+	case b.ours && downgraded(r.v.data):
 		a.markShared(b.name)
 		return stepList, nil
 	}

@@ -18,6 +18,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	shared.Close()
+	removeJavaBuild()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)

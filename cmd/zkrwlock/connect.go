@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/go-zookeeper/zk"
 
@@ -33,6 +36,55 @@ func (c *connFlags) logger(w io.Writer) *slog.Logger {
 	slog.SetDefault(l)
 	return l
 }
+
+// lockLogger is the logger of a lock that zkrwlock queues on or shows:
+// with --debug, logger's; else one that prints only the lock's warnings
+// (peers on the path that do not see our nodes, a node that cannot be
+// deleted or watched) as "PROG: warning: ..." lines on w.
+func (c *connFlags) lockLogger(w io.Writer, prog string) *slog.Logger {
+	l := c.logger(w)
+	if c.debug {
+		return l
+	}
+	return slog.New(&warnings{w: w, prog: prog, mu: &sync.Mutex{}})
+}
+
+// warnings is a slog.Handler that prints warnings and errors as the CLI's
+// own lines.
+type warnings struct {
+	w     io.Writer
+	prog  string
+	attrs []slog.Attr
+	mu    *sync.Mutex // shared by the handlers WithAttrs makes
+}
+
+func (h *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *warnings) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString("warning: ")
+	b.WriteString(strings.TrimPrefix(r.Message, "rwlock: "))
+	add := func(a slog.Attr) bool {
+		fmt.Fprintf(&b, "; %s=%s", a.Key, a.Value)
+		return true
+	}
+	for _, a := range h.attrs {
+		add(a)
+	}
+	r.Attrs(add)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	printLine(h.w, h.prog, b.String())
+	return nil
+}
+
+func (h *warnings) WithAttrs(attrs []slog.Attr) slog.Handler {
+	c := *h
+	c.attrs = append(slices.Clip(h.attrs), attrs...)
+	return &c
+}
+
+func (h *warnings) WithGroup(string) slog.Handler { return h }
 
 // errConnectTimeout is the cause of a dial that ran out of time.
 var errConnectTimeout = errors.New("connect timeout")

@@ -45,6 +45,12 @@ ridden out. SIGKILL follows at the latest a sixteenth of --session-timeout
 after SIGTERM (less 0.1s; 1.8s with the default), the least time the server
 may take to let another client in; --grace shortens that.
 
+With another lock library on PATH (Curator, kazoo, go-zookeeper's zk.Lock),
+--dialect names our node so that it counts it in its queue; every zkrwlock
+client of PATH must give the same one. A warning says so when that
+library's nodes on PATH do not see ours. See the README's "Sharing a lock
+with Curator, kazoo and zk.Lock".
+
 %FLAGS%
 The command's environment also has:
   ZKRWLOCK_TOKEN  the fencing token of the grant: a positive integer that is
@@ -75,6 +81,7 @@ type execOptions struct {
 	grace   time.Duration
 	owner   string
 	quiet   bool
+	dialect dialectFlag
 
 	path string
 	argv []string
@@ -94,6 +101,7 @@ func runExec(std stdio, args []string) int {
 		"at most a sixteenth of --session-timeout less 0.1s (default: that much)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
+	o.dialect.register(fs)
 	o.conn.register(fs)
 
 	pos, rest, err := parse(std.out, fs, execUsage, args, 1)
@@ -169,7 +177,7 @@ func (o *execOptions) run(prog string) (int, error) {
 	notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	log := o.conn.logger(o.std.err)
+	log := o.conn.lockLogger(o.std.err, prog)
 	ctx, stop := interruptible(context.Background(), sigs)
 	conn, err := o.conn.dial(ctx)
 	if err != nil {
@@ -179,7 +187,7 @@ func (o *execOptions) run(prog string) (int, error) {
 		return 0, err
 	}
 	defer closeConn(conn)
-	opts := []rwlock.Option{rwlock.WithLogger(log)}
+	opts := []rwlock.Option{rwlock.WithLogger(log), rwlock.WithDialect(o.dialect.d)}
 	if o.owner != "" {
 		opts = append(opts, rwlock.WithOwner(o.owner))
 	}

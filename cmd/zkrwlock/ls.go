@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -28,15 +27,17 @@ Lists the locks under PREFIX (PREFIX itself included; / for all): every
 directory that holds lock nodes, with what is held, since when, and how
 long the longest wait has lasted. Stuck locks come first.
 
-  LOCK           MODE   HOLDERS  HELD   OWNER         WAITERS  WAITING  FLAG
-  /locks/schema  write  1        2h03m  build-7:4242  3        1h58m    stuck
-  /locks/report  read   2        1h10m  cron-3:991    0        -        old
-  /locks/config  read   4        12.0s  web-1:977     0        -        -
+  LOCK           MODE   HOLDERS  HELD   OWNER         WAITERS  WAITING  FAMILY          FLAG
+  /locks/schema  write  1        2h03m  build-7:4242  3        1h58m    zkrwlock        stuck
+  /locks/report  read   2        1h10m  cron-3:991    0        -        zkrwlock        old
+  /locks/config  read   4        12.0s  web-1:977     0        -        zkrwlock,kazoo  -
 
 HELD is the age of the oldest holder's node (OWNER is its owner): the time
 since it joined the queue, by the server's clock, so it includes any time
 it waited first. WAITING is the age of the oldest waiter's node: how long
-the longest wait has lasted.
+the longest wait has lasted. FAMILY lists who has nodes there, in queue
+order: zkrwlock, and the other libraries sharing the lock (see 'zkrwlock
+queue --help').
 
 With --older-than D, a lock whose oldest holder is older than D is "old",
 and "stuck" when others wait for it too; FLAG says so. Locks are sorted
@@ -49,7 +50,8 @@ directories from other znodes, and ZooKeeper deletes them soon.
 --json prints one JSON array, one object per lock, in the same order, with
 these fields: path, mode ("read" or "write"), holders, waiters (counts),
 oldest_holder and oldest_waiter (objects as in 'zkrwlock queue --json', or
-null), old and stuck (false without --older-than). No locks prints [].
+null), old and stuck (false without --older-than), families (as FAMILY, an
+array). No locks prints [].
 
 ` + exitCodes
 
@@ -67,6 +69,7 @@ type lockInfo struct {
 	oldestWaiter *rwlock.Entry // nil without waiters
 	held, waited time.Duration // the ages of those two; 0 for none
 	old, stuck   bool
+	families     []string // who has nodes there, in queue order
 }
 
 // lockJSON is the JSON form of a lockInfo. Its field names are stable.
@@ -79,6 +82,7 @@ type lockJSON struct {
 	OldestWaiter *queueEntry `json:"oldest_waiter"`
 	Old          bool        `json:"old"`
 	Stuck        bool        `json:"stuck"`
+	Families     []string    `json:"families"`
 }
 
 type lsOptions struct {
@@ -162,12 +166,6 @@ func (o *lsOptions) list(std stdio) error {
 	}
 	return o.writeLocksTable(std.out, locks)
 }
-
-// lockNodeName matches the names of lock nodes, [_c_<guid>-]read-<seq> and
-// [_c_<guid>-]write-<seq>. Queue has the last word on what is one; the walk
-// uses this to find lock directories and to skip lock nodes, which are
-// ephemeral and so have no children to list.
-var lockNodeName = regexp.MustCompile(`^(_c_[0-9a-f]{32}-)?(read|write)-(\d{10}|-\d{9,10})$`)
 
 // findLockDirs walks the tree under prefix, prefix included, level by
 // level with at most lsParallel listings at once, each within timeout, and
@@ -282,6 +280,9 @@ func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.D
 func summarize(path string, q []rwlock.Entry) lockInfo {
 	info := lockInfo{path: path, mode: q[0].Mode, oldestHolder: q[0]}
 	for _, e := range q {
+		if f := family(e); !slices.Contains(info.families, f) {
+			info.families = append(info.families, f)
+		}
 		if e.Held {
 			info.holders++
 			if e.Created.Before(info.oldestHolder.Created) {
@@ -334,7 +335,7 @@ func writeLocksJSON(w io.Writer, locks []lockInfo, now time.Time) error {
 	for _, l := range locks {
 		j := lockJSON{
 			Path: l.path, Mode: l.mode.String(), Holders: l.holders, Waiters: l.waiters,
-			OldestHolder: jsonEntry(l.oldestHolder, now), Old: l.old, Stuck: l.stuck,
+			OldestHolder: jsonEntry(l.oldestHolder, now), Old: l.old, Stuck: l.stuck, Families: l.families,
 		}
 		if l.oldestWaiter != nil {
 			e := jsonEntry(*l.oldestWaiter, now)
@@ -354,7 +355,7 @@ func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := "LOCK\tMODE\tHOLDERS\tHELD\tOWNER\tWAITERS\tWAITING"
+	header := "LOCK\tMODE\tHOLDERS\tHELD\tOWNER\tWAITERS\tWAITING\tFAMILY"
 	if o.flag {
 		header += "\tFLAG"
 	}
@@ -364,8 +365,8 @@ func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
 		if l.oldestWaiter != nil {
 			waiting = formatAge(l.waited)
 		}
-		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%d\t%s", l.path, l.mode, l.holders, formatAge(l.held),
-			ownerText(l.oldestHolder.Owner), l.waiters, waiting)
+		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s", l.path, l.mode, l.holders, formatAge(l.held),
+			ownerText(l.oldestHolder.Owner), l.waiters, waiting, strings.Join(l.families, ","))
 		if o.flag {
 			row += "\t" + flagText(l)
 		}

@@ -24,6 +24,7 @@ type lsEntry struct {
 	OldestWaiter map[string]any `json:"oldest_waiter"`
 	Old          bool
 	Stuck        bool
+	Families     []string
 }
 
 func (e lsEntry) waited() float64 {
@@ -62,7 +63,7 @@ func TestLs(t *testing.T) {
 		var raw []map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw), r.stdout)
 		for _, e := range raw {
-			require.ElementsMatch(t, []string{"path", "mode", "holders", "waiters", "oldest_holder", "oldest_waiter", "old", "stuck"},
+			require.ElementsMatch(t, []string{"path", "mode", "holders", "waiters", "oldest_holder", "oldest_waiter", "old", "stuck", "families"},
 				keys(e), "stable field names")
 		}
 		var locks []lsEntry
@@ -80,8 +81,9 @@ func TestLs(t *testing.T) {
 		require.Equal(t, 2, s.Waiters)
 		require.Equal(t, "holder-S", s.OldestHolder["owner"])
 		require.Equal(t, "waiter-1", s.OldestWaiter["owner"])
+		require.Equal(t, []string{"zkrwlock"}, s.Families)
 		require.ElementsMatch(t, keys(s.OldestHolder), []string{"node", "name", "mode", "held", "owner", "session_id", "seq",
-			"created", "age_seconds"}, "the fields of queue --json")
+			"created", "age_seconds", "family", "peer"}, "the fields of queue --json")
 		require.True(t, s.Old)
 		require.True(t, s.Stuck, "held (longer than 0s) with waiters")
 
@@ -129,9 +131,10 @@ func TestLs(t *testing.T) {
 		require.Equal(t, 0, r.code, r.stderr)
 		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 		require.Len(t, lines, 4, r.stdout)
-		require.Equal(t, []string{"LOCK", "MODE", "HOLDERS", "HELD", "OWNER", "WAITERS", "WAITING"}, strings.Fields(lines[0]))
+		require.Equal(t, []string{"LOCK", "MODE", "HOLDERS", "HELD", "OWNER", "WAITERS", "WAITING", "FAMILY"}, strings.Fields(lines[0]))
 		row := strings.Fields(lines[1])
-		require.Len(t, row, 7, lines[1])
+		require.Len(t, row, 8, lines[1])
+		require.Equal(t, "zkrwlock", row[7])
 		require.Equal(t, []string{stuck, "write", "1"}, row[:3])
 		require.Regexp(t, `^\d+\.\ds$`, row[3])
 		require.Equal(t, []string{"holder-S", "2"}, row[4:6])
@@ -146,11 +149,11 @@ func TestLs(t *testing.T) {
 		require.Equal(t, 0, r.code, r.stderr)
 		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 		require.Len(t, lines, 4, r.stdout)
-		require.Equal(t, "FLAG", strings.Fields(lines[0])[7])
+		require.Equal(t, "FLAG", strings.Fields(lines[0])[8])
 		flags := map[string]string{}
 		for _, line := range lines[1:] {
 			f := strings.Fields(line)
-			flags[f[0]] = f[7]
+			flags[f[0]] = f[8]
 		}
 		require.Equal(t, map[string]string{stuck: "stuck", held: "old", deep: "old"}, flags)
 	})
@@ -218,16 +221,64 @@ func TestSortLocks(t *testing.T) {
 }
 
 func TestLockNodeName(t *testing.T) {
+	const guid, uuid = "0123456789abcdef0123456789abcdef", "2b4f1e6c-1a2b-4c3d-8e9f-0123456789ab"
 	for name, want := range map[string]bool{
-		"write-0000000007": true,
-		"read-0000000012":  true,
-		"read--000000012":  true, // the counter wrapped
-		"_c_0123456789abcdef0123456789abcdef-read-0000000003": true,
-		"read-me":                false,
-		"write-12":               false,
-		"lock":                   false,
-		"_c_xyz-read-0000000003": false,
+		"write-0000000007":                       true,
+		"read-0000000012":                        true,
+		"read--000000012":                        true, // the counter wrapped
+		"_c_" + guid + "-read-0000000003":        true,
+		"_c_" + guid + "-__WRIT__0000000003":     true,
+		"_c_" + guid + "-rlock-0000000003":       true,
+		"_c_" + guid + "-read__lock__0000000003": true,
+		"_c_" + guid + "-lock-0000000003":        true, // zk.Lock
+		"_c_" + uuid + "-__READ__0000000003":     true, // Curator
+		"_c_" + uuid + "-lock-0000000003":        true,
+		guid + "__rlock__0000000003":             true, // kazoo
+		guid + "__lock__-000000003":              true,
+		"read-me":                                false,
+		"write-12":                               false,
+		"lock":                                   false,
+		"lock-0000000003":                        false,
+		"_c_xyz-read-0000000003":                 false,
+		"_c_" + uuid + "-rlock-0000000003":       false,
+		guid + "__READ__0000000003":              false,
+		"x" + guid + "__lock__0000000003":        false,
+		"_c_" + guid + "-__lock__00000000003":    false,
 	} {
 		require.Equal(t, want, lockNodeName.MatchString(name), name)
 	}
+}
+
+func TestNodeNameAndFamily(t *testing.T) {
+	const guid, uuid = "0123456789abcdef0123456789abcdef", "2b4f1e6c-1a2b-4c3d-8e9f-0123456789ab"
+	for _, tc := range []struct {
+		node   string
+		family rwlock.Dialect
+		peer   bool
+		name   string
+		label  string
+	}{
+		{"/l/_c_" + guid + "-write-0000000007", rwlock.DialectNative, false, "write-0000000007", "zkrwlock"},
+		{"/l/_c_" + guid + "-read__lock__0000000007", rwlock.DialectKazooLock, false, "read__lock__0000000007", "zkrwlock/kazoo-lock"},
+		{"/l/_c_" + guid + "-rlock-0000000007", rwlock.DialectMutex, false, "rlock-0000000007", "zkrwlock/mutex"},
+		{"/l/_c_" + uuid + "-__WRIT__0000000007", rwlock.DialectCurator, true, "__WRIT__0000000007", "curator"},
+		{"/l/_c_" + uuid + "-lock-0000000007", rwlock.DialectMutex, true, "lock-0000000007", "curator-mutex"},
+		{"/l/_c_" + guid + "-lock-0000000007", rwlock.DialectMutex, true, "lock-0000000007", "zk.Lock"},
+		{"/l/" + guid + "__lock__0000000007", rwlock.DialectKazoo, true, "__lock__0000000007", "kazoo"},
+		{"/l/read-0000000007", rwlock.DialectNative, true, "read-0000000007", "native"},
+	} {
+		e := rwlock.Entry{Node: tc.node, Family: tc.family, Peer: tc.peer}
+		require.Equal(t, tc.name, nodeName(tc.node), tc.node)
+		require.Equal(t, tc.label, family(e), tc.node)
+	}
+}
+
+func TestDialectFlag(t *testing.T) {
+	for _, d := range dialects {
+		var f dialectFlag
+		require.NoError(t, f.Set(d.String()))
+		require.Equal(t, d, f.d)
+	}
+	var f dialectFlag
+	require.ErrorContains(t, f.Set("zookeeper"), "one of native, curator, mutex, kazoo, kazoo-lock")
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path"
-	"strings"
 	"sync"
 	"time"
 
@@ -136,17 +134,6 @@ func describeHolders(holders []rwlock.Entry) string {
 		s += fmt.Sprintf(" and %d more", len(holders)-1)
 	}
 	return s
-}
-
-// nodeName is a lock node's name without the directory and without the
-// client's 32-hex-digit guid prefix: write-0000000007.
-func nodeName(node string) string {
-	base := path.Base(node)
-	i := max(strings.LastIndex(base, "read-"), strings.LastIndex(base, "write-"))
-	if i <= 0 {
-		return base
-	}
-	return base[i:]
 }
 
 func ownerText(owner string) string {

@@ -19,17 +19,25 @@ const queueUsage = `Usage: zkrwlock queue [flags] PATH
 Shows who holds the lock whose directory is PATH and who waits for it:
 holders first, then waiters, in queue order.
 
-  MODE   STATE    OWNER          SESSION             AGE   NODE
-  read   held     build-7:4242   0x10000a1b2c30001   3.2s  read-0000000003
-  write  waiting  deploy-1:977   0x10000a1b2c30002   1.0s  write-0000000004
+  MODE   STATE    FAMILY    OWNER          SESSION             AGE   NODE
+  read   held     zkrwlock  build-7:4242   0x10000a1b2c30001   3.2s  read-0000000003
+  write  waiting  curator   10.0.0.7       0x10000a1b2c30002   1.0s  __WRIT__0000000004
 
 AGE is the time since the node was created (queued), by the server's clock.
+FAMILY is who made the node: zkrwlock (zkrwlock/DIALECT in another dialect
+than the native one), or another library sharing the lock: curator,
+curator-mutex, zk.Lock, kazoo. Their OWNER is their node's data as text
+(Curator: the client's address; kazoo: its identifier), and their MODE is
+what their node's name says: zk.Lock and curator-mutex nodes are writers.
+With --dialect, a warning says when nodes of a library that does not see
+that dialect's names are on PATH.
 
 %FLAGS%
 --json prints one JSON array, one object per node, in the same order, with
 these fields: node (full path), name, mode ("read" or "write"), held,
 owner, session_id (hex string "0x..."), seq, created (RFC 3339),
-age_seconds. A lock nobody holds prints [].
+age_seconds, family (as FAMILY), peer (true for another library's node).
+A lock nobody holds prints [].
 
 ` + exitCodes
 
@@ -44,14 +52,18 @@ type queueEntry struct {
 	Seq        int32     `json:"seq"`
 	Created    time.Time `json:"created"`
 	AgeSeconds float64   `json:"age_seconds"`
+	Family     string    `json:"family"`
+	Peer       bool      `json:"peer"`
 }
 
 func runQueue(std stdio, args []string) int {
 	const prog = "zkrwlock queue"
 	var conn connFlags
 	var asJSON bool
+	var dialect dialectFlag
 	fs := newFlagSet("queue")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array instead of a table")
+	dialect.register(fs)
 	conn.register(fs)
 	pos, rest, err := parse(std.out, fs, queueUsage, args, 1)
 	switch {
@@ -69,7 +81,11 @@ func runQueue(std stdio, args []string) int {
 		err = checkPath(pos[0])
 	}
 	if err == nil {
-		err = showQueue(std, &conn, pos[0], asJSON)
+		var d *rwlock.Dialect // warnings only for a dialect asked for: queue itself queues nothing
+		if given(fs)["dialect"] {
+			d = &dialect.d
+		}
+		err = showQueue(std, &conn, pos[0], d, asJSON)
 	}
 	if err != nil {
 		return report(std.err, prog, err)
@@ -77,13 +93,17 @@ func runQueue(std stdio, args []string) int {
 	return 0
 }
 
-func showQueue(std stdio, cf *connFlags, path string, asJSON bool) error {
+func showQueue(std stdio, cf *connFlags, path string, dialect *rwlock.Dialect, asJSON bool) error {
 	sigs := make(chan os.Signal, 1)
 	notify(sigs, interrupts...)
 	defer signal.Stop(sigs)
 	ctx, stop := interruptible(context.Background(), sigs)
 	defer stop()
 	log := cf.logger(std.err)
+	opts := []rwlock.Option{rwlock.WithLogger(log)}
+	if dialect != nil {
+		opts = []rwlock.Option{rwlock.WithLogger(cf.lockLogger(std.err, "zkrwlock queue")), rwlock.WithDialect(*dialect)}
+	}
 	conn, err := cf.dial(ctx)
 	if err != nil {
 		if sig := stop(); sig != nil {
@@ -92,7 +112,7 @@ func showQueue(std stdio, cf *connFlags, path string, asJSON bool) error {
 		return err
 	}
 	defer closeConn(conn)
-	l, err := rwlock.New(conn, path, rwlock.WithLogger(log))
+	l, err := rwlock.New(conn, path, opts...)
 	if err != nil {
 		return &failure{exitUsage, err}
 	}
@@ -134,6 +154,8 @@ func jsonEntry(e rwlock.Entry, now time.Time) queueEntry {
 		Seq:        e.Seq,
 		Created:    e.Created.UTC(),
 		AgeSeconds: age(now, e.Created).Seconds(),
+		Family:     family(e),
+		Peer:       e.Peer,
 	}
 }
 
@@ -143,13 +165,13 @@ func writeTable(w io.Writer, path string, q []rwlock.Entry, now time.Time) error
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODE\tSTATE\tOWNER\tSESSION\tAGE\tNODE")
+	fmt.Fprintln(tw, "MODE\tSTATE\tFAMILY\tOWNER\tSESSION\tAGE\tNODE")
 	for _, e := range q {
 		state := "waiting"
 		if e.Held {
 			state = "held"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Mode, state, ownerText(e.Owner),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Mode, state, family(e), ownerText(e.Owner),
 			sessionHex(e.SessionID), formatAge(age(now, e.Created)), nodeName(e.Node))
 	}
 	return tw.Flush()

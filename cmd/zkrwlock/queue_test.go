@@ -44,15 +44,15 @@ func TestQueue(t *testing.T) {
 		require.Empty(t, r.stderr)
 		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 		require.Len(t, lines, 3, r.stdout)
-		require.Equal(t, []string{"MODE", "STATE", "OWNER", "SESSION", "AGE", "NODE"}, strings.Fields(lines[0]))
+		require.Equal(t, []string{"MODE", "STATE", "FAMILY", "OWNER", "SESSION", "AGE", "NODE"}, strings.Fields(lines[0]))
 		rowA, rowB := strings.Fields(lines[1]), strings.Fields(lines[2])
-		require.Len(t, rowA, 6, lines[1])
-		require.Equal(t, []string{"read", "held", "reader-A", fmt.Sprintf("0x%x", connA.SessionID())}, rowA[:4])
-		require.Regexp(t, `^\d+\.\ds$`, rowA[4])
-		require.Regexp(t, `^read-\d{10}$`, rowA[5])
-		require.Len(t, rowB, 6, lines[2])
-		require.Equal(t, []string{"write", "waiting", "writer-B", fmt.Sprintf("0x%x", connB.SessionID())}, rowB[:4])
-		require.Regexp(t, `^write-\d{10}$`, rowB[5])
+		require.Len(t, rowA, 7, lines[1])
+		require.Equal(t, []string{"read", "held", "zkrwlock", "reader-A", fmt.Sprintf("0x%x", connA.SessionID())}, rowA[:5])
+		require.Regexp(t, `^\d+\.\ds$`, rowA[5])
+		require.Regexp(t, `^read-\d{10}$`, rowA[6])
+		require.Len(t, rowB, 7, lines[2])
+		require.Equal(t, []string{"write", "waiting", "zkrwlock", "writer-B", fmt.Sprintf("0x%x", connB.SessionID())}, rowB[:5])
+		require.Regexp(t, `^write-\d{10}$`, rowB[6])
 	})
 
 	t.Run("json", func(t *testing.T) {
@@ -61,7 +61,7 @@ func TestQueue(t *testing.T) {
 		var entries []map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &entries), r.stdout)
 		require.Len(t, entries, 2)
-		fields := []string{"node", "name", "mode", "held", "owner", "session_id", "seq", "created", "age_seconds"}
+		fields := []string{"node", "name", "mode", "held", "owner", "session_id", "seq", "created", "age_seconds", "family", "peer"}
 		for _, e := range entries {
 			var keys []string
 			for k := range e {
@@ -85,6 +85,8 @@ func TestQueue(t *testing.T) {
 		require.Equal(t, "writer-B", b["owner"])
 		require.Equal(t, fmt.Sprintf("0x%x", connB.SessionID()), b["session_id"])
 		require.Less(t, a["seq"].(float64), b["seq"].(float64))
+		require.Equal(t, "zkrwlock", a["family"])
+		require.Equal(t, false, a["peer"])
 	})
 
 	t.Run("empty", func(t *testing.T) {
