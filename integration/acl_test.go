@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // WithACL protects the lock directory, the parents the lock creates, and
@@ -96,7 +97,7 @@ func TestACL(t *testing.T) {
 // downgraded.
 func TestNodeData(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	a, op := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	ctx := testContext(t)
 	host, err := os.Hostname()

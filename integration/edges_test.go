@@ -19,6 +19,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // Edge cases of issue 10, each on a real server.
@@ -35,7 +36,7 @@ func TestDeletedWaiterIsNotGranted(t *testing.T) {
 	srv := sharedServer(t)
 	for _, mode := range []rwlock.Mode{rwlock.Write, rwlock.Read} {
 		t.Run("B "+mode.String()+"s", func(t *testing.T) {
-			p := lockPath(t)
+			p := zktest.LockPath(t, "/it")
 			ctx := testContext(t)
 			h, b, w := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 			third, op := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
@@ -62,7 +63,7 @@ func TestDeletedWaiterIsNotGranted(t *testing.T) {
 			require.NoError(t, err, "W must be granted")
 			defer gw.Release(ctx)
 			// B has either returned, or queued again with a node of its own.
-			pollUntil(t, 20*time.Second, func() bool {
+			zktest.Poll(t, 20*time.Second, func() bool {
 				return pb.returned() || len(nodesOf(t, op.conn, p, b)) > 0
 			}, func() string { return "B neither returned nor queued again: " + describeNodes(op.conn, p).String() })
 			returned := pb.returned()
@@ -103,7 +104,7 @@ func TestDeletedWaiterIsNotGranted(t *testing.T) {
 func waitWatchedBy(t *testing.T, srv *zkserver.Cluster, dir, node string, c *client) {
 	t.Helper()
 	id := sessionHex(c.conn.SessionID())
-	pollUntil(t, 20*time.Second, func() bool {
+	zktest.Poll(t, 20*time.Second, func() bool {
 		return slices.Contains(lockWatchers(t, srv, dir)[node], id)
 	}, func() string { return "no watch of " + id + " on " + nodeName(node) })
 }
@@ -133,7 +134,7 @@ func nodesOf(t *testing.T, conn *zk.Conn, dir string, c *client) []string {
 // remain.
 func TestTimedOutWaitsLeaveNoWatchBehind(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	ctx := testContext(t)
 	c := connect(t, srv.ConnectString(), 0)
 	l := c.lock(t, p)
@@ -392,7 +393,7 @@ func TestWithACLExcludingTheCaller(t *testing.T) {
 // not leave the read grant held after the function returns.
 func TestDowngradeThenDeferredRelease(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	ctx := testContext(t)
 	c, other := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	l, lo := c.lock(t, p), other.lock(t, p)
@@ -462,7 +463,7 @@ func TestDowngradeThenDeferredRelease(t *testing.T) {
 func TestLostCreateThenExpiry(t *testing.T) {
 	srv := sharedServer(t)
 	const timeout = 6 * time.Second
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	ctx := testContext(t)
 	rec := &zkserver.SessionRecorder{}
 	d := newFaultDialer(opCreate, p+"/", true)
@@ -500,11 +501,11 @@ func TestLostCreateThenExpiry(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "%s died with its session", nodeName(created))
 
-	waitFor(t, 20*time.Second, func() bool {
+	zktest.WaitFor(t, 20*time.Second, func() bool {
 		return conn.State() == zk.StateHasSession && conn.SessionID() != old
 	}, "no new session")
 	var queued string
-	waitFor(t, 20*time.Second, func() bool {
+	zktest.WaitFor(t, 20*time.Second, func() bool {
 		nodes, ok := nodesNow(checker.conn, p)
 		queued = otherThan(nodes, nodeName(gh.Node()))
 		return ok && len(nodes) == 2

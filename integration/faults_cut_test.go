@@ -16,6 +16,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // Connections are cut over and over while many acquisitions, cancellations
@@ -27,7 +28,7 @@ import (
 func TestFaultCutsInFlight(t *testing.T) {
 	t.Parallel()
 	srv := sharedServer(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/it")
 	// The clients know their session timeouts, short (a holder whose
 	// connection is cut loses its grant: the client redials only after 1s)
 	// or long (holders ride cuts out), or do not (any cut is a loss).
@@ -71,7 +72,7 @@ func TestFaultCutsInFlight(t *testing.T) {
 	}
 
 	// The cuts: 20, one every 100-300ms, each of a random client's proxy.
-	waitFor(t, 10*time.Second, func() bool { return st.grants.Load() >= 20 }, "no progress before the cuts")
+	zktest.WaitFor(t, 10*time.Second, func() bool { return st.grants.Load() >= 20 }, "no progress before the cuts")
 	for range 20 {
 		select {
 		case <-time.After(100*time.Millisecond + rand.N(200*time.Millisecond)):
@@ -207,7 +208,7 @@ func TestFaultLostCreateResponse(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const timeout = 6 * time.Second
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			d := newFaultDialer(opCreate, path+"/", true)
 			conn := dialZK(t, []string{srv.Addr(0)}, timeout, d.Dial, nil)
 			checker := connect(t, srv.Addr(0), 0)
@@ -276,7 +277,7 @@ func TestFaultRequestWriteFails(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const timeout = 6 * time.Second
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			d := newFaultDialer(tc.op, path+"/", false)
 			conn := dialZK(t, []string{srv.Addr(0)}, timeout, d.Dial, nil)
 			checker := connect(t, srv.Addr(0), 0)
@@ -306,11 +307,10 @@ func TestFaultRequestWriteFails(t *testing.T) {
 			require.Error(t, rerr)
 			t.Logf("Release: %v", rerr)
 			start := time.Now()
-			waitFor(t, 10*time.Second, func() bool {
+			zktest.WaitFor(t, 10*time.Second, func() bool {
 				nodes, ok := nodesNow(checker.conn, path)
 				return ok && len(nodes) == 0
-			}, "the node of a live session was left behind: %s; the client's session %#x, connection %v",
-				describeNodes(checker.conn, path), session, lazyText(func() string { return conn.State().String() }))
+			}, "the node of a live session was left behind: %s; the client's session %#x, connection %v", describeNodes(checker.conn, path), session, lazyText(func() string { return conn.State().String() }))
 			require.Equal(t, session, conn.SessionID(), "deleted by the client, with its session alive")
 			t.Logf("delete's write failed → node deleted in the background %v", msec(time.Since(start)))
 		})

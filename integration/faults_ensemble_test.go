@@ -17,6 +17,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // A 3-member ensemble loses its leader to kill -9 and elects another; the
@@ -39,7 +40,7 @@ func TestFaultEnsembleLeaderKill(t *testing.T) {
 		holder := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, (leader+1)%3))
 		checker := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, (leader+2)%3))
 		require.Equal(t, addrs[leader], waiter.Server())
-		path := lockPath(t)
+		path := zktest.LockPath(t, "/it")
 		// The holder knows its session timeout, so its lease rides out the
 		// election (a grant whose lock does not know it is lost at the
 		// first disconnection): the test is about the waiter.
@@ -82,7 +83,7 @@ func TestFaultEnsembleLeaderKill(t *testing.T) {
 		const clients, workersPerClient, batch = 6, 2, 50
 		leader, err := cl.Leader()
 		require.NoError(t, err)
-		path := lockPath(t)
+		path := zktest.LockPath(t, "/it")
 		locks := make([]*rwlock.RWLock, clients)
 		onLeader := 0
 		for i := range locks {
@@ -110,7 +111,7 @@ func TestFaultEnsembleLeaderKill(t *testing.T) {
 		go func() { finished <- eg.Wait() }()
 		progress := func(n int64, when string) {
 			t.Helper()
-			waitFor(t, 30*time.Second, func() bool {
+			zktest.WaitFor(t, 30*time.Second, func() bool {
 				select {
 				case err := <-finished:
 					t.Fatalf("the workload stopped %s: %v", when, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // When the holder's session expires, the grant is lost: Done closes, Err
@@ -81,7 +82,7 @@ func TestFaultSessionExpiry(t *testing.T) {
 			t.Parallel()
 			holder := connect(t, srv.Addr(0), timeout)
 			other := connect(t, srv.Addr(0), 0)
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			l, ol := holder.lock(t, path), other.lock(t, path)
 			ctx := t.Context()
 
@@ -125,7 +126,7 @@ func TestFaultSessionExpiry(t *testing.T) {
 			require.NoError(t, err)
 			mustRelease(t, g2)
 			// go-zookeeper carries on with a new session, and the lock with it.
-			waitFor(t, 10*time.Second, func() bool {
+			zktest.WaitFor(t, 10*time.Second, func() bool {
 				return holder.conn.State() == zk.StateHasSession && holder.conn.SessionID() != session
 			}, "the holder's connection should have a new session")
 			g3, err := l.TryLock(ctx)

@@ -23,6 +23,7 @@ import (
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // Helpers of the fault tests (faults_*_test.go).
@@ -269,12 +270,6 @@ func parseString(b []byte) (string, bool) {
 	return string(b[4 : 4+n]), true
 }
 
-// waitFor is pollUntil with a formatted message.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	pollUntil(t, timeout, cond, func() string { return fmt.Sprintf(format, args...) })
-}
-
 // nodesNow lists a lock directory (nil when it does not exist); ok is false
 // when the listing failed, as it may while servers restart.
 func nodesNow(conn *zk.Conn, dir string) (nodes []string, ok bool) {
@@ -291,7 +286,7 @@ func nodesNow(conn *zk.Conn, dir string) (nodes []string, ok bool) {
 // waitNodes waits until the lock directory holds exactly want (in any order).
 func waitNodes(t *testing.T, conn *zk.Conn, dir string, timeout time.Duration, want ...string) {
 	t.Helper()
-	waitFor(t, timeout, func() bool {
+	zktest.WaitFor(t, timeout, func() bool {
 		nodes, ok := nodesNow(conn, dir)
 		return ok && sameNodes(nodes, want)
 	}, "%s should hold %v; it holds %s", dir, want, describeNodes(conn, dir))
@@ -301,7 +296,7 @@ func waitNodes(t *testing.T, conn *zk.Conn, dir string, timeout time.Duration, w
 func waitNodeCount(t *testing.T, conn *zk.Conn, dir string, n int, timeout time.Duration) []string {
 	t.Helper()
 	var nodes []string
-	waitFor(t, timeout, func() bool {
+	zktest.WaitFor(t, timeout, func() bool {
 		var ok bool
 		nodes, ok = nodesNow(conn, dir)
 		return ok && len(nodes) == n
@@ -372,10 +367,9 @@ func describeNodes(conn *zk.Conn, dir string) lazyText {
 // same session as before.
 func waitSession(t *testing.T, conn *zk.Conn, session int64, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, func() bool {
+	zktest.WaitFor(t, timeout, func() bool {
 		return conn.State() == zk.StateHasSession && conn.SessionID() == session
-	}, "no session %#x (state %v, session %#x)", session, lazyText(func() string { return conn.State().String() }),
-		lazyText(func() string { return fmt.Sprintf("%#x", conn.SessionID()) }))
+	}, "no session %#x (state %v, session %#x)", session, lazyText(func() string { return conn.State().String() }), lazyText(func() string { return fmt.Sprintf("%#x", conn.SessionID()) }))
 	require.Equal(t, session, conn.SessionID(), "the session must have survived")
 }
 

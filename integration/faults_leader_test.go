@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 var leaderTrials = flag.Int("leader.trials", 4,
@@ -42,7 +43,7 @@ func TestFaultLeaderKillHolderKeepsGrant(t *testing.T) {
 			require.NoError(t, err)
 			holder := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, leader))
 			require.Equal(t, addrs[leader], holder.Server(), "the holder is on the leader")
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			l, err := rwlock.New(holder, path, rwlock.WithSessionTimeout(timeout))
 			require.NoError(t, err)
 			ctx := testContext(t)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // The lease tests: a holder must learn of a lost grant before another
@@ -49,7 +50,7 @@ func TestFaultCutAfterDirectoryNotification(t *testing.T) {
 			p := faultproxy.StartFramed(t, srv.Addr(0))
 			holder := dialLib(t, []string{p.Addr()}, cutTimeout)
 			other := connect(t, srv.Addr(0), cutTimeout)
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			hl, err := rwlock.New(holder, path)
 			require.NoError(t, err)
 			ol := other.lock(t, path)
@@ -92,7 +93,7 @@ func TestFaultCutAfterAppNotification(t *testing.T) {
 			p := faultproxy.StartFramed(t, srv.Addr(0))
 			holder := connect(t, p.Addr(), cutTimeout)
 			other := connect(t, srv.Addr(0), cutTimeout)
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			hl, ol := holder.lock(t, path), other.lock(t, path) // WithSessionTimeout
 			ctx := t.Context()
 
@@ -145,7 +146,7 @@ func TestFaultCutAfterPingReply(t *testing.T) {
 			p := faultproxy.StartFramed(t, srv.Addr(0))
 			holder := dialLib(t, []string{p.Addr()}, cutTimeout)
 			other := connect(t, srv.Addr(0), cutTimeout)
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			hl, err := rwlock.New(holder, path)
 			require.NoError(t, err)
 			ol := other.lock(t, path)
@@ -347,7 +348,7 @@ func TestFaultPartitionRiddenOut(t *testing.T) {
 			p := proxied(t, srv.Addr(0))
 			conn := dialLib(t, []string{p.Addr()}, timeout)
 			other := connect(t, srv.Addr(0), 0)
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			l, err := rwlock.New(conn, path)
 			require.NoError(t, err)
 			ol := other.lock(t, path)
@@ -390,6 +391,5 @@ func TestFaultPartitionRiddenOut(t *testing.T) {
 // cut, so that a wait for its session that follows is not fooled.
 func waitDisconnected(t *testing.T, conn *zk.Conn) {
 	t.Helper()
-	waitFor(t, 2*time.Second, func() bool { return conn.State() != zk.StateHasSession },
-		"the client should notice the cut")
+	zktest.WaitFor(t, 2*time.Second, func() bool { return conn.State() != zk.StateHasSession }, "the client should notice the cut")
 }

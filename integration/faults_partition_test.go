@@ -10,6 +10,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // A partitioned holder must learn of its loss before another client can be
@@ -22,7 +23,7 @@ func TestFaultPartitionHolderLearnsFirst(t *testing.T) {
 	p := proxied(t, srv.Addr(0))
 	holder := connect(t, p.Addr(), timeout)
 	other := connect(t, srv.Addr(0), timeout)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/it")
 	hl, ol := holder.lock(t, path), other.lock(t, path)
 	ctx := t.Context()
 
@@ -63,7 +64,7 @@ func TestFaultPartitionHolderLearnsFirst(t *testing.T) {
 
 	// The holder's session expired; go-zookeeper made it a new one, and the
 	// lock works on it.
-	waitFor(t, 10*time.Second, func() bool {
+	zktest.WaitFor(t, 10*time.Second, func() bool {
 		return holder.conn.State() == zk.StateHasSession && holder.conn.SessionID() != session
 	}, "the holder should reconnect with a new session")
 	mustRelease(t, w.g)
@@ -111,7 +112,7 @@ func TestFaultShortDisconnection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			p := proxied(t, srv.Addr(0))
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			var conn *zk.Conn
 			var l *rwlock.RWLock
 			var err error
@@ -141,8 +142,7 @@ func TestFaultShortDisconnection(t *testing.T) {
 			start := time.Now()
 			if tc.cut {
 				p.Cut()
-				waitFor(t, 2*time.Second, func() bool { return conn.State() != zk.StateHasSession },
-					"the client should notice the cut")
+				zktest.WaitFor(t, 2*time.Second, func() bool { return conn.State() != zk.StateHasSession }, "the client should notice the cut")
 			} else {
 				p.Blackhole()
 				time.Sleep(tc.timeout / 6) // the partition
@@ -207,7 +207,7 @@ func TestFaultReleaseWhilePartitioned(t *testing.T) {
 			p := proxied(t, srv.Addr(0))
 			holder := connect(t, p.Addr(), timeout)
 			checker := connect(t, srv.Addr(0), 0)
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			ctx := t.Context()
 			g, err := holder.lock(t, path).Lock(ctx)
 			require.NoError(t, err)
@@ -223,8 +223,7 @@ func TestFaultReleaseWhilePartitioned(t *testing.T) {
 			} else {
 				p.Refuse(true)
 				p.Cut()
-				waitFor(t, 2*time.Second, func() bool { return holder.conn.State() != zk.StateHasSession },
-					"the client should notice the cut")
+				zktest.WaitFor(t, 2*time.Second, func() bool { return holder.conn.State() != zk.StateHasSession }, "the client should notice the cut")
 				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				rerr = g.Release(rctx)
 				cancel()

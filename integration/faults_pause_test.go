@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // pausedEnv makes TestHelperPausedHolder run, with the server, lock path
@@ -132,7 +133,7 @@ func TestFaultPausedHolder(t *testing.T) {
 	var firsts []string
 	for i := range *leaseReps {
 		t.Run(fmt.Sprint("rep", i), func(t *testing.T) {
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			ctx := t.Context()
 			child := startHelper(t, "TestHelperPausedHolder",
 				pausedEnv+"=1", holderEnvServer+"="+srv.Addr(0), holderEnvPath+"="+path, holderEnvTimeout+"="+timeout.String())

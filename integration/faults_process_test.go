@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // Environment of TestHelperHolder when TestFaultHolderKilled runs it as the
@@ -69,7 +70,7 @@ func TestHelperHolder(t *testing.T) {
 func TestFaultHolderKilled(t *testing.T) {
 	const timeout = 4 * time.Second
 	srv := faultServer(t, 1) // its own: the times measured are the point
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/it")
 	ctx := t.Context()
 
 	// The child gets SIGKILL if this thread ends (Pdeathsig is per thread):

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // A standalone server restarted (stopped, then started on the same port and
@@ -21,7 +22,7 @@ func TestFaultWaiterSurvivesRestart(t *testing.T) {
 	srv := faultServer(t, 1)
 	holder := connect(t, srv.Addr(0), timeout)
 	waiter := connect(t, srv.Addr(0), timeout)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/it")
 	ctx := t.Context()
 
 	g, err := holder.lock(t, path).Lock(ctx)
@@ -33,8 +34,7 @@ func TestFaultWaiterSurvivesRestart(t *testing.T) {
 
 	start := time.Now()
 	require.NoError(t, srv.Stop(0))
-	waitFor(t, 5*time.Second, func() bool { return waiter.conn.State() != zk.StateHasSession },
-		"the waiter should notice the server is gone")
+	zktest.WaitFor(t, 5*time.Second, func() bool { return waiter.conn.State() != zk.StateHasSession }, "the waiter should notice the server is gone")
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	require.NoError(t, srv.Start(sctx, 0))

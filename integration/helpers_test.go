@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // sessionTimeout is the default for test clients: short enough for fault
@@ -59,14 +58,6 @@ func (c *client) expire(t *testing.T, addr string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, zkserver.ExpireSession(ctx, addr, id, passwd))
-}
-
-// lockPath returns a lock path no other test uses.
-func lockPath(t *testing.T) string {
-	var b [4]byte
-	rand.Read(b[:])
-	name := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
-	return fmt.Sprintf("/it/%s-%s", name, hex.EncodeToString(b[:]))
 }
 
 // lockNodes returns the children of a lock directory (none if it does not
@@ -155,34 +146,13 @@ func waitQueue(t *testing.T, l *rwlock.RWLock, n int) []rwlock.Entry {
 		q   []rwlock.Entry
 		err error
 	)
-	pollUntil(t, 20*time.Second, func() bool {
+	zktest.Poll(t, 20*time.Second, func() bool {
 		q, err = l.Queue(t.Context())
 		return err == nil && len(q) == n
 	}, func() string {
 		return fmt.Sprintf("the queue of %s never had %d entries (last: %+v, %v)", l.Path(), n, q, err)
 	})
 	return q
-}
-
-// pollUntil calls cond every 10ms, on the test goroutine (so cond may use
-// require, unlike require.Eventually's), until it returns true. If that
-// takes longer than timeout, it fails the test with why(), which can tell
-// what cond saw last.
-func pollUntil(t *testing.T, timeout time.Duration, cond func() bool, why func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", timeout, why())
-		}
-		select {
-		case <-tick.C:
-		case <-t.Context().Done():
-			t.Fatal("test context done")
-		}
-	}
 }
 
 // requestCount returns how many requests the members of c received while

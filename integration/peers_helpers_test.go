@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // Helpers of the tests with real peers (peers_test.go): Curator's and
@@ -201,27 +202,9 @@ type peerProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string // every line but the events, which go to the record
-	stderr *syncBuffer
+	stderr *zktest.SyncBuffer
 	exited chan struct{} // closed once stdout is drained and the process reaped
 	err    error         // its exit; read after exited
-}
-
-// syncBuffer is an io.Writer that goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // peerSpec is one contender of a peer process.
@@ -268,7 +251,7 @@ func startPeer(t *testing.T, rec *record, name, prog string, args []string, serv
 	runtime.LockOSThread() // Pdeathsig is per thread
 	cmd := exec.Command(prog, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &peerProc{name: name, specs: specs, cmd: cmd, lines: make(chan string, 256), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &peerProc{name: name, specs: specs, cmd: cmd, lines: make(chan string, 256), stderr: &zktest.SyncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // One queue shared with the fleet's other lock libraries (issue 14): in
@@ -92,7 +93,7 @@ func TestPeersMixed(t *testing.T) {
 		t.Run(run.dialect.String(), func(t *testing.T) {
 			run.mix.require(t)
 			srv := sharedServer(t)
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			rec := newRecord()
 			procs := run.mix.start(t, rec, srv.Addr(0), path, peerSession)
 			ctx := t.Context()
@@ -155,14 +156,14 @@ func TestPeersHolderKilled(t *testing.T) {
 			tc.holder.require(t)
 			tc.waiters.require(t)
 			srv := sharedServer(t)
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			rec := newRecord()
 			op := connect(t, srv.Addr(0), 0)
 
 			holder := tc.holder.start(t, rec, srv.Addr(0), path, crashSession)[0]
 			holder.start(t)
 			var held grant
-			pollUntil(t, peerQueued, func() bool {
+			zktest.Poll(t, peerQueued, func() bool {
 				gs, _ := rec.snapshot()
 				if len(gs) == 1 {
 					held = gs[0]
@@ -229,7 +230,7 @@ func TestPeersKazooReadLock(t *testing.T) {
 		t.Run(tc.dialect.String(), func(t *testing.T) {
 			requirePeer(t, "kazoo")
 			srv := sharedServer(t)
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/it")
 			rec := newRecord()
 			ctx := t.Context()
 			op := connect(t, srv.Addr(0), 0)
@@ -252,7 +253,7 @@ func TestPeersKazooReadLock(t *testing.T) {
 			mustRelease(t, w1)
 			rg := waitGranted(t, r, peerQueued).g
 			rec.acquired("zkrwlock-read", nodeName(rg.Node()), monotonic())
-			pollUntil(t, peerQueued, func() bool {
+			zktest.Poll(t, peerQueued, func() bool {
 				gs, _ := rec.snapshot()
 				return len(gs) == 3
 			}, func() string { return "the kazoo reader was not granted beside ours" })
@@ -285,7 +286,7 @@ func TestPeersKazooReadLock(t *testing.T) {
 func TestPeersDowngradeStaysExclusiveTowardsPeers(t *testing.T) {
 	requirePeer(t, "curator")
 	srv := sharedServer(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/it")
 	rec := newRecord()
 	ctx := t.Context()
 	op := connect(t, srv.Addr(0), 0)
@@ -331,7 +332,7 @@ func TestPeersKazooDirectoryIsPersistent(t *testing.T) {
 	srv := zkserver.Start(t, zkserver.Config{JavaOpts: []string{"-Xms64m", "-Xmx256m", "-Dznode.container.checkIntervalMs=100"}})
 	ctx := t.Context()
 	c := connect(t, srv.Addr(0), 0)
-	top := lockPath(t)
+	top := zktest.LockPath(t, "/it")
 	dirs := map[rwlock.Dialect]string{}
 	for _, d := range []rwlock.Dialect{rwlock.DialectNative, rwlock.DialectCurator, rwlock.DialectMutex,
 		rwlock.DialectKazoo, rwlock.DialectKazooLock} {
@@ -345,7 +346,7 @@ func TestPeersKazooDirectoryIsPersistent(t *testing.T) {
 		require.NoError(t, err)
 		return ok
 	}
-	pollUntil(t, 30*time.Second, func() bool {
+	zktest.Poll(t, 30*time.Second, func() bool {
 		return !exists(dirs[rwlock.DialectNative]) && !exists(dirs[rwlock.DialectCurator]) && !exists(dirs[rwlock.DialectMutex])
 	}, func() string { return "the containers of the other dialects were never reaped" })
 	require.True(t, exists(dirs[rwlock.DialectKazoo]), "kazoo: the directory must be persistent")

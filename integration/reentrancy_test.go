@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // Reentrancy travels in the context: the contexts of WithRead, WithWrite and
@@ -20,7 +21,7 @@ import (
 func TestNestedGrants(t *testing.T) {
 	srv := sharedServer(t)
 	a := connect(t, srv.ConnectString(), 0)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	l := a.lock(t, p)
 	// A second RWLock value on the same path and conn nests too: what
 	// counts is the lock, not the Go value.
@@ -189,7 +190,7 @@ func TestNestedGrants(t *testing.T) {
 		// Nor is another lock on the same conn.
 		r, err = l.RLock(ctx)
 		require.NoError(t, err)
-		elsewhere := a.lock(t, lockPath(t))
+		elsewhere := a.lock(t, zktest.LockPath(t, "/it"))
 		w2, err := elsewhere.TryLock(rwlock.ContextWithGrant(ctx, r))
 		require.NoError(t, err, "a grant of another lock neither nests nor forbids an upgrade")
 		require.NotEqual(t, r.Node(), w2.Node())
@@ -214,7 +215,7 @@ func TestNestedGrantsEndWithOuterLoss(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := lockPath(t)
+			p := zktest.LockPath(t, "/it")
 			holder, operator := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 			l := holder.lock(t, p)
 			ctx := testContext(t)
@@ -258,7 +259,7 @@ func TestNestedGrantsEndWithOuterLoss(t *testing.T) {
 // reader still waits for both.
 func TestDowngradeLetsQueuedReaderIn(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	a, b, c := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	la, lb, lc := a.lock(t, p), b.lock(t, p), c.lock(t, p)
 	ctx := testContext(t)
@@ -325,7 +326,7 @@ func TestDowngradeLetsQueuedReaderIn(t *testing.T) {
 
 func TestDowngrade(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	la, lb := a.lock(t, p), b.lock(t, p)
 	ctx := testContext(t)
@@ -387,7 +388,7 @@ func TestDowngrade(t *testing.T) {
 // the lock is shared, so nothing blocks a reader.
 func TestTryRLockJoinsDowngradedGrant(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	la, lb := a.lock(t, p), b.lock(t, p)
 	ctx := testContext(t)

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // replayDialer is a zk.Dialer whose connections can be cut and refused, and
@@ -133,7 +134,7 @@ func TestNoGrantOnANodeDeletedDuringAReconnection(t *testing.T) {
 
 	adverse := 0
 	for trial := 0; trial < 8; trial++ {
-		path := lockPath(t)
+		path := zktest.LockPath(t, "/it")
 		bConn := dialZK(t, cl.Addrs(), T, nil, nil)
 		lB, err := rwlock.New(bConn, path, rwlock.WithSessionTimeout(T))
 		require.NoError(t, err)
@@ -175,7 +176,7 @@ func TestNoGrantOnANodeDeletedDuringAReconnection(t *testing.T) {
 		d.mu.Unlock()
 		d.down.Store(true)
 		d.cut()
-		waitFor(t, 5*time.Second, func() bool { return aConn.State() != zk.StateHasSession }, "A disconnected")
+		zktest.WaitFor(t, 5*time.Second, func() bool { return aConn.State() != zk.StateHasSession }, "A disconnected")
 
 		require.NoError(t, admin.Delete(nodeA, -1)) // an operator deletes A's node
 		require.NoError(t, gB.Release(t.Context()))
@@ -214,7 +215,7 @@ func TestDirectoryTheLockMakesIsCheckedForDelete(t *testing.T) {
 	srv := sharedServer(t)
 	c := connect(t, srv.ConnectString(), 0)
 	acl := zk.WorldACL(zk.PermCreate | zk.PermRead | zk.PermWrite) // no DELETE
-	l := c.lock(t, lockPath(t), rwlock.WithACL(acl))
+	l := c.lock(t, zktest.LockPath(t, "/it"), rwlock.WithACL(acl))
 	g, err := l.Lock(t.Context())
 	if err != nil {
 		require.ErrorIs(t, err, zk.ErrNoAuth, "the promised refusal")

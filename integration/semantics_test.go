@@ -18,6 +18,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // The lock's core contract, on a real server: who may hold the lock
@@ -37,7 +38,7 @@ func grantNodes(gs ...*rwlock.Grant) []string {
 
 func TestReadersShareWritersExclude(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	a, b, c := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	la, lb, lc := a.lock(t, p), b.lock(t, p), c.lock(t, p)
 	ctx := testContext(t)
@@ -101,7 +102,7 @@ func heldFlags(q []rwlock.Entry) []bool {
 // readers hold the lock: no writer starvation.
 func TestWaitingWriterBlocksLaterReaders(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	a, b, c := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	la, lb, lc := a.lock(t, p), b.lock(t, p), c.lock(t, p)
 	ctx := testContext(t)
@@ -141,7 +142,7 @@ func TestWaitingWriterBlocksLaterReaders(t *testing.T) {
 // each writer waits for everything before it.
 func TestGrantsFollowQueueOrder(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	ctx := testContext(t)
 	holder := connect(t, srv.ConnectString(), 0)
 	lh := holder.lock(t, p)
@@ -228,7 +229,7 @@ func TestEachWaiterWatchesOneNode(t *testing.T) {
 		{name: "writers behind readers", modes: "rrwrw", holders: 2, watched: []int{1, 2, 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := lockPath(t)
+			p := zktest.LockPath(t, "/it")
 			ctx, cancel := context.WithCancel(testContext(t))
 			defer cancel()
 			var (
@@ -274,7 +275,7 @@ func TestEachWaiterWatchesOneNode(t *testing.T) {
 				owner[e.Node] = sessionHex(e.SessionID)
 			}
 			var got map[string][]string
-			pollUntil(t, 20*time.Second, func() bool {
+			zktest.Poll(t, 20*time.Second, func() bool {
 				// A node's own session may watch it too (to learn of its
 				// deletion); the herd property is about the others.
 				got = lockWatchers(t, srv, p)
@@ -336,7 +337,7 @@ func TestCancelledAcquisitionLeavesNothing(t *testing.T) {
 		{"RLock deadline", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := lockPath(t)
+			p := zktest.LockPath(t, "/it")
 			a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 			la, lb := a.lock(t, p), b.lock(t, p)
 			w, err := la.Lock(testContext(t))
@@ -363,7 +364,7 @@ func TestCancelledAcquisitionLeavesNothing(t *testing.T) {
 			waiter := goAcquire(t, ctx, acquire)
 			if !tc.deadline {
 				// Cancel mid-wait: once the waiter watches the holder's node.
-				pollUntil(t, 20*time.Second, func() bool {
+				zktest.Poll(t, 20*time.Second, func() bool {
 					return slices.Contains(lockWatchers(t, srv, p)[w.Node()], sessionHex(b.conn.SessionID()))
 				}, func() string { return "the waiter never watched the holder" })
 				start = time.Now()
@@ -387,7 +388,7 @@ func TestCancelledAcquisitionLeavesNothing(t *testing.T) {
 
 func TestTryLockLeavesNothing(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	a, b, c := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	la, lb, lc := a.lock(t, p), b.lock(t, p), c.lock(t, p)
 	ctx := testContext(t)
@@ -436,7 +437,7 @@ func TestTryLockLeavesNothing(t *testing.T) {
 func TestForeignChildrenIgnored(t *testing.T) {
 	srv := sharedServer(t)
 	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	createAll(t, a.conn, p)
 	foreign := []string{"foo", "lock-0000000001", "read-abc", "x__lock__0000000001"}
 	for _, name := range foreign {
@@ -491,7 +492,7 @@ func createAll(t *testing.T, conn *zk.Conn, p string) {
 
 func TestQueue(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	ctx := testContext(t)
 	var (
 		clients []*client
@@ -541,7 +542,7 @@ func TestQueue(t *testing.T) {
 func TestReadGroupOneNode(t *testing.T) {
 	srv := sharedServer(t)
 	a := connect(t, srv.ConnectString(), 0)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	l := a.lock(t, p)
 	const n = 32
 
@@ -597,8 +598,7 @@ func TestReadGroupOneNode(t *testing.T) {
 		for range n {
 			gr.Go(func() error { return check(gctx, &seen, &arrived) })
 		}
-		pollUntil(t, 20*time.Second, func() bool { return arrived.Load() == n },
-			func() string { return fmt.Sprintf("only %d of %d functions ran", arrived.Load(), n) })
+		zktest.Poll(t, 20*time.Second, func() bool { return arrived.Load() == n }, func() string { return fmt.Sprintf("only %d of %d functions ran", arrived.Load(), n) })
 		require.Len(t, lockNodes(t, a.conn, p), 1, "held until Wait")
 		require.NoError(t, gr.Wait())
 		require.Equal(t, 1, syncMapLen(&seen), "one node for the whole group")
@@ -723,7 +723,7 @@ func TestLockDirsAreContainers(t *testing.T) {
 		require.True(t, exists(d), "%s created on demand", d)
 	}
 	require.NoError(t, g.Release(ctx))
-	pollUntil(t, 30*time.Second, func() bool { return !exists(dirs[0]) }, func() string {
+	zktest.Poll(t, 30*time.Second, func() bool { return !exists(dirs[0]) }, func() string {
 		return "the server never reaped the empty lock directory and its parents: not containers"
 	})
 	require.True(t, exists("/apps-control"), "the server reaped a persistent node")
@@ -750,7 +750,7 @@ func TestInvalidPath(t *testing.T) {
 func TestClosedConn(t *testing.T) {
 	srv := sharedServer(t)
 	a := connect(t, srv.ConnectString(), 0)
-	l := a.lock(t, lockPath(t))
+	l := a.lock(t, zktest.LockPath(t, "/it"))
 	a.conn.Close()
 	ctx, cancel := context.WithTimeout(testContext(t), 20*time.Second)
 	defer cancel()
@@ -776,7 +776,7 @@ func TestClosedConn(t *testing.T) {
 // Fencing tokens grow with every grant, whoever gets it.
 func TestTokensIncrease(t *testing.T) {
 	srv := sharedServer(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	var locks []*rwlock.RWLock
 	for range 3 {
 		locks = append(locks, connect(t, srv.ConnectString(), 0).lock(t, p))
@@ -803,7 +803,7 @@ func TestDeletedNodeLosesGrant(t *testing.T) {
 	srv := sharedServer(t)
 	for _, mode := range []rwlock.Mode{rwlock.Write, rwlock.Read} {
 		t.Run(mode.String(), func(t *testing.T) {
-			p := lockPath(t)
+			p := zktest.LockPath(t, "/it")
 			holder, operator := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 			l := holder.lock(t, p)
 			acquire := l.Lock

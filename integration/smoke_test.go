@@ -8,11 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 func TestSmoke(t *testing.T) {
 	srv := sharedServer(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/it")
 	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	la, lb := a.lock(t, path), b.lock(t, path)
 	ctx := t.Context()

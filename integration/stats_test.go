@@ -10,6 +10,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // The lock's request count is what the server received: on a server of
@@ -19,7 +20,7 @@ import (
 func TestStatsCountTheRequestsTheServerReceives(t *testing.T) {
 	zk := zkserver.StartStandalone(t)
 	a, b := connect(t, zk.ConnectString(), 0), connect(t, zk.ConnectString(), 0)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/it")
 	la, lb := a.lock(t, path), b.lock(t, path)
 	ctx := t.Context()
 	g, err := la.Lock(ctx) // the directory, and the ACL check of each lock, before measuring
@@ -85,7 +86,7 @@ func TestStatsCountTheRequestsTheServerReceives(t *testing.T) {
 func TestStatsOfALossAndATimeout(t *testing.T) {
 	srv := sharedServer(t)
 	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/it")
 	la, lb := a.lock(t, path), b.lock(t, path)
 	ctx := t.Context()
 	g, err := la.Lock(ctx)

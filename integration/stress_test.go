@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // TestStress is the invariant hammer of sync.RWMutex's tests, on a real server:
@@ -28,7 +29,7 @@ func TestStress(t *testing.T) {
 	if testing.Short() {
 		clients, rounds = 4, 30
 	}
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/it")
 	ctx := testContext(t)
 
 	var (
@@ -97,7 +98,7 @@ func TestStress(t *testing.T) {
 	// short by a connection failure finish in the background. Either way
 	// nothing may stay.
 	var left []string
-	pollUntil(t, 20*time.Second, func() bool {
+	zktest.Poll(t, 20*time.Second, func() bool {
 		left = lockNodes(t, observer.conn, p)
 		return len(left) == 0
 	}, func() string { return fmt.Sprintf("nodes left behind: %v", left) })

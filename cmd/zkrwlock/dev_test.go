@@ -8,17 +8,19 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 func TestDev(t *testing.T) {
 	server(t) // skips without ZooKeeper, like the rest
 	p := start(t, nil, "dev")
 	var addr string
-	waitFor(t, 2*time.Minute, "the connect string on stdout", func() bool {
+	zktest.WaitFor(t, 2*time.Minute, func() bool {
 		line, ok := strings.CutSuffix(p.stdout.String(), "\n")
 		addr = line
 		return ok
-	})
+	}, "%s", "the connect string on stdout")
 	require.Regexp(t, `^127\.0\.0\.1:\d+$`, addr)
 	require.Contains(t, p.stderr.String(), "export ZOOKEEPER_SERVERS="+addr)
 

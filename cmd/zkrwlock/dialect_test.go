@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // exec --dialect names its node in that dialect.
@@ -20,12 +21,12 @@ func TestExecDialect(t *testing.T) {
 		{"kazoo-lock", "--read", "read__lock__"},
 		{"mutex", "--write", "wlock-"},
 	} {
-		r := runIn(t, nil, "exec", tc.mode, "--dialect", tc.dialect, lockPath(t), "--", "sh", "-c", `echo "$ZKRWLOCK_NODE"`)
+		r := runIn(t, nil, "exec", tc.mode, "--dialect", tc.dialect, zktest.LockPath(t, "/cli"), "--", "sh", "-c", `echo "$ZKRWLOCK_NODE"`)
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Empty(t, r.stderr)
 		require.Regexp(t, `/_c_[0-9a-f]{32}-`+tc.token+`\d{10}\n$`, r.stdout, tc.dialect)
 	}
-	r := runIn(t, nil, "exec", "--write", "--dialect", "etcd", lockPath(t), "--", "true")
+	r := runIn(t, nil, "exec", "--write", "--dialect", "etcd", zktest.LockPath(t, "/cli"), "--", "true")
 	require.Equal(t, exitUsage, r.code)
 	require.Contains(t, r.stderr, `unknown dialect "etcd"`)
 }
@@ -34,7 +35,7 @@ func TestExecDialect(t *testing.T) {
 // --dialect warns when the peer does not see that dialect's names.
 func TestPeerNodesShown(t *testing.T) {
 	server(t)
-	p := lockPath(t)
+	p := zktest.LockPath(t, "/cli")
 	hold(t, p, rwlock.Read, "ours")
 	conn := client(t)
 	const uuid = "2b4f1e6c-1a2b-4c3d-8e9f-0123456789ab"

@@ -20,11 +20,12 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 func TestWritersNeverOverlap(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	logFile := filepath.Join(t.TempDir(), "log")
 	// Each run appends "start <id> <ns>" and "end <id> <ns>" under the lock.
 	const script = `echo "start $ID $(date +%s%N)" >> "$LOG"; sleep 0.2; echo "end $ID $(date +%s%N)" >> "$LOG"`
@@ -83,7 +84,7 @@ func TestWritersNeverOverlap(t *testing.T) {
 
 func TestReadersOverlap(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	dir := t.TempDir()
 	// Each reader marks that it holds the lock, then waits, holding it, for
 	// the other's mark: both can finish only if they hold it together.
@@ -97,7 +98,7 @@ while [ ! -e "$DIR/$OTHER" ]; do i=$((i+1)); [ $i -gt 300 ] && exit 9; sleep 0.1
 
 func TestExitCodePassesThrough(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	for _, tc := range []struct {
 		script string
 		want   int
@@ -119,7 +120,7 @@ func TestExitCodePassesThrough(t *testing.T) {
 
 func TestEnvironment(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	var last int64
 	for i, mode := range []string{"--write", "--read", "--write"} {
 		r := runCLI(t, nil, "exec", mode, path, "--", "sh", "-c", `echo "$ZKRWLOCK_TOKEN $ZKRWLOCK_NODE"`)
@@ -141,7 +142,7 @@ func TestCommandCheckedBeforeQueueing(t *testing.T) {
 	// A command that cannot run fails at once, even behind a holder: it
 	// does not wait its turn, take the lock, and only then fail.
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	holder := hold(t, path, rwlock.Write, "holder-C")
 	conn := client(t)
 	for _, tc := range commandCases(t) {
@@ -157,7 +158,7 @@ func TestCommandCheckedBeforeQueueing(t *testing.T) {
 
 func TestTimeout(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	holder := hold(t, path, rwlock.Write, "holder-T")
 	conn := client(t)
 
@@ -200,12 +201,12 @@ func TestTimeout(t *testing.T) {
 
 func TestProgress(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	holder := hold(t, path, rwlock.Write, "holder-P")
 	p := start(t, nil, "exec", "--write", path, "--", "echo", "ran")
-	waitFor(t, 30*time.Second, "a progress line", func() bool {
+	zktest.WaitFor(t, 30*time.Second, func() bool {
 		return strings.Contains(p.stderr.String(), "waiting: 1 ahead, holder write-")
-	})
+	}, "%s", "a progress line")
 	require.Contains(t, p.stderr.String(), "owned by holder-P")
 	require.NoError(t, holder.Release(t.Context()))
 	r := p.wait(t, runTimeout)
@@ -216,13 +217,13 @@ func TestProgress(t *testing.T) {
 
 func TestInterruptWhileWaiting(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	holder := hold(t, path, rwlock.Write, "holder-I")
 	conn := client(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(signalName(sig), func(t *testing.T) {
 			p := start(t, nil, "exec", "--write", path, "--", "echo", "ran")
-			waitFor(t, 30*time.Second, "zkrwlock's node", func() bool { return len(children(t, conn, path)) == 2 })
+			zktest.WaitFor(t, 30*time.Second, func() bool { return len(children(t, conn, path)) == 2 }, "%s", "zkrwlock's node")
 			p.signal(t, sig)
 			r := p.wait(t, 30*time.Second)
 			require.Equal(t, 128+int(sig), r.code)
@@ -236,11 +237,11 @@ func TestInterruptWhileWaiting(t *testing.T) {
 
 func TestSignalsReachTheCommand(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	f := filepath.Join(t.TempDir(), "f")
 	p := start(t, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c",
 		`trap 'echo "got TERM" >> "$F"; exit 3' TERM; echo started >> "$F"; sleep 60 & wait`)
-	waitFor(t, 30*time.Second, "the command to start", func() bool { return readFile(t, f) != "" })
+	zktest.WaitFor(t, 30*time.Second, func() bool { return readFile(t, f) != "" }, "%s", "the command to start")
 	p.signal(t, syscall.SIGTERM)
 	r := p.wait(t, 30*time.Second)
 	require.Equal(t, 3, r.code, "zkrwlock exits with the command's status")
@@ -257,7 +258,7 @@ sleep 60 & echo "started $!" >> "$F"; wait`
 // the pid of its background job.
 func startedPid(t *testing.T, f string) int {
 	t.Helper()
-	waitFor(t, 30*time.Second, "the command to start", func() bool { return strings.HasPrefix(readFile(t, f), "started ") })
+	zktest.WaitFor(t, 30*time.Second, func() bool { return strings.HasPrefix(readFile(t, f), "started ") }, "%s", "the command to start")
 	pid, err := strconv.Atoi(strings.Fields(readFile(t, f))[1])
 	require.NoError(t, err)
 	return pid
@@ -266,7 +267,7 @@ func startedPid(t *testing.T, f string) int {
 // requireGone checks that a process of the command's group was stopped too.
 func requireGone(t *testing.T, pid int) {
 	t.Helper()
-	waitFor(t, 10*time.Second, fmt.Sprintf("pid %d to be gone", pid), func() bool { return gone(pid) })
+	zktest.WaitFor(t, 10*time.Second, func() bool { return gone(pid) }, "%s", fmt.Sprintf("pid %d to be gone", pid))
 }
 
 // gone reports whether pid has ended: no such process, or a zombie, which
@@ -285,7 +286,7 @@ func gone(pid int) bool {
 
 func TestLostNodeDeleted(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	conn := client(t)
 	f := filepath.Join(t.TempDir(), "f")
 	p := start(t, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c", lostScript)
@@ -312,7 +313,7 @@ const stubbornScript = `trap '' TERM; sleep 60 & echo "started $!" >> "$F"; wait
 // the command gets SIGKILL at once, whatever --grace says.
 func TestLostNodeDeletedKillsAtOnce(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	conn := client(t)
 	f := filepath.Join(t.TempDir(), "f")
 	p := start(t, []string{"F=" + f}, "exec", "--write", "--grace", "20s", path, "--", "sh", "-c", stubbornScript)
@@ -333,7 +334,7 @@ func TestLostNodeDeletedKillsAtOnce(t *testing.T) {
 // --grace asks for (zkrwlock says at start that it does not fit).
 func TestLostPartitionKillsBeforeAnotherGrant(t *testing.T) {
 	srv := server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	proxy := faultproxy.Start(t, srv.Addr(0))
 	f := filepath.Join(t.TempDir(), "f")
 	const sessionTimeout = 4 * time.Second
@@ -358,7 +359,7 @@ func TestLostPartitionKillsBeforeAnotherGrant(t *testing.T) {
 		}
 		granted <- o
 	}()
-	waitFor(t, 30*time.Second, "the other client to queue", func() bool { return len(children(t, conn, path)) == 2 })
+	zktest.WaitFor(t, 30*time.Second, func() bool { return len(children(t, conn, path)) == 2 }, "%s", "the other client to queue")
 
 	proxy.Blackhole()
 	o := <-granted
@@ -372,7 +373,7 @@ func TestLostPartitionKillsBeforeAnotherGrant(t *testing.T) {
 
 func TestLostPartition(t *testing.T) {
 	srv := server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	proxy := faultproxy.Start(t, srv.Addr(0))
 	f := filepath.Join(t.TempDir(), "f")
 	const sessionTimeout = 3 * time.Second
@@ -395,7 +396,7 @@ func TestLostPartition(t *testing.T) {
 		g, err = other.Lock(ctx)
 		granted <- err
 	}()
-	waitFor(t, 30*time.Second, "the other client to queue", func() bool { return len(children(t, conn, path)) == 2 })
+	zktest.WaitFor(t, 30*time.Second, func() bool { return len(children(t, conn, path)) == 2 }, "%s", "the other client to queue")
 
 	cut := time.Now()
 	proxy.Blackhole()
@@ -420,7 +421,7 @@ func TestLostPartition(t *testing.T) {
 
 func TestLostSessionExpired(t *testing.T) {
 	srv := server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	proxy := startSessionProxy(t, srv.Addr(0))
 	f := filepath.Join(t.TempDir(), "f")
 	p := start(t, []string{"F=" + f}, "exec", "--read", "--zk", proxy.addr(), path, "--", "sh", "-c", lostScript)
@@ -439,14 +440,14 @@ func TestCommandStoppedWhenZkrwlockDies(t *testing.T) {
 		t.Skip("the parent-death signal is Linux only")
 	}
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	f := filepath.Join(t.TempDir(), "f")
 	p := start(t, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c", lostScript)
 	sleeper := startedPid(t, f)
 	require.NoError(t, p.cmd.Process.Kill()) // kill -9: zkrwlock can do nothing
 	// Its session, and so the lock, ends within the session timeout; the
 	// command must not go on as if it still held the lock.
-	waitFor(t, 10*time.Second, "the command to get SIGTERM", func() bool { return strings.Contains(readFile(t, f), "\nterm\n") })
+	zktest.WaitFor(t, 10*time.Second, func() bool { return strings.Contains(readFile(t, f), "\nterm\n") }, "%s", "the command to get SIGTERM")
 	// Only the command's first process gets the signal: its background job
 	// lives on, as the docs say. It holds zkrwlock's stderr open.
 	syscall.Kill(sleeper, syscall.SIGKILL)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // lsEntry is ls --json's object, decoded.
@@ -36,7 +37,7 @@ func (e lsEntry) waited() float64 {
 
 func TestLs(t *testing.T) {
 	server(t)
-	prefix := lockPath(t)
+	prefix := zktest.LockPath(t, "/cli")
 	stuck, held, deep := prefix+"/stuck", prefix+"/held", prefix+"/a/b/deep"
 	// stuck: a writer holds it, a reader and a writer wait.
 	hold(t, stuck, rwlock.Write, "holder-S")

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -14,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +21,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // The tests run the command against a ZooKeeper server they start
@@ -82,14 +79,6 @@ var shared = zkserver.Shared{Config: zkserver.Config{
 
 func server(t *testing.T) *zkserver.Cluster { return shared.Get(t) }
 
-// lockPath returns a lock path no other test uses.
-func lockPath(t *testing.T) string {
-	var b [4]byte
-	rand.Read(b[:])
-	name := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
-	return fmt.Sprintf("/cli/%s-%s", name, hex.EncodeToString(b[:]))
-}
-
 // outcome is how a zkrwlock run ended.
 type outcome struct {
 	code   int
@@ -101,8 +90,8 @@ type outcome struct {
 // proc is a zkrwlock process.
 type proc struct {
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout zktest.SyncBuffer
+	stderr zktest.SyncBuffer
 	start  time.Time
 	done   chan struct{}
 	res    outcome
@@ -231,24 +220,6 @@ func runIn(t *testing.T, env []string, args ...string) outcome {
 	return r
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // client opens a session of the test's own to the shared server, closed
 // when the test ends.
 func client(t *testing.T) *zk.Conn {
@@ -311,7 +282,7 @@ func queueWaiter(t *testing.T, path string, mode rwlock.Mode, owner string) *zk.
 		cancel()
 		<-done
 	})
-	waitFor(t, 30*time.Second, owner+" to queue", func() bool { return len(children(t, conn, path)) == before+1 })
+	zktest.WaitFor(t, 30*time.Second, func() bool { return len(children(t, conn, path)) == before+1 }, "%s", owner+" to queue")
 	return conn
 }
 
@@ -334,18 +305,6 @@ func children(t *testing.T, conn *zk.Conn, path string) []string {
 	require.NoError(t, err)
 	slices.Sort(c)
 	return c
-}
-
-// waitFor polls cond every 20ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // requireOneLine checks that an error output is one line and no crash.

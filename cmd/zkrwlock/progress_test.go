@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 func TestDescribeQueue(t *testing.T) {
@@ -48,7 +49,7 @@ func TestProgressState(t *testing.T) {
 	// What the progress line says from real listings, for the states that
 	// used to read "0 ahead".
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	conn := client(t)
 	state := func(self int64) string {
 		p := &progress{l: lockOf(t, conn, path), session: func() int64 { return self }, interval: 10 * time.Second}

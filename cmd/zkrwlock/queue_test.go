@@ -11,11 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 func TestQueue(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 
 	connA, connB := client(t), client(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -36,7 +37,7 @@ func TestQueue(t *testing.T) {
 		cancel()
 		<-waiting
 	}()
-	waitFor(t, 30*time.Second, "writer-B to queue", func() bool { return len(children(t, connA, path)) == 2 })
+	zktest.WaitFor(t, 30*time.Second, func() bool { return len(children(t, connA, path)) == 2 }, "%s", "writer-B to queue")
 
 	t.Run("text", func(t *testing.T) {
 		r := runIn(t, nil, "queue", path)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // ignoredAtStart are the ways zkrwlock gets started with a signal ignored:
@@ -49,13 +50,13 @@ func TestIgnoredSignalStaysIgnored(t *testing.T) {
 	server(t)
 	for _, tc := range ignoredAtStart {
 		t.Run(tc.name, func(t *testing.T) {
-			path := lockPath(t)
+			path := zktest.LockPath(t, "/cli")
 			f := filepath.Join(t.TempDir(), "pid")
 			// The command records its pid and becomes a sleep that dies
 			// of the first signal it does not ignore.
 			p := startVia(t, tc.prefix, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c",
 				`echo "$$" > "$F"; exec sleep 60`)
-			waitFor(t, 30*time.Second, "the command to start", func() bool { return strings.HasSuffix(readFile(t, f), "\n") })
+			zktest.WaitFor(t, 30*time.Second, func() bool { return strings.HasSuffix(readFile(t, f), "\n") }, "%s", "the command to start")
 			pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, f)))
 			require.NoError(t, err)
 
@@ -78,13 +79,13 @@ func TestIgnoredSignalStaysIgnored(t *testing.T) {
 
 func TestIgnoredSignalDoesNotEndTheWait(t *testing.T) {
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	hold(t, path, rwlock.Write, "holder-S")
 	conn := client(t)
 	for _, tc := range ignoredAtStart {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startVia(t, tc.prefix, nil, "exec", "--write", path, "--", "echo", "ran")
-			waitFor(t, 30*time.Second, "zkrwlock's node", func() bool { return len(children(t, conn, path)) == 2 })
+			zktest.WaitFor(t, 30*time.Second, func() bool { return len(children(t, conn, path)) == 2 }, "%s", "zkrwlock's node")
 			p.signal(t, tc.sig)
 			p.signal(t, syscall.SIGTERM) // delivered after it
 			r := p.wait(t, 30*time.Second)
@@ -98,10 +99,10 @@ func TestIgnoredSignalDoesNotEndTheWait(t *testing.T) {
 func TestSIGHUPReachesTheCommand(t *testing.T) {
 	// Not ignored at start, SIGHUP is passed on like the others.
 	server(t)
-	path := lockPath(t)
+	path := zktest.LockPath(t, "/cli")
 	f := filepath.Join(t.TempDir(), "f")
 	p := start(t, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c", `echo started > "$F"; exec sleep 60`)
-	waitFor(t, 30*time.Second, "the command to start", func() bool { return readFile(t, f) != "" })
+	zktest.WaitFor(t, 30*time.Second, func() bool { return readFile(t, f) != "" }, "%s", "the command to start")
 	p.signal(t, syscall.SIGHUP)
 	require.Equal(t, 128+int(syscall.SIGHUP), p.wait(t, 30*time.Second).code)
 }
