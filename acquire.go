@@ -365,7 +365,7 @@ func (a *acquisition) locate(r reply[[]string]) (step, error) {
 	case errors.Is(err, errNotListed):
 		// Never "we are first": someone deleted our node while we waited.
 		a.node = ""
-		return 0, lostErr(a.path, errNodeDeleted)
+		return 0, lostError(a.path, errNodeDeleted)
 	case err != nil:
 		return 0, err
 	}

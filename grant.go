@@ -403,7 +403,7 @@ var errNodeDeleted = errors.New("lock node deleted")
 // may live on: the node must be deleted once the holder has been told.
 var errMayLive = errors.New("the node may outlive the grant")
 
-func lostErr(node string, cause error) error {
+func lostError(node string, cause error) error {
 	return fmt.Errorf("%w: %s: %w", ErrLost, node, cause)
 }
 
@@ -432,7 +432,7 @@ func (g *Grant) lost(cause error) {
 		finish, cancel = g.l.reserveFinish(g.c)
 		defer cancel()
 	}
-	if !g.end(lostErr(g.node, cause)) {
+	if !g.end(lostError(g.node, cause)) {
 		return
 	}
 	g.l.debug("lost: "+cause.Error(), g.node)

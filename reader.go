@@ -89,7 +89,7 @@ func (gr *Group) Wait() error {
 	gr.mu.Unlock()
 	gr.stop()
 	gr.grant.judge()
-	if lost := gr.grant.lossErr(); lost != nil {
+	if lost := gr.grant.lostCause(); lost != nil {
 		gr.fail(lost)
 	}
 	ctx, cancel := context.WithTimeout(gr.release, gr.grant.l.releaseTimeout())

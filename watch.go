@@ -248,7 +248,7 @@ func (a *acquisition) ownEvent(ev zk.Event) (step, error) {
 func (a *acquisition) ownDeleted() (step, error) {
 	path := a.path
 	a.node, a.own = "", nil
-	return 0, lostErr(path, errNodeDeleted)
+	return 0, lostError(path, errNodeDeleted)
 }
 
 // notWatching handles the end of a watch: the session expired (queue

@@ -42,9 +42,9 @@ func guard(ctx context.Context, g *Grant, onLoss func(error)) (_ context.Context
 	return grantContext{ctx, g}, cancel, stop
 }
 
-// lossErr returns the loss that ended g, or nil if g is held or was
+// lostCause returns the loss that ended g, or nil if g is held or was
 // released.
-func (g *Grant) lossErr() error {
+func (g *Grant) lostCause() error {
 	if g.ctx.Err() == nil {
 		return nil
 	}
@@ -64,7 +64,7 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 	defer func() { // also when fn panics: the node must not outlive the call
 		stop()
 		g.judge()
-		lost := g.lossErr()
+		lost := g.lostCause()
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout())
 		defer rcancel()
 		rerr := g.Release(rctx)
