@@ -5,18 +5,23 @@ export ZKRWLOCK_REQUIRE_ZK ?= 1
 SIM_SCHEDULES ?= 2000000
 SIM_FIRST ?= $(shell date +%s)
 
-.PHONY: demo test check sim fuzz zookeeper bench
+.PHONY: demo test check sim fuzz zookeeper peers bench
 
 zookeeper:
 	@./scripts/install-zookeeper.sh
+
+## peers: Curator 5.4 and kazoo 2.8 from Debian, for bench/peers' harnesses
+peers:
+	@./scripts/install-peers.sh
 
 ## demo: start a throwaway ZooKeeper, show readers and a migration job sharing a lock
 demo: zookeeper
 	$(GO) run ./cmd/demo
 
 ## test: every test, against real ZooKeeper servers the tests start (a missing server
-## fails), with the race detector; then 100,000 simulated fault schedules
-test: zookeeper check
+## fails; bench/peers also runs the peers' harnesses briefly), with the race detector;
+## then 100,000 simulated fault schedules
+test: zookeeper peers check
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -run 'TestSimulation$$' -sim.schedules=100000 -v .
 
@@ -28,12 +33,13 @@ sim:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseNode -fuzztime 60s .
 
-## bench: the workloads of ../shared/peers (W1-W6r), the drain scale series and
+## bench: the workloads of bench/peers/README.md (W1-W6r), the drain scale series and
 ## ReadBatch, each run once against a throwaway ZooKeeper (or ZKRWLOCK_BENCH_SERVERS).
 ## Progress and Go benchmark lines go to stderr and bench/results/<time>.txt; one
-## JSON line per workload to bench/results/<time>.jsonl, printed at the end for
-## ../shared/peers/compare.py. BENCH picks benchmarks (a -bench regexp);
-## BENCHFLAGS adds flags after the package (e.g. -short, or -bench.waiters=20).
+## JSON line per workload to bench/results/<time>.jsonl, printed at the end, in the
+## format of the peers' harnesses (bench/peers). BENCH picks benchmarks (a -bench
+## regexp); BENCHFLAGS adds flags after the package (e.g. -short, or -bench.waiters=20).
+## The comparison with the peers: scripts/compare-peers.sh.
 BENCH ?= .
 BENCHFLAGS ?=
 bench: zookeeper
