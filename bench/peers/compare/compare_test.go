@@ -106,6 +106,7 @@ not json: a harness's stray line
 	require.Contains(t, text, "|  | kazoo 2.8 | 0.4 (1 of 2 runs) (2.00x) | – |")
 	require.Contains(t, text, "### +1 ms each way")
 	require.Contains(t, text, "- loopback kazoo W6: watchdog")
+	require.NotContains(t, text, "| W3 8 writers", "no row for a workload nobody ran")
 	require.NotContains(t, text, "|  | go-zk Lock |", "no row for an implementation without runs")
 	require.NotContains(t, text, "| W1 acquire p50 µs | zkrwlock |", "no row for a metric without values")
 }

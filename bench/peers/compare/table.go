@@ -157,6 +157,17 @@ func (res *results) hasValue(r row, implName string) bool {
 	return false
 }
 
+// inColumn reports whether any implementation has a value for the row in
+// the column.
+func (res *results) inColumn(r row, col string) bool {
+	for _, im := range append([]impl{ours}, peers...) {
+		if res.cell(r, col, im.name).ok {
+			return true
+		}
+	}
+	return false
+}
+
 func (res *results) anyRuns(implName string) bool {
 	for _, w := range workloads {
 		if res.has(implName, w) {
@@ -226,6 +237,9 @@ func (res *results) writeColumn(w io.Writer, col column) {
 	writeRow(w, head...)
 	writeRow(w, strings.Split(strings.Repeat("---|", len(head)-1)+"---", "|")...)
 	for _, r := range rows {
+		if !res.inColumn(r, col.name) {
+			continue
+		}
 		o := res.cell(r, col.name, ours.name)
 		cells := []string{r.label, format(r, o, rounds)}
 		for _, p := range peers {
