@@ -104,7 +104,9 @@ done
 hz=$(getconf CLK_TCK)
 busy_ticks() { awk '/^cpu /{ print $2 + $3 + $4 }' /proc/stat; }
 own_ticks() {
-	cat /proc/[0-9]*/stat 2>/dev/null | awk -v root=$$ '
+	# A process may exit between the glob and its read: cat then fails, and
+	# the others still count.
+	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root=$$ '
 		{
 			s = $0; sub(/^.*\) /, "", s); split(s, f, " ")  # f[1] is the state, after pid and (comm)
 			ppid[$1] = f[2]; t[$1] = f[12] + f[13] + f[14] + f[15]  # utime stime cutime cstime
