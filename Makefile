@@ -15,7 +15,8 @@ SIM_FIRST ?= $(shell date +%s)
 zookeeper:
 	@./scripts/install-zookeeper.sh
 
-## peers: Curator and kazoo, which integration/peers_test.go shares locks with
+## peers: Curator 5.4 and kazoo 2.8 from Debian, which integration/peers_test.go
+## shares locks with and bench/peers compares with
 peers:
 	@./scripts/install-peers.sh
 
@@ -24,8 +25,9 @@ demo: zookeeper
 	$(GO) run ./cmd/demo
 
 ## test: every test, against real ZooKeeper servers the tests start and real Curator
-## and kazoo peers (a missing server or peer fails), with the race detector; then
-## 100,000 simulated fault schedules (about a minute on two free cores)
+## and kazoo peers (a missing server or peer fails; bench/peers also runs the peers'
+## benchmark harnesses briefly), with the race detector; then 100,000 simulated fault
+## schedules (about a minute on two free cores)
 test: zookeeper peers check
 	$(GO) test -race -count=1 -timeout 15m ./...
 	@for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -timeout 15m ./..."; \
@@ -40,12 +42,13 @@ sim:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseNode -fuzztime 60s .
 
-## bench: the workloads of ../shared/peers (W1-W6r), the drain scale series and
+## bench: the workloads of bench/peers/README.md (W1-W6r), the drain scale series and
 ## ReadBatch, each run once against a throwaway ZooKeeper (or ZKRWLOCK_BENCH_SERVERS).
 ## Progress and Go benchmark lines go to stderr and bench/results/<time>.txt; one
-## JSON line per workload to bench/results/<time>.jsonl, printed at the end for
-## ../shared/peers/compare.py. BENCH picks benchmarks (a -bench regexp);
-## BENCHFLAGS adds flags after the package (e.g. -short, or -bench.waiters=20).
+## JSON line per workload to bench/results/<time>.jsonl, printed at the end, in the
+## format of the peers' harnesses (bench/peers). BENCH picks benchmarks (a -bench
+## regexp); BENCHFLAGS adds flags after the package (e.g. -short, or -bench.waiters=20).
+## The comparison with the peers: scripts/compare-peers.sh.
 BENCH ?= .
 BENCHFLAGS ?=
 bench: zookeeper

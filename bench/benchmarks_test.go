@@ -8,7 +8,7 @@ import (
 )
 
 // The workloads, in the order `go test -bench .` runs them. Definitions:
-// ../shared/peers/README.md; each benchmark iteration is one whole run.
+// bench/peers/README.md; each benchmark iteration is one whole run.
 
 // BenchmarkW1 is W1, uncontended write: one client, 100 warm-up cycles,
 // then 2000 × (Lock, Release); cycles/s, acquire and release p50/p99.

@@ -1,5 +1,5 @@
 // Package bench measures zkrwlock against a real ZooKeeper server, with the
-// workloads that ../shared/peers runs for Apache Curator, kazoo and
+// workloads that bench/peers runs for Apache Curator, kazoo and
 // go-zookeeper's zk.Lock, so the numbers can be put side by side.
 //
 // The package has no code of its own: the benchmarks are in its _test.go
@@ -12,17 +12,20 @@
 //	go test -run '^$' -bench . -benchtime 1x -timeout 60m ./bench/ -bench.json=FILE
 //
 // and prints FILE: one JSON line per workload run, with the keys the peers'
-// harnesses print (impl "zkrwlock"). Compare with
+// harnesses print (impl "zkrwlock"). scripts/compare-peers.sh runs these
+// and the peers' harnesses against one server, interleaved, on loopback and
+// through delay proxies, and prints the comparison; for lines of your own,
 //
-//	../shared/peers/compare.py peers.jsonl bench/results/<time>.jsonl
+//	go run ./bench/peers/compare peers.jsonl bench/results/<time>.jsonl
 //
 // Compare ratios measured in one session on one server: by default every
 // `go test` process starts its own throwaway server (internal/zkserver, data
 // on tmpfs, tickTime 2s, maxClientCnxns=0, the peers' JVM heap); with
 // ZKRWLOCK_BENCH_SERVERS=host:port[,host:port...] the benchmarks use that
-// server instead, such as the one ../shared/peers/zk.sh started for the peers.
+// server instead, such as the one scripts/compare-peers.sh started for the
+// peers (bench/peers/zkserve), or a delay proxy in front of it.
 //
-// Workloads (definitions: ../shared/peers/README.md). Every client is its
+// Workloads (definitions: bench/peers/README.md). Every client is its
 // own session (rwlock.Dial, 10 s session timeout) and every run uses a fresh
 // lock path /rwbench/zkrwlock/<workload>-<ms>-<rand>.
 //
@@ -49,7 +52,7 @@
 // client_cpu_us_per_acq (this process: the library plus go-zookeeper, not
 // the server), latencies for W3-W5, hold_mean_us for W5 (the holds as
 // slept: see sleepPrecisely), round_s for W6, and an "error" key
-// (which compare.py skips) when a run failed.
+// (which the comparison leaves out) when a run failed.
 //
 // Each benchmark also reports its metrics the Go way (b.ReportMetric:
 // cycles/s or acquisitions/s, p50/p99 acquire and release latency in µs,
@@ -64,11 +67,12 @@
 // allocs_per_batch, client_cpu_us_per_batch.
 //
 // Before the first benchmark, 8 clients loop Lock/Release for 5 s,
-// unmeasured, so that the server's JIT is warm, as the peers' run-all.sh
-// does with a discarded W3 (-bench.serverwarmup sets the time; 0 skips it).
+// unmeasured, so that the server's JIT is warm, as scripts/compare-peers.sh
+// does with a discarded go-zk W3 (-bench.serverwarmup sets the time; 0 skips
+// it; on ZKRWLOCK_BENCH_SERVERS it is 0 by default).
 //
 // Smaller runs, to check that the benchmarks work: -short, or -bench.ops,
 // -bench.warmup, -bench.duration, -bench.waiters, -bench.drain and
 // -bench.batches. Their JSON workload names differ from the peers' (W1-smoke,
-// W6-20, ...), so compare.py leaves them out.
+// W6-20, ...), so the comparison leaves them out.
 package bench

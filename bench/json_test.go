@@ -12,7 +12,7 @@ import (
 )
 
 var flagJSON = flag.String("bench.json", "", "append one JSON line per workload run to this file, "+
-	"in the format of ../shared/peers (for compare.py)")
+	"in the format of the peers' harnesses (bench/peers)")
 
 // record is one workload run as the peers print it: a JSON object whose
 // keys keep the order they were put in, floats rounded to 3 decimals.

@@ -25,7 +25,7 @@ func (s stopServerAfter) Run() int {
 }
 
 // The peers' generator: these are the first numbers of Python's
-// Mix(1) and Mix(8) (kazoo/rw_bench.py).
+// SplitMix64(1) and SplitMix64(8) (bench/peers/kazoo/kazoo_bench.py).
 func TestSplitmix64MatchesPeers(t *testing.T) {
 	for _, tc := range []struct {
 		seed uint64

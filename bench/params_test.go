@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// The workload constants of ../shared/peers/README.md.
+// The workload constants of bench/peers/README.md.
 const (
 	sessionTimeout = 10 * time.Second // every client session
 	acquireTimeout = 2 * time.Second  // W3-W5, through a context deadline
@@ -87,7 +87,7 @@ func params(b *testing.B) sizes {
 }
 
 // workload returns the JSON workload name: with a "-smoke" suffix when the
-// run is not the standard one (std false), so that compare.py, which
+// run is not the standard one (std false), so that the comparison, which
 // ignores workloads it does not know, never mixes it with real runs.
 func workload(name string, std bool) string {
 	if std {

@@ -87,7 +87,7 @@ func startServers() (*servers, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	// The peers' server (../shared/peers/zk.sh): tickTime 2s,
+	// The comparison's server (bench/peers/zkserve): tickTime 2s,
 	// maxSessionTimeout 60s, maxClientCnxns=0 (zkserver always sets it;
 	// W6's 201 and BenchmarkDrain's 1001 sessions all come from 127.0.0.1),
 	// data on tmpfs (zkserver's default Dir) and the same JVM heap.
@@ -104,8 +104,8 @@ func startServers() (*servers, error) {
 
 var flagServerWarmup = flag.Duration("bench.serverwarmup", -1, "before the first benchmark, "+
 	"8 clients loop Lock/Release this long, unmeasured, to warm up the server's JIT as the peers' "+
-	"run-all.sh does with a discarded W3 (default 5s on a throwaway server, 1s with -short; "+
-	"0 on ZKRWLOCK_BENCH_SERVERS, which run-all.sh has warmed; 0 skips it)")
+	"scripts/compare-peers.sh does with a discarded W3 (default 5s on a throwaway server, 1s with -short; "+
+	"0 on ZKRWLOCK_BENCH_SERVERS, which compare-peers.sh has warmed; 0 skips it)")
 
 // warmServer runs the unmeasured server warm-up: W3 without a record.
 func warmServer(s *servers) error {
@@ -113,7 +113,7 @@ func warmServer(s *servers) error {
 	switch {
 	case d >= 0:
 	case s.cluster == nil:
-		d = 0 // the peers' run-all.sh warms a server everyone shares
+		d = 0 // scripts/compare-peers.sh warms a server everyone shares
 	case testing.Short():
 		d = smoke.duration
 	default:

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package delayproxy
+
+func newWaiter() waiter { return newTimerWaiter() }
