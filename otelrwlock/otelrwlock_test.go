@@ -105,6 +105,19 @@ func histogram(t *testing.T, data metricdata.Aggregation, set attribute.Set) met
 	return metricdata.HistogramDataPoint[float64]{}
 }
 
+// signalLoss passes every event on, and closes lost once a grant is lost.
+type signalLoss struct {
+	rwlock.Observer
+	lost chan struct{}
+}
+
+func (o signalLoss) ObserveGrant(e rwlock.GrantEvent) {
+	o.Observer.ObserveGrant(e)
+	if e.Cause != rwlock.NotLost {
+		close(o.lost)
+	}
+}
+
 func TestObserverExportsTheLocksFigures(t *testing.T) {
 	s := newSDK(t)
 	obs, err := otelrwlock.NewObserver(otelrwlock.WithMeterProvider(s.mp), otelrwlock.WithTracerProvider(s.tp))
@@ -113,7 +126,8 @@ func TestObserverExportsTheLocksFigures(t *testing.T) {
 	conn := connect(t)
 	l, err := rwlock.New(conn, path, rwlock.WithSessionTimeout(sessionTimeout), rwlock.WithObserver(obs))
 	require.NoError(t, err)
-	other, err := rwlock.New(connect(t), path, rwlock.WithObserver(obs))
+	lossSeen := make(chan struct{})
+	other, err := rwlock.New(connect(t), path, rwlock.WithObserver(signalLoss{obs, lossSeen}))
 	require.NoError(t, err)
 
 	ctx, parent := s.tp.Tracer("test").Start(t.Context(), "parent")
@@ -132,6 +146,7 @@ func TestObserverExportsTheLocksFigures(t *testing.T) {
 	require.ErrorIs(t, err, rwlock.ErrWouldBlock)
 	require.NoError(t, conn.Delete(w.Node(), -1)) // someone deletes the holder's node
 	<-w.Done()
+	<-lossSeen // the observer hears of a loss after Done closes, not before
 	parent.End()
 
 	m := s.metrics(t)

@@ -1,0 +1,72 @@
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// mkdirs creates the lock directory and its missing parents as containers,
+// which the server deletes once they are empty again, or as persistent
+// nodes on a server that has no containers (before 3.5.3). In a kazoo
+// dialect the lock directory itself is persistent (see
+// Dialect.persistentDir); its parents stay containers, which the server
+// does not reap while they have a child. It remembers the directories it
+// created: a container that never had a child is never reaped, so those we
+// cannot create our node in must go again (removeCreatedDirs).
+func (a *acquisition) mkdirs(ctx context.Context) error {
+	l := a.l
+	for i := 1; i <= len(l.path); i++ {
+		if i < len(l.path) && l.path[i] != '/' {
+			continue
+		}
+		dir := l.path[:i]
+		var r reply[string]
+		if l.noContainers.Load() || dir == l.path && l.dialect.persistentDir() {
+			r = a.c.create(ctx, dir, nil, zk.FlagPersistent, l.acl, nil, nil)
+		} else {
+			r = a.c.createContainer(ctx, dir, l.acl)
+		}
+		switch {
+		case unimplemented(r.err) && !l.noContainers.Swap(true):
+			i-- // again, as a persistent node
+		case r.err == nil:
+			a.created = append(a.created, dir)
+		case errors.Is(r.err, zk.ErrNoAuth):
+			a.removeCreatedDirs()
+			return fmt.Errorf("create %s: %w (see WithACL)", dir, r.err)
+		case !errors.Is(r.err, zk.ErrNodeExists):
+			return fmt.Errorf("create %s: %w", dir, r.err)
+		}
+	}
+	return nil
+}
+
+// recheckDeletable checks the DELETE permission again in a lock directory
+// this acquisition has just made: the check before queueing found no
+// directory, and this one has the lock's own ACL. Unless that ACL lets
+// anyone delete, the client may be unable to, and would leave a node it
+// cannot remove.
+func (a *acquisition) recheckDeletable(ctx context.Context) error {
+	if !slices.Contains(a.created, a.l.path) || worldCanDelete(a.l.acl) {
+		return nil
+	}
+	a.l.deletable.Store(false)
+	if err := a.l.checkDeletable(ctx, a.c); err != nil {
+		a.removeCreatedDirs()
+		return err
+	}
+	return nil
+}
+
+// removeCreatedDirs deletes, deepest first, the directories this
+// acquisition created, when it cannot use them.
+func (a *acquisition) removeCreatedDirs() {
+	for _, dir := range slices.Backward(a.created) {
+		a.c.delete(context.Background(), dir, nil)
+	}
+	a.created = nil
+}
