@@ -19,7 +19,9 @@ type Observer interface {
 	// caller's context.
 	ObserveAcquire(ctx context.Context, e AcquireEvent)
 	// ObserveGrant is called as a grant ends: released, downgraded or
-	// lost.
+	// lost. It is called after the grant's Done closes, so that an
+	// observer never delays the news of a loss; Stats count the end
+	// before Done closes.
 	ObserveGrant(e GrantEvent)
 }
 
