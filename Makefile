@@ -26,12 +26,15 @@ demo: zookeeper
 
 ## test: every test, against real ZooKeeper servers the tests start and real Curator
 ## and kazoo peers (a missing server or peer fails; bench/peers also runs the peers'
-## benchmark harnesses briefly), with the race detector; then 100,000 simulated fault
-## schedules (about a minute on two free cores)
+## benchmark harnesses briefly), with the race detector; then the ensemble's mixed
+## workload through a leader kill without it (go-zookeeper's own data race); then
+## 100,000 simulated fault schedules (about a minute on two free cores)
 test: zookeeper peers check
 	$(GO) test -race -count=1 -timeout 15m ./...
 	@for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -timeout 15m ./..."; \
 		(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done
+	@# Built without the race detector only: see integration/faults_ensemble_mixed_test.go.
+	$(GO) test -count=1 -timeout 10m -run 'TestFaultEnsembleLeaderKillMixedRun$$' -v ./integration/
 	$(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' -sim.schedules=100000 -v .
 
 ## sim: millions of simulated fault schedules, from a new first seed each run
