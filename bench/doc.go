@@ -51,7 +51,10 @@
 // acquisition). Extra keys: allocs_per_acq, bytes_per_acq and
 // client_cpu_us_per_acq (this process: the library plus go-zookeeper, not
 // the server), latencies for W3-W5, hold_mean_us for W5 (the holds as
-// slept: see sleepPrecisely), round_s for W6, and an "error" key
+// slept: see sleepPrecisely), one_round_trip_share for W1/W2 (the share
+// of measured acquisitions that the lock's own counter, Stats'
+// OneRoundTrip, saw granted from the listing sent behind the create: one
+// round trip), round_s for W6, and an "error" key
 // (which the comparison leaves out) when a run failed.
 //
 // Each benchmark also reports its metrics the Go way (b.ReportMetric:

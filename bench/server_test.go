@@ -51,7 +51,7 @@ var shared struct {
 
 // sharedServers returns the process's servers, starting a throwaway server
 // on first use. Without ZooKeeper installed it skips the benchmark, or fails
-// it when ZKRWLOCK_REQUIRE_ZK=1 or CI is set.
+// it when servers are required (zkserver.SkipOrFail).
 func sharedServers(b *testing.B) *servers {
 	b.Helper()
 	shared.once.Do(func() {
@@ -61,10 +61,7 @@ func sharedServers(b *testing.B) *servers {
 		}
 	})
 	if errors.Is(shared.err, errUnavailable) {
-		if os.Getenv("ZKRWLOCK_REQUIRE_ZK") == "1" || os.Getenv("CI") != "" {
-			b.Fatal(shared.err)
-		}
-		b.Skipf("%v (set ZKRWLOCK_REQUIRE_ZK=1 to fail instead)", shared.err)
+		zkserver.SkipOrFail(b, shared.err)
 	}
 	if shared.err != nil {
 		b.Fatal(shared.err)

@@ -46,6 +46,7 @@ func runUncontended(b *testing.B, s *servers, p sizes, name string, mode rwlock.
 	}
 
 	acq, rel := make([]time.Duration, p.ops), make([]time.Duration, p.ops)
+	st0 := l.Stats()
 	p0 := s.mustMntr(b, "zk_packets_received")
 	use := startUsage()
 	b.StartTimer()
@@ -67,6 +68,8 @@ func runUncontended(b *testing.B, s *servers, p sizes, name string, mode rwlock.
 	b.StopTimer()
 	spent := use.since()
 	p1 := s.mustMntr(b, "zk_packets_received")
+	st := l.Stats().Sub(st0)
+	oneTrip := float64(st.Read.OneRoundTrip+st.Write.OneRoundTrip) / float64(st.Granted())
 
 	r := newRecord(name)
 	r.put("clients", 1)
@@ -79,6 +82,7 @@ func runUncontended(b *testing.B, s *servers, p sizes, name string, mode rwlock.
 	r.put("rel_p50_us", pct(rel, 50))
 	r.put("rel_p99_us", pct(rel, 99))
 	req := r.reqPerAcq(s, p0, p1, 0, int64(p.ops))
+	r.put("one_round_trip_share", oneTrip) // from the lock's own counter (Stats)
 	r.usagePerAcq(m, spent, int64(p.ops))
 
 	m.add("cycles/s", float64(p.ops)/elapsed.Seconds())
@@ -87,5 +91,6 @@ func runUncontended(b *testing.B, s *servers, p sizes, name string, mode rwlock.
 	m.add("p50-us/release", pct(rel, 50))
 	m.add("p99-us/release", pct(rel, 99))
 	m.add("req/acquire", req)
+	m.add("one-round-trip-share", oneTrip)
 	return r
 }

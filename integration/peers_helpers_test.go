@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -32,48 +31,13 @@ import (
 // with CLOCK_MONOTONIC times into one record, which checkGrants
 // (peers_check_test.go) judges.
 
-// The peers, as Debian packages them (scripts/install-peers.sh).
-const (
-	javaLibs = "/usr/share/java"
-	python   = "/usr/bin/python3" // not the python3 on PATH, which may lack kazoo
-)
-
-var curatorJars = []string{
-	"curator-recipes.jar", "curator-framework.jar", "curator-client.jar", "zookeeper.jar", "zookeeper-jute.jar",
-	"guava.jar", "slf4j-api.jar", "slf4j-nop.jar",
-}
-
 // requirePeer skips the test when the peer ("curator" or "kazoo") is not
 // installed, or fails it where ZooKeeper itself is required (make test, CI):
 // there a missing peer is a failure, not a quiet skip.
 func requirePeer(t *testing.T, peer string) {
 	t.Helper()
 	sharedServer(t) // skips in -short, as every test with a real server does
-	var err error
-	switch peer {
-	case "curator":
-		for _, jar := range curatorJars {
-			if _, e := os.Stat(filepath.Join(javaLibs, jar)); e != nil {
-				err = e
-				break
-			}
-		}
-		if _, e := exec.LookPath("javac"); err == nil && e != nil {
-			err = e
-		}
-	case "kazoo":
-		if out, e := exec.Command(python, "-c", "import kazoo").CombinedOutput(); e != nil {
-			err = fmt.Errorf("%s -c 'import kazoo': %v: %s", python, e, bytes.TrimSpace(out))
-		}
-	}
-	if err == nil {
-		return
-	}
-	msg := fmt.Sprintf("peer %s is not installed (scripts/install-peers.sh installs it): %v", peer, err)
-	if os.Getenv("ZKRWLOCK_REQUIRE_ZK") == "1" || os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg + " (set ZKRWLOCK_REQUIRE_ZK=1 to fail instead)")
+	zktest.RequirePeer(t, peer)
 }
 
 // javaBuild compiles Contender.java once per test binary, into a directory
@@ -86,9 +50,9 @@ var javaBuild struct {
 
 func curatorClasspath(t *testing.T) string {
 	t.Helper()
-	jars := make([]string, len(curatorJars))
-	for i, jar := range curatorJars {
-		jars[i] = filepath.Join(javaLibs, jar)
+	jars := make([]string, len(zktest.CuratorJars))
+	for i, jar := range zktest.CuratorJars {
+		jars[i] = filepath.Join(zktest.JavaLibs, jar)
 	}
 	cp := strings.Join(jars, ":")
 	javaBuild.once.Do(func() {
@@ -226,7 +190,7 @@ func startKazoo(t *testing.T, rec *record, servers, path string, session, hold t
 	t.Helper()
 	src, err := filepath.Abs("testdata/peers/contender.py")
 	require.NoError(t, err)
-	return startPeer(t, rec, "kazoo", python, []string{"-u", src}, servers, path, session, hold, specs)
+	return startPeer(t, rec, "kazoo", zktest.Python, []string{"-u", src}, servers, path, session, hold, specs)
 }
 
 var peerModes = map[string]rwlock.Mode{

@@ -20,6 +20,7 @@ import (
 
 	"github.com/zkrwlock/rwlock/internal/delayproxy"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 // server is the one ZooKeeper server of the package's tests, as the
@@ -72,7 +73,7 @@ func TestHarnesses(t *testing.T) {
 		{"gozk", []string{"W1", "W3", "W6"}, 3, 5},
 	} {
 		t.Run(tc.impl, func(t *testing.T) { // one at a time: the server counts every packet
-			requirePeer(t, tc.impl)
+			zktest.RequirePeer(t, tc.impl)
 			records := runPeer(t, tc.impl, append([]string{cs}, tc.workloads...), smoke...)
 			require.Len(t, records, len(tc.workloads))
 			for i, r := range records {
@@ -161,7 +162,7 @@ func TestSplitmix64Agrees(t *testing.T) {
 
 	for _, impl := range []string{"curator", "kazoo"} {
 		t.Run(impl, func(t *testing.T) {
-			requirePeer(t, impl)
+			zktest.RequirePeer(t, impl)
 			r := runPeer(t, impl, []string{"127.0.0.1:1", "splitmix64"}) // no server needed
 			require.Len(t, r, 1)
 			got, err := json.Marshal(map[string]any{"first": r[0]["first"], "writes": r[0]["writes"]})
@@ -236,32 +237,4 @@ func goBinDir() string {
 		return filepath.Dir(p)
 	}
 	return filepath.Join(runtime.GOROOT(), "bin")
-}
-
-// requirePeer skips the test when impl's peer is not installed, or
-// fails it when real servers are required (ZKRWLOCK_REQUIRE_ZK=1 or CI:
-// `make test` installs the peers with scripts/install-peers.sh).
-func requirePeer(t *testing.T, impl string) {
-	t.Helper()
-	var missing string
-	switch impl {
-	case "curator":
-		if _, err := os.Stat("/usr/share/java/curator-recipes.jar"); err != nil {
-			missing = "Curator (/usr/share/java/curator-recipes.jar)"
-		} else if _, err := exec.LookPath("javac"); err != nil {
-			missing = "javac"
-		}
-	case "kazoo":
-		if exec.Command("/usr/bin/python3", "-c", "import kazoo").Run() != nil {
-			missing = "kazoo for /usr/bin/python3"
-		}
-	}
-	if missing == "" {
-		return
-	}
-	msg := fmt.Sprintf("%s is not installed: run scripts/install-peers.sh", missing)
-	if os.Getenv("ZKRWLOCK_REQUIRE_ZK") == "1" || os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
 }

@@ -44,16 +44,22 @@ func Start(t testing.TB, cfg Config) *Cluster {
 // them: then a missing server fails the test. Start applies it.
 func SkipUnlessAvailable(t testing.TB) {
 	t.Helper()
-	required := os.Getenv("ZKRWLOCK_REQUIRE_ZK") == "1"
-	if testing.Short() && !required {
+	if testing.Short() && os.Getenv("ZKRWLOCK_REQUIRE_ZK") != "1" {
 		t.Skip("zkserver: real ZooKeeper servers are skipped in -short mode (set ZKRWLOCK_REQUIRE_ZK=1 to run them)")
 	}
 	if err := Available(); err != nil {
-		if required || os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skipf("%v (set ZKRWLOCK_REQUIRE_ZK=1 to fail instead)", err)
+		SkipOrFail(t, err)
 	}
+}
+
+// SkipOrFail skips the test because err says that no server can run here,
+// or fails it when servers are required: ZKRWLOCK_REQUIRE_ZK=1, or CI set.
+func SkipOrFail(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("ZKRWLOCK_REQUIRE_ZK") == "1" || os.Getenv("CI") != "" {
+		t.Fatal(err)
+	}
+	t.Skipf("%v (set ZKRWLOCK_REQUIRE_ZK=1 to fail instead)", err)
 }
 
 // StartStandalone starts one server with the default Config; see [Start].
