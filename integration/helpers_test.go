@@ -171,6 +171,28 @@ func requestCount(t *testing.T, c *zkserver.Cluster, fn func()) int64 {
 	return after - before - int64(c.Len())
 }
 
+// requestCountAwaiting is requestCount for an fn whose last request may go
+// out after it returns (a watch set again on an event's goroutine): it
+// polls the servers' count until want() requests have arrived, and fails
+// the test if they do not within 5s. want is called after fn.
+func requestCountAwaiting(t *testing.T, c *zkserver.Cluster, want func() int64, fn func()) int64 {
+	t.Helper()
+	const key = "zk_packets_received"
+	before, err := c.SumMntr(t.Context(), key)
+	require.NoError(t, err)
+	fn()
+	w := want()
+	var n, looks int64
+	zktest.Poll(t, 5*time.Second, func() bool {
+		after, err := c.SumMntr(t.Context(), key)
+		require.NoError(t, err)
+		looks++
+		n = after - before - looks*int64(c.Len()) // each look is a packet on every member
+		return n >= w
+	}, func() string { return fmt.Sprintf("%d requests arrived, want %d", n, w) })
+	return n
+}
+
 // pending is an acquisition running on a goroutine of its own (see
 // goAcquire).
 type pending struct {

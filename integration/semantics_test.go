@@ -639,20 +639,50 @@ func TestRequestCosts(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, int64(3), requestCount(t, srv, cycle(ctx, l.Lock)), "Lock+Release: create, list, delete")
-	assert.Equal(t, int64(3), requestCount(t, srv, cycle(ctx, l.RLock)), "RLock+Release: create, list, delete")
-	assert.Equal(t, int64(3), requestCount(t, srv, cycle(ctx, l.TryLock)), "TryLock+Release: create, list, delete")
+	// costOf is requestCount, less the second listing of an acquisition
+	// whose first listing overtook its create: go-zookeeper does not
+	// promise the order of the two, and an acquisition that finds its own
+	// node missing from a listing lists again, as it must (acquire.go).
+	// Rare (the lock's counter says: not granted in one round trip), but
+	// seen under -race with the package's tests running in parallel.
+	costOf := func(fn func()) int64 {
+		st0 := l.Stats()
+		n := requestCount(t, srv, fn)
+		st := l.Stats().Sub(st0)
+		if relisted := int64(st.Granted() - st.Read.OneRoundTrip - st.Write.OneRoundTrip); relisted > 0 {
+			t.Logf("%d acquisition(s) listed again: the listing overtook the create", relisted)
+			n -= relisted
+		}
+		return n
+	}
+	assert.Equal(t, int64(3), costOf(cycle(ctx, l.Lock)), "Lock+Release: create, list, delete")
+	assert.Equal(t, int64(3), costOf(cycle(ctx, l.RLock)), "RLock+Release: create, list, delete")
+	assert.Equal(t, int64(3), costOf(cycle(ctx, l.TryLock)), "TryLock+Release: create, list, delete")
 
 	// A TryLock that would block: create, list, delete. (Not TryRLock: to
 	// learn whether the writer in its way was downgraded, it may read it.)
 	b := connect(t, srv.ConnectString(), timeout)
 	holder, err := b.lock(t, "/costs/lock").RLock(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, int64(4), requestCount(t, srv, func() {
+	// The holder's new watch goes out on its own goroutine, after the
+	// notification: wait for it. A TryLock whose listing overtook its
+	// create lists again (see costOf); its own count tells.
+	st0 := l.Stats()
+	var own int64
+	n := requestCountAwaiting(t, srv, func() int64 {
+		own = int64(l.Stats().Sub(st0).Requests)
+		return own + 1
+	}, func() {
 		_, err := l.TryLock(ctx)
 		assert.ErrorIs(t, err, rwlock.ErrWouldBlock)
-	}), "TryLock that would block: create, list, delete; and the holder, whose watch on the directory "+
-		"fired, watches its own node instead (once per grant)")
+	})
+	if own == 4 {
+		t.Logf("the TryLock listed again: the listing overtook the create")
+		n, own = n-1, own-1
+	}
+	assert.Equal(t, int64(3), own, "TryLock that would block: create, list, delete")
+	assert.Equal(t, int64(4), n, "TryLock that would block: create, list, delete; and the holder, whose watch on "+
+		"the directory fired, watches its own node instead (once per grant)")
 	require.NoError(t, holder.Release(ctx))
 
 	fns := make([]func(context.Context) error, 32)
@@ -660,7 +690,7 @@ func TestRequestCosts(t *testing.T) {
 	for i := range fns {
 		fns[i] = func(context.Context) error { ran.Add(1); return nil }
 	}
-	assert.Equal(t, int64(3), requestCount(t, srv, func() {
+	assert.Equal(t, int64(3), costOf(func() {
 		assert.NoError(t, l.ReadBatch(ctx, fns...))
 	}), "ReadBatch of 32: create, list, delete")
 	assert.Equal(t, int32(32), ran.Load())

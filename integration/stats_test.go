@@ -75,9 +75,10 @@ func TestStatsCountTheRequestsTheServerReceives(t *testing.T) {
 	assert.Equal(t, uint64(22), d.Write.Granted)
 	assert.Equal(t, uint64(1), d.Read.Granted)
 	// Nothing was in the writes' way, so each took one round trip unless its
-	// listing overtook its create (acquisition.listBehind: rare, and more
-	// frequent under the race detector on a busy machine).
-	assert.GreaterOrEqual(t, d.Write.OneRoundTrip, uint64(20), "nothing was in the writes' way")
+	// listing overtook its create (acquisition.listBehind: rare, but about
+	// 2% of acquisitions under the race detector with the CPU busy, as
+	// TestRequestCosts logs).
+	assert.GreaterOrEqual(t, d.Write.OneRoundTrip, uint64(18), "nothing was in the writes' way")
 	assert.LessOrEqual(t, d.Write.OneRoundTrip, uint64(22))
 }
 
