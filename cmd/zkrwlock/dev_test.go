@@ -19,8 +19,9 @@ func TestDev(t *testing.T) {
 	zktest.WaitFor(t, 2*time.Minute, func() bool {
 		line, ok := strings.CutSuffix(p.stdout.String(), "\n")
 		addr = line
-		return ok
-	}, "%s", "the connect string on stdout")
+		// The instructions go to stderr just after the address: wait for both.
+		return ok && strings.Contains(p.stderr.String(), "In other terminals:")
+	}, "%s", "the connect string on stdout, and the instructions on stderr")
 	require.Regexp(t, `^127\.0\.0\.1:\d+$`, addr)
 	require.Contains(t, p.stderr.String(), "export ZOOKEEPER_SERVERS="+addr)
 
