@@ -499,6 +499,27 @@ func (c *fakeConn) reconnect() {
 }
 
 // children lists the lock nodes under dir, for assertions.
+// deleteOwnNodeBeforeListing makes c's node in dir go, deleted by other,
+// before any of c's listings can show it: the node an acquisition on c
+// creates is deleted as its listing goes out (which may reach the server
+// before the create's answer does).
+func deleteOwnNodeBeforeListing(c *fakeConn, s *fakeServer, other *fakeConn, dir string) {
+	var prefix atomic.Value
+	c.setBefore(func(op, p string) error {
+		switch pre, _ := prefix.Load().(string); {
+		case op == "create" && strings.HasPrefix(p, dir+"/"):
+			prefix.Store(p)
+		case op == "children" && pre != "":
+			for _, name := range s.lockNodes(dir) {
+				if strings.HasPrefix(dir+"/"+name, pre) {
+					other.Delete(dir+"/"+name, -1)
+				}
+			}
+		}
+		return nil
+	})
+}
+
 func (s *fakeServer) lockNodes(dir string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,22 +221,7 @@ func TestOwnNodeMissingIsLost(t *testing.T) {
 		require.NoError(t, err)
 		other := s.conn()
 		c := s.conn()
-		// Our node goes before any listing can show it (the listing sent behind
-		// the create may reach the server before the create's answer does).
-		var prefix atomic.Value
-		c.setBefore(func(op, p string) error {
-			switch pre, _ := prefix.Load().(string); {
-			case op == "create" && strings.HasPrefix(p, dir+"/"):
-				prefix.Store(p)
-			case op == "children" && pre != "":
-				for _, name := range s.lockNodes(dir) {
-					if strings.HasPrefix(dir+"/"+name, pre) {
-						other.Delete(dir+"/"+name, -1)
-					}
-				}
-			}
-			return nil
-		})
+		deleteOwnNodeBeforeListing(c, s, other, dir)
 		_, err = newLock(t, c).Lock(ctx)
 		assert.ErrorIs(t, err, ErrLost, "never 'we are first'")
 		assert.Equal(t, []string{w.Node()[len(dir)+1:]}, s.lockNodes(dir))

@@ -2,9 +2,7 @@ package rwlock
 
 import (
 	"context"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,22 +99,7 @@ func TestStatsOfAFailedAcquisition(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, g.Release(t.Context()))
 		c := s.conn()
-		// Our node goes before any listing can show it (the listing sent behind
-		// the create may reach the server before the create's answer does).
-		var prefix atomic.Value
-		c.setBefore(func(op, p string) error {
-			switch pre, _ := prefix.Load().(string); {
-			case op == "create" && strings.HasPrefix(p, dir+"/"):
-				prefix.Store(p)
-			case op == "children" && pre != "":
-				for _, name := range s.lockNodes(dir) {
-					if strings.HasPrefix(dir+"/"+name, pre) {
-						other.Delete(dir+"/"+name, -1)
-					}
-				}
-			}
-			return nil
-		})
+		deleteOwnNodeBeforeListing(c, s, other, dir)
 		l := newLock(t, c)
 		_, err = l.Lock(t.Context())
 		require.ErrorIs(t, err, ErrLost)

@@ -218,13 +218,8 @@ func (c *faultConn) Write(p []byte) (int, error) {
 
 func (c *faultConn) Read(p []byte) (int, error) {
 	if len(c.pending) == 0 {
-		var size [4]byte
-		if _, err := io.ReadFull(c.in, size[:]); err != nil {
-			return 0, err
-		}
-		pkt := make([]byte, 4+binary.BigEndian.Uint32(size[:]))
-		copy(pkt, size[:])
-		if _, err := io.ReadFull(c.in, pkt[4:]); err != nil {
+		pkt, err := readFrame(c.in)
+		if err != nil {
 			return 0, err
 		}
 		// A reply starts with ReplyHeader{xid int32, zxid int64, err int32}.
@@ -244,6 +239,20 @@ func (c *faultConn) Read(p []byte) (int, error) {
 	n := copy(p, c.pending)
 	c.pending = c.pending[n:]
 	return n, nil
+}
+
+// readFrame reads one whole ZooKeeper frame, its length prefix included.
+func readFrame(r io.Reader) ([]byte, error) {
+	var size [4]byte
+	if _, err := io.ReadFull(r, size[:]); err != nil {
+		return nil, err
+	}
+	pkt := make([]byte, 4+binary.BigEndian.Uint32(size[:]))
+	copy(pkt, size[:])
+	if _, err := io.ReadFull(r, pkt[4:]); err != nil {
+		return nil, err
+	}
+	return pkt, nil
 }
 
 // parseRequest reads RequestHeader{xid, type} and the path that starts the

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -77,13 +76,8 @@ type replayConn struct {
 
 func (c *replayConn) Read(p []byte) (int, error) {
 	if len(c.pending) == 0 {
-		var size [4]byte
-		if _, err := io.ReadFull(c.in, size[:]); err != nil {
-			return 0, err
-		}
-		pkt := make([]byte, 4+binary.BigEndian.Uint32(size[:]))
-		copy(pkt, size[:])
-		if _, err := io.ReadFull(c.in, pkt[4:]); err != nil {
+		pkt, err := readFrame(c.in)
+		if err != nil {
 			return 0, err
 		}
 		// ReplyHeader{xid int32, zxid int64, err int32}, then for xid -1 a
