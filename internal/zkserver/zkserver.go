@@ -165,7 +165,7 @@ type Cluster struct {
 
 	members []*member // fixed once StartCluster returns
 
-	mu     sync.Mutex // guards closed and every member's proc, logStart and served
+	mu     sync.Mutex // guards closed and every member's proc, logStart, served and session limits
 	closed bool
 }
 
@@ -176,6 +176,7 @@ type member struct {
 	logStart                             int64    // size of zk.log when proc started; older lines are not its own
 	served                               bool     // proc has served since it started
 	proc                                 *process // nil until started and after Kill or Stop
+	minSession, maxSession               time.Duration
 }
 
 func (m *member) addr() string       { return fmt.Sprintf("127.0.0.1:%d", m.clientPort) }
@@ -252,6 +253,8 @@ func (c *Cluster) startAll(ctx context.Context) error {
 			clientPort:   ports[3*i],
 			quorumPort:   ports[3*i+1],
 			electionPort: ports[3*i+2],
+			minSession:   c.cfg.MinSessionTimeout,
+			maxSession:   c.cfg.MaxSessionTimeout,
 		}
 	}
 	for _, m := range c.members {
@@ -286,8 +289,8 @@ func (c *Cluster) writeConfig(m *member) error {
 	b.WriteString("clientPortAddress=127.0.0.1\n")
 	b.WriteString("admin.enableServer=false\n") // its Jetty would take port 8080
 	b.WriteString("4lw.commands.whitelist=*\n")
-	fmt.Fprintf(&b, "minSessionTimeout=%d\n", c.cfg.MinSessionTimeout.Milliseconds())
-	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", c.cfg.MaxSessionTimeout.Milliseconds())
+	fmt.Fprintf(&b, "minSessionTimeout=%d\n", m.minSession.Milliseconds())
+	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", m.maxSession.Milliseconds())
 	b.WriteString("maxClientCnxns=0\n") // default 60 per IP, and every client is 127.0.0.1
 	if len(c.members) > 1 {
 		// In ticks, as zk.sh has them, but never so few that a short tick
@@ -533,6 +536,24 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 		return err
 	}
 	return c.waitServing(ctx, []*member{m})
+}
+
+// SetSessionLimits changes the session timeouts member i grants, from its
+// next Start: a member restarted with a lower maximum, or an ensemble whose
+// members are configured differently, grants a reconnecting client less
+// than it had.
+func (c *Cluster) SetSessionLimits(i int, minTimeout, maxTimeout time.Duration) error {
+	m, err := c.member(i)
+	if err != nil {
+		return err
+	}
+	if minTimeout > maxTimeout {
+		return fmt.Errorf("zkserver: min session timeout %v > max %v", minTimeout, maxTimeout)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m.minSession, m.maxSession = minTimeout, maxTimeout
+	return c.writeConfig(m)
 }
 
 // LogTail returns the last n lines of member i's log, for failure messages.
