@@ -410,7 +410,7 @@ func (a *acquisition) grant(ctx context.Context) (*Grant, step, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
-	t := a.l.sessionTimeout()
+	t := a.c.timeoutOf(a.l, a.session)
 	if t > 0 && !a.c.fresh(a.session, t, renewInterval(t)) {
 		r := a.c.sync(ctx)
 		switch {
@@ -422,7 +422,7 @@ func (a *acquisition) grant(ctx context.Context) (*Grant, step, error) {
 		}
 	}
 	a.l.debug("granted", a.path)
-	g := newGrant(a.l, a.c, a.mode, a.path, a.session, t)
+	g := newGrant(a.l, a.c, a.mode, a.path, a.session)
 	g.token.Store(a.tok)
 	// A writer that waited behind writers may be followed by a waiter whose
 	// listing still shows them: its release mark spares that waiter a

@@ -50,9 +50,9 @@ var (
 	_                                                       = rw.Entry{Node: "", Mode: rw.Write, Seq: int32(0), SessionID: int64(0), Owner: "", Held: false, Created: time.Time{}}
 	_ []rw.Mode                                             = []rw.Mode{rw.Read, rw.Write}
 
-	_ func(context.Context, []string, time.Duration) (*zk.Conn, error) = rw.Dial
-	_ func(string) error                                               = rw.ValidatePath
-	_ func(time.Duration) time.Duration                                = rw.HeadStart
+	_ func(context.Context, []string, time.Duration, ...func(*zk.Conn)) (*zk.Conn, error) = rw.Dial
+	_ func(string) error                                                                  = rw.ValidatePath
+	_ func(time.Duration) time.Duration                                                   = rw.HeadStart
 
 	// Dialects: the zero Dialect is the native one (iota order), so that a
 	// lock made without WithDialect names its nodes as before.

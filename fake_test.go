@@ -48,6 +48,7 @@ type fakeConn struct {
 	lists    atomic.Int64  // of which Children and ChildrenW
 	applied  []string      // "op path" of every request, in the server's order; guarded by s.mu
 	connects atomic.Uint64 // sessions had: one per connection, as Dial counts them
+	granted  atomic.Int64  // the session timeout a Dial connection learnt; 0: not told (see setGranted)
 	// replayOrder, if set, orders the events a reconnection sends again:
 	// go-zookeeper's SetWatches lists the watches from a map.
 	replayOrder func([]heldEvent)
@@ -445,9 +446,26 @@ func (c *fakeConn) expire() {
 	c.newSession()
 }
 
-// connectCount is what a lock on a Dial connection learns from
-// go-zookeeper's event callback (dial.go): how many sessions it has had.
+// connectCount is what a lock on a Dial connection learns from the
+// server's handshake answers (dial.go): how many sessions it has had.
 func (c *fakeConn) connectCount() uint64 { return c.connects.Load() }
+
+// setGranted makes c a connection that tells the lock its session timeout,
+// as one made by Dial does: t from now on, for every session of c. A
+// connection never told stands for one made by zk.Connect.
+func (c *fakeConn) setGranted(t time.Duration) { c.granted.Store(int64(t)) }
+
+// timeoutOf is the sessions interface's (dial.go).
+func (c *fakeConn) timeoutOf(session int64) time.Duration {
+	if session != c.session.Load() {
+		return 0
+	}
+	return time.Duration(c.granted.Load())
+}
+
+// onTimeoutChange is the sessions interface's: the fake's timeout changes
+// only between tests.
+func (c *fakeConn) onTimeoutChange(func()) (stop func()) { return func() {} }
 
 func (c *fakeConn) newSession() {
 	c.connects.Add(1)
@@ -845,7 +863,7 @@ func (cl *zkClient) setState(s zk.State) {
 		cl.downSince = time.Now()
 	}
 	if s == zk.StateHasSession {
-		cl.c.connects.Add(1) // Dial's event callback counts this (dial.go)
+		cl.c.connects.Add(1) // Dial's tap counts this (dial.go)
 	}
 	cl.c.state.Store(int32(s))
 }

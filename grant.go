@@ -26,10 +26,9 @@ type Grant struct {
 	l       *RWLock
 	c       *client
 	mode    Mode
-	node    string        // full path
-	session int64         // the session that owns node
-	timeout time.Duration // the session timeout its loss is judged by; 0 if unknown
-	outer   *Grant        // for a nested grant, the grant it is nested in
+	node    string // full path
+	session int64  // the session that owns node
+	outer   *Grant // for a nested grant, the grant it is nested in
 
 	ctx    context.Context         // done when the grant ends; its cause says why
 	cancel context.CancelCauseFunc // first cause wins
@@ -54,8 +53,8 @@ type Grant struct {
 
 // newGrant makes the grant of a node, and puts it under the lease clock.
 // The grant takes over the acquisition's use of the client.
-func newGrant(l *RWLock, c *client, mode Mode, node string, session int64, timeout time.Duration) *Grant {
-	g := &Grant{l: l, c: c, mode: mode, node: node, session: session, timeout: timeout}
+func newGrant(l *RWLock, c *client, mode Mode, node string, session int64) *Grant {
+	g := &Grant{l: l, c: c, mode: mode, node: node, session: session}
 	g.initContext()
 	c.hold(g)
 	return g
@@ -133,19 +132,13 @@ func (g *Grant) judge() {
 // timeout, and after Release.
 func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 	r := g.root()
+	r.judge()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.timeout <= 0 {
-		return time.Time{}, false
-	}
 	if r.ctx.Err() != nil {
 		return r.deadline, !r.deadline.IsZero()
 	}
-	end, ok := r.c.deadlineOf(r)
-	if !ok {
-		return time.Time{}, false
-	}
-	return end.Add(-relayAllowance(r.timeout)), true
+	return r.c.deadlineOf(r)
 }
 
 // Token returns the fencing token of the grant: the czxid of its node. For
@@ -273,6 +266,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	g.ops.Lock()
 	defer g.ops.Unlock()
 	fail := func(err error) (*Grant, error) { return nil, fmt.Errorf("rwlock: downgrade %s: %w", g.node, err) }
+	g.judge() // a grant the clock has given up must not let readers in
 	switch {
 	case g.released || g.ctx.Err() != nil:
 		return fail(g.ended())
@@ -308,7 +302,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 		return fail(g.ended()) // lost while we marked it
 	}
 	d := &Grant{
-		l: l, c: g.c, mode: Read, node: g.node, session: g.session, timeout: g.timeout,
+		l: l, c: g.c, mode: Read, node: g.node, session: g.session,
 		markRelease: g.markRelease,
 	}
 	d.initContext()
@@ -419,8 +413,8 @@ func (g *Grant) lost(cause error) {
 	if g.ctx.Err() == nil {
 		now := time.Now()
 		g.deadline = now
-		if lapsed != nil && g.timeout > 0 {
-			g.deadline = now.Add(max(lapsed.left-relayAllowance(g.timeout), 0))
+		if t := g.c.timeoutOf(g.l, g.session); lapsed != nil && t > 0 {
+			g.deadline = now.Add(max(lapsed.left-relayAllowance(t), 0))
 		}
 	}
 	g.mu.Unlock()
@@ -572,6 +566,7 @@ func (l *RWLock) nested(ctx context.Context, w want) (g *Grant, err error, ok bo
 	if outer == nil || outer.l.path != l.path || outer.l.conn != l.conn {
 		return nil, nil, false
 	}
+	outer.judge() // as Err does: a holder back from a pause may have lost it
 	switch {
 	case outer.ctx.Err() != nil:
 		err = fmt.Errorf("the grant in the context has ended: %w", context.Cause(outer.ctx))
@@ -582,7 +577,7 @@ func (l *RWLock) nested(ctx context.Context, w want) (g *Grant, err error, ok bo
 		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err), true
 	}
 	r := outer.root()
-	g = &Grant{l: r.l, c: r.c, mode: w.mode, node: r.node, session: r.session, timeout: r.timeout, outer: outer}
+	g = &Grant{l: r.l, c: r.c, mode: w.mode, node: r.node, session: r.session, outer: outer}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	// Ended by its outer grant on the goroutine that ends that one, so that
 	// its own hooks (a WithRead's function context) run in time too.

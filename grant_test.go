@@ -128,7 +128,8 @@ func TestLeaseRidesOutASilentConnection(t *testing.T) {
 		const timeout = 8 * time.Second
 		s := newFakeServer()
 		c := s.conn()
-		g, err := newLock(t, c, WithSessionTimeout(timeout)).Lock(t.Context())
+		c.setGranted(timeout)
+		g, err := newLock(t, c).Lock(t.Context())
 		require.NoError(t, err)
 		answered := recordSyncs(c)
 		time.Sleep(timeout)
@@ -154,7 +155,8 @@ func TestLeaseLapsesWhileGoZookeeperSaysConnected(t *testing.T) {
 		const timeout = 8 * time.Second
 		s := newFakeServer()
 		c := s.conn()
-		l := newLock(t, c, WithSessionTimeout(timeout))
+		c.setGranted(timeout)
+		l := newLock(t, c)
 		g, err := l.Lock(t.Context())
 		require.NoError(t, err)
 		answered := recordSyncs(c)
@@ -208,7 +210,8 @@ func TestFirstErrAfterAPauseSeesTheLoss(t *testing.T) {
 				const timeout = 8 * time.Second
 				s := newFakeServer()
 				c := s.conn()
-				l := newLock(t, c, WithSessionTimeout(timeout))
+				c.setGranted(timeout)
+				l := newLock(t, c)
 				pause := func(g *Grant) {
 					c.setBefore(func(string, string) error { return zk.ErrNoServer }) // frozen: nothing sent
 					synctest.Wait()

@@ -79,14 +79,28 @@ import (
 // paused (SIGSTOP, a stopped VM) sees the loss at its first check after
 // resuming, even before the clock's timer has fired.
 //
+// # Which T
+//
+// The T of the lease is the one the server granted, never the one asked
+// for: a server clamps what a client asks for to its own
+// [minSessionTimeout, maxSessionTimeout] (2 and 20 ticks by default), and
+// a reconnection may land on a server that grants less. A connection made
+// by [Dial] reads the granted T from the server's answer to every
+// handshake (dial.go), and a grant is judged by the smallest T granted in
+// its session so far, capped by [WithSessionTimeout] if given: the
+// judgement, the keepalive pace, the next look and [Grant.Deadline] all
+// use it, and a change makes the clock look at once. On any other
+// connection the lock cannot check what the server granted (go-zookeeper
+// does not expose it), so it does not know T, whatever WithSessionTimeout
+// says.
+//
 // # Without T, and other causes
 //
-// When the lock does not know T (no [WithSessionTimeout], a connection
-// not made by [Dial]) it cannot compute a lease, and any disconnection of a
-// holder is a loss, checked at every Err and Done and every 20 ms: the
-// safe default of Curator's SUSPENDED rule. It notices a partition only
-// when go-zookeeper does, so it keeps go-zookeeper's blind spot: pass the
-// timeout.
+// When the lock does not know T (a connection not made by [Dial]) it
+// cannot compute a lease, and any disconnection of a holder is a loss,
+// checked at every Err and Done and every 20 ms: the safe default of
+// Curator's SUSPENDED rule. It notices a partition only when go-zookeeper
+// does, so it keeps go-zookeeper's blind spot: connect with Dial.
 //
 // A session found replaced (go-zookeeper opens a new one after an expiry)
 // ends its grants at once. A node deleted by someone else is learnt from
@@ -152,6 +166,30 @@ func (c *client) leaseEndLocked(session int64, t time.Duration) (time.Time, bool
 	return c.lease.since.Add(t), true
 }
 
+// timeoutOf returns the session timeout that l's grants in session are
+// judged by (see above): the smallest the server granted in the session,
+// no more than WithSessionTimeout says; 0 if unknown.
+func (c *client) timeoutOf(l *RWLock, session int64) time.Duration {
+	if c.sessions == nil {
+		return 0
+	}
+	t := c.sessions.timeoutOf(session)
+	if l.timeout > 0 && t > l.timeout {
+		t = l.timeout
+	}
+	return t
+}
+
+// lookNow makes the lease clock look at once: the session timeout changed.
+// It runs on go-zookeeper's goroutine, so it only moves the timer.
+func (c *client) lookNow() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer != nil && len(c.grants) > 0 {
+		c.timer.Reset(0)
+	}
+}
+
 // fresh reports whether session's lease still has more than the head start
 // and margin to run, for timeout t.
 func (c *client) fresh(session int64, t, margin time.Duration) bool {
@@ -180,10 +218,7 @@ func (c *client) judgeLocked(g *Grant, now time.Time) error {
 	if c.zk.SessionID() != g.session {
 		return zk.ErrSessionExpired // go-zookeeper silently made a new session
 	}
-	t := g.timeout
-	if cur := g.l.sessionTimeout(); cur > 0 && cur < t {
-		t = cur // a server of the ensemble granted less at a reconnection
-	}
+	t := c.timeoutOf(g.l, g.session)
 	if t <= 0 {
 		if c.zk.State() != zk.StateHasSession {
 			return errDisconnected
@@ -220,7 +255,12 @@ func (c *client) judge(g *Grant) {
 func (c *client) deadlineOf(g *Grant) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.leaseEndLocked(g.session, g.timeout)
+	t := c.timeoutOf(g.l, g.session)
+	end, ok := c.leaseEndLocked(g.session, t)
+	if !ok {
+		return time.Time{}, false
+	}
+	return end.Add(-relayAllowance(t)), true
 }
 
 // hold puts g under the lease clock until unhold.
@@ -267,7 +307,8 @@ func (c *client) tick() {
 			delete(c.grants, g)
 			continue
 		}
-		if g.timeout <= 0 {
+		t := c.timeoutOf(g.l, g.session)
+		if t <= 0 {
 			soonest(now.Add(unknownTimeoutPoll))
 			continue
 		}
@@ -277,8 +318,8 @@ func (c *client) tick() {
 				continue
 			}
 		}
-		minT = minNonZero(minT, g.timeout)
-		soonest(c.lease.since.Add(g.timeout - HeadStart(g.timeout)))
+		minT = minNonZero(minT, t)
+		soonest(c.lease.since.Add(t - HeadStart(t)))
 	}
 	if minT > 0 {
 		// Renew when the lease is a keepalive interval old, with at most

@@ -34,10 +34,11 @@ func TestNoAuthAnswerDoesNotRenewTheLease(t *testing.T) {
 		const timeout = 8 * time.Second
 		s := newFakeServer()
 		c := s.conn()
-		l := newLock(t, c, WithSessionTimeout(timeout))
+		c.setGranted(timeout)
+		l := newLock(t, c)
 		g, err := l.Lock(t.Context())
 		require.NoError(t, err)
-		other, err := newRWLock(c, "/forbidden", WithSessionTimeout(timeout))
+		other, err := newRWLock(c, "/forbidden")
 		require.NoError(t, err)
 
 		cutOff := make(chan struct{})

@@ -103,12 +103,13 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithSessionTimeout tells the lock the session timeout the connection was
-// made with (the one the server granted), which its lease clock needs (see
-// [Grant.Done]): with it, a holder rides out a silent connection for about
-// half of it; without it (and unless the connection was made by [Dial]) any
-// disconnection of a holder counts as a loss. Do not pass more than the
-// server granted: the server clamps timeouts to its maxSessionTimeout.
+// WithSessionTimeout caps the session timeout the lock's lease clock
+// believes (see [Grant.Done]). On a connection made by [Dial] the lock
+// already knows what the server granted, on every reconnection, and uses
+// the smaller of the two. On any other connection the lock cannot check
+// what the server granted (it may have clamped the timeout asked for to
+// its maxSessionTimeout), so it trusts no number: any disconnection of a
+// holder counts as a loss, with or without this option.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -128,15 +129,4 @@ func WithCleanupTimeout(d time.Duration) Option {
 		}
 		o.cleanupTimeout = d
 	}
-}
-
-// sessionTimeout is the smallest session timeout we know of, 0 if none.
-func (l *RWLock) sessionTimeout() time.Duration {
-	t := l.timeout
-	if l.granted != nil {
-		if g := l.granted(); g > 0 && (t == 0 || g < t) {
-			t = g
-		}
-	}
-	return t
 }

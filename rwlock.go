@@ -78,17 +78,15 @@ func (m Mode) String() string {
 // queues after it, and no one can overtake a waiter. A grant lasts until it
 // is released or lost; [Grant.Done] tells which.
 type RWLock struct {
-	conn     zkConn
-	path     string
-	acl      []zk.ACL
-	data     []byte // node data: who holds or waits
-	owner    string
-	log      *slog.Logger
-	timeout  time.Duration        // from WithSessionTimeout; 0 when not given
-	granted  func() time.Duration // what the server granted a Dial connection; nil for others
-	connects func() uint64        // how many times a Dial connection has had a session; nil for others
-	cleanup  time.Duration
-	dialect  Dialect
+	conn    zkConn
+	path    string
+	acl     []zk.ACL
+	data    []byte // node data: who holds or waits
+	owner   string
+	log     *slog.Logger
+	timeout time.Duration // from WithSessionTimeout; 0 when not given
+	cleanup time.Duration
+	dialect Dialect
 
 	obs   Observer  // from WithObserver; nil if none
 	stats lockStats // for Stats (stats.go)
@@ -110,13 +108,7 @@ func New(conn *zk.Conn, path string, opts ...Option) (*RWLock, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: nil *zk.Conn", ErrInvalidArgument)
 	}
-	l, err := newRWLock(conn, path, opts...)
-	if err != nil {
-		return nil, err
-	}
-	l.granted = grantedTimeout(conn)
-	l.connects = connectCount(conn)
-	return l, nil
+	return newRWLock(conn, path, opts...)
 }
 
 func newRWLock(conn zkConn, path string, opts ...Option) (*RWLock, error) {
@@ -127,22 +119,17 @@ func newRWLock(conn zkConn, path string, opts ...Option) (*RWLock, error) {
 	if err != nil {
 		return nil, err
 	}
-	var connects func() uint64
-	if c, ok := conn.(interface{ connectCount() uint64 }); ok {
-		connects = c.connectCount // a connection that counts its sessions itself: the fake
-	}
 	return &RWLock{
-		connects: connects,
-		conn:     conn,
-		path:     path,
-		acl:      o.acl,
-		data:     encodeNodeData(o.owner, false, false),
-		owner:    o.owner,
-		log:      o.log,
-		timeout:  o.sessionTimeout,
-		cleanup:  o.cleanupTimeout,
-		obs:      o.observer,
-		dialect:  o.dialect,
+		conn:    conn,
+		path:    path,
+		acl:     o.acl,
+		data:    encodeNodeData(o.owner, false, false),
+		owner:   o.owner,
+		log:     o.log,
+		timeout: o.sessionTimeout,
+		cleanup: o.cleanupTimeout,
+		obs:     o.observer,
+		dialect: o.dialect,
 	}, nil
 }
 

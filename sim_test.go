@@ -190,6 +190,7 @@ type simClient struct {
 	zk    *zkClient
 	lock  *RWLock
 	steps []simStep // what it will do
+	known bool      // its connection tells the lock the session timeout, as Dial's does
 
 	// Guarded by net.mu:
 	cancel   context.CancelFunc // cancels the acquisition in progress
@@ -305,9 +306,9 @@ func (s *sim) run() {
 		conn := s.net.session(hosts)
 		c := &simClient{id: i, conn: conn, zk: conn.cl}
 		opts := []Option{WithOwner(fmt.Sprintf("c%d", i)), WithCleanupTimeout(2 * time.Second)}
-		known := r.IntN(4) != 0
-		if known {
-			opts = append(opts, WithSessionTimeout(s.timeout)) // else: any disconnection is a loss
+		c.known = r.IntN(4) != 0
+		if c.known {
+			conn.setGranted(s.timeout) // a Dial connection; else: any disconnection is a loss
 		}
 		l, err := newRWLock(conn, dir, opts...)
 		if err != nil {
@@ -795,7 +796,7 @@ func (s *sim) thaw(c *simClient) {
 	n.mu.Lock()
 	g, from, failed := c.holding, c.zk.frozenAt, s.failed != ""
 	n.mu.Unlock()
-	if g != nil && g.timeout > 0 && !failed {
+	if g != nil && c.known && !failed {
 		err := g.Err()
 		s.logf("c%d resumes; its first Err: %v", c.id, err)
 		n.mu.Lock()
@@ -862,7 +863,7 @@ func (s *sim) check() {
 		if g == nil || c.zk.frozen || isClosed(g.ctx.Done()) {
 			continue
 		}
-		if g.timeout <= 0 {
+		if !c.known {
 			if noticed, what := s.noticed(c, g); what != "" && now.Sub(noticed) > unknownTimeoutPoll+time.Millisecond {
 				s.failed = fmt.Sprintf("c%d's grant, whose session timeout is unknown, is not lost %v after go-zookeeper reported %s",
 					c.id, now.Sub(noticed), what)
@@ -909,8 +910,8 @@ func (s *sim) status(c *simClient) string {
 	cl, g := c.zk, c.holding
 	var b strings.Builder
 	fmt.Fprintf(&b, "c%d holds %s %s (session %d", c.id, g.Mode(), path.Base(g.Node()), g.session)
-	if g.timeout > 0 {
-		fmt.Fprintf(&b, ", timeout %v)", g.timeout)
+	if t := g.c.timeoutOf(g.l, g.session); t > 0 {
+		fmt.Fprintf(&b, ", timeout %v)", t)
 	} else {
 		b.WriteString(", timeout unknown)")
 	}

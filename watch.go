@@ -229,10 +229,10 @@ func (a *acquisition) confirmOwn(ctx context.Context) (step, error) {
 
 // connects returns the connection's session count, if it keeps one.
 func (a *acquisition) connects() (uint64, bool) {
-	if a.l.connects == nil {
+	if a.c.sessions == nil {
 		return 0, false
 	}
-	return a.l.connects(), true
+	return a.c.sessions.connectCount(), true
 }
 
 // ownEvent handles an event about our own node while we wait.

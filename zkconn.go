@@ -42,7 +42,9 @@ var _ zkConn = (*zk.Conn)(nil)
 // forgets it when the last user is done, so a connection that is no longer
 // used is not kept alive by the library.
 type client struct {
-	zk zkConn
+	zk       zkConn
+	sessions sessions // what the connection tells of its sessions; nil if nothing
+	unlisten func()   // stops listening to sessions' timeout changes
 
 	mu      sync.Mutex
 	refs    int                      // guarded by clients.mu, not mu
@@ -70,7 +72,10 @@ func acquireClient(conn zkConn) *client {
 		if clients.m == nil {
 			clients.m = make(map[zkConn]*client)
 		}
-		c = &client{zk: conn, grants: make(map[*Grant]struct{}), watches: make(map[watchKey]*watchEntry)}
+		c = &client{zk: conn, sessions: sessionsOf(conn), grants: make(map[*Grant]struct{}), watches: make(map[watchKey]*watchEntry)}
+		if c.sessions != nil {
+			c.unlisten = c.sessions.onTimeoutChange(c.lookNow)
+		}
 		clients.m[conn] = c
 	}
 	c.refs++
@@ -89,6 +94,9 @@ func (c *client) release() {
 	defer clients.mu.Unlock()
 	if c.refs--; c.refs == 0 {
 		delete(clients.m, c.zk)
+		if c.unlisten != nil {
+			c.unlisten()
+		}
 	}
 }
 
