@@ -7,6 +7,11 @@ export ZKRWLOCK_REQUIRE_ZK ?= 1
 # ./... and go vet ./... from the root leave them out.
 MODULES := lockprof otelrwlock
 
+# The oldest Go the library supports: go.mod's go directive. make check vets
+# with it and make test runs the root package's tests with it too
+# (downloaded through the module proxy the first time).
+GO_FLOOR ?= go1.25.0
+
 SIM_SCHEDULES ?= 2000000
 SIM_FIRST ?= $(shell date +%s)
 
@@ -36,6 +41,7 @@ test: zookeeper peers check
 	@# Built without the race detector only: see integration/faults_ensemble_mixed_test.go.
 	$(GO) test -count=1 -timeout 10m -run 'TestFaultEnsembleLeaderKillMixedRun$$' -v ./integration/
 	$(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' -sim.schedules=100000 -v .
+	GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -count=1 -timeout 10m .
 
 ## sim: millions of simulated fault schedules, from a new first seed each run
 sim:
@@ -68,4 +74,5 @@ bench: zookeeper
 check:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
+	GOTOOLCHAIN=$(GO_FLOOR) $(GO) vet ./...
 	@for m in $(MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
