@@ -411,6 +411,11 @@ func (a *acquisition) grant(ctx context.Context) (*Grant, step, error) {
 		return nil, 0, err
 	}
 	t := a.c.timeoutOf(a.l, a.session)
+	if t <= 0 && a.c.zk.State() != zk.StateHasSession {
+		// Without T, a disconnection is a loss: the grant's first Err
+		// would report it. Wait for the session, and prove our place again.
+		return nil, stepReconnect, nil
+	}
 	if t > 0 && !a.c.fresh(a.session, t, renewInterval(t)) {
 		r := a.c.sync(ctx)
 		switch {

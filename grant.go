@@ -92,11 +92,12 @@ func (g *Grant) Node() string { return g.node }
 // resuming; a Done channel obtained before the pause closes within T/16
 // after it.
 //
-// All of this needs the session timeout ([WithSessionTimeout], or a
-// connection made by [Dial]). Without it, any disconnection is a loss,
-// noticed only when go-zookeeper notices: a partition that begins right
-// after a watch notification, or a paused process, can then let another
-// client in before the holder is told.
+// All of this needs the session timeout the server granted, which the lock
+// knows on a connection made by [Dial] (the smallest granted in the
+// session, on any of its connections). On any other connection, any
+// disconnection is a loss, noticed only when go-zookeeper notices: a
+// partition that begins right after a watch notification, or a paused
+// process, can then let another client in before the holder is told.
 func (g *Grant) Done() <-chan struct{} {
 	g.judge()
 	return g.ctx.Done()
@@ -128,8 +129,8 @@ func (g *Grant) judge() {
 // every renewal of the lease; once the grant is lost, it is the time by
 // which the holder must have stopped (at once for a deleted node or an
 // expired session). It counts the worst case of an ensemble (see
-// [Grant.Done]). ok is false when the lock does not know the session
-// timeout, and after Release.
+// [Grant.Done]). ok is false while the grant is held on a connection whose
+// session timeout the lock does not know, and after Release.
 func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 	r := g.root()
 	r.judge()
@@ -253,6 +254,9 @@ func (g *Grant) Release(ctx context.Context) error {
 //
 // On success the write grant ends (its Err returns ErrReleased) and the
 // returned read grant owns the node; releasing either of them releases it.
+// Readers may be granted as soon as the mark is written, before the write
+// grant's Done closes: finish every write before calling Downgrade, and do
+// not go on writing in goroutines that watch the write grant's Done.
 // If ctx has ended when it is called, or the server refuses the change (an
 // ACL), the write grant is unchanged. Once the request is sent it is waited
 // for up to the cleanup timeout (see [WithCleanupTimeout]), whatever ctx

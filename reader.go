@@ -92,10 +92,12 @@ func (gr *Group) Wait() error {
 	if lost := gr.grant.lostCause(); lost != nil {
 		gr.fail(lost)
 	}
+	// Before the release: a goroutine a function left running must see its
+	// context end before the next holder can be granted.
+	gr.cancel(context.Canceled)
 	ctx, cancel := context.WithTimeout(gr.release, gr.grant.l.releaseTimeout())
 	defer cancel()
 	rerr := gr.grant.Release(ctx)
-	gr.cancel(context.Canceled)
 	gr.mu.Lock()
 	defer gr.mu.Unlock()
 	if gr.err != nil {

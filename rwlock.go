@@ -141,12 +141,14 @@ func (l *RWLock) Path() string { return l.path }
 // cancelled ctx, it returns an error (wrapping ctx's error when ctx ended)
 // and leaves no node behind. It rides out connection loss and server
 // restarts while it waits, and queues again if the session expires. If its
-// node is deleted by someone else while it waits, it fails with an error
-// wrapping ErrLost.
+// node is deleted while it waits, it fails with an error wrapping ErrLost:
+// deleted by someone else, or by the server as it expired the session of
+// a process paused past it, which learns of the deletion before it learns
+// of the expiry.
 //
 // If ctx carries a grant of this lock (see [ContextWithGrant]), Lock returns
 // a nested grant of a write grant at once, and fails with ErrUpgrade inside
-// a read grant.
+// a read grant; a grant the lease clock has given up fails with ErrLost.
 func (l *RWLock) Lock(ctx context.Context) (*Grant, error) {
 	return l.acquire(ctx, want{mode: Write, block: true})
 }

@@ -77,7 +77,7 @@ const (
 	// for too long for the session to be shown alive (see Grant.Done).
 	LostLeaseLapsed
 	// LostDisconnected: the connection dropped, and the lock does not
-	// know the session timeout (see WithSessionTimeout).
+	// know the session timeout (a connection not made by Dial).
 	LostDisconnected
 	// LostOther: anything else, such as a closed connection or a
 	// downgrade whose outcome is unknown.

@@ -65,10 +65,12 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 		stop()
 		g.judge()
 		lost := g.lostCause()
+		// Before the release: a goroutine fn left running must see its
+		// context end before the next holder can be granted.
+		cancel(context.Canceled)
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout())
 		defer rcancel()
 		rerr := g.Release(rctx)
-		cancel(context.Canceled)
 		if lost != nil {
 			err = errors.Join(lost, err)
 		} else {

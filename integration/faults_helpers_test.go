@@ -60,34 +60,23 @@ func heal(p *faultproxy.Proxy) {
 	p.Pass()
 }
 
-// dialZK opens a session with go-zookeeper's own Connect, with an optional
-// dialer and host provider (nil: go-zookeeper's defaults), waits for the
-// session and closes the connection, waiting for its goroutines, when the
-// test ends.
+// dialZK opens a session with rwlock.Dial, with an optional dialer and host
+// provider (nil: go-zookeeper's defaults), and closes the connection when
+// the test ends.
 func dialZK(t *testing.T, servers []string, timeout time.Duration, dialer zk.Dialer, hosts zk.HostProvider) *zk.Conn {
 	t.Helper()
-	if dialer == nil {
-		dialer = net.DialTimeout
+	opts := []func(*zk.Conn){zk.WithLogger(quietZK{}), zk.WithLogInfo(false)}
+	if dialer != nil {
+		opts = append(opts, zk.WithDialer(dialer))
 	}
-	if hosts == nil {
-		hosts = zk.NewDNSHostProvider()
+	if hosts != nil {
+		opts = append(opts, zk.WithHostProvider(hosts))
 	}
-	conn, events, err := zk.Connect(servers, timeout, zk.WithDialer(dialer), zk.WithHostProvider(hosts),
-		zk.WithLogger(quietZK{}), zk.WithLogInfo(false))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := rwlock.Dial(ctx, servers, timeout, opts...)
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		conn.Close()
-		for range events { // closed once the client's goroutines are done
-		}
-	})
-	deadline := time.After(30 * time.Second)
-	for conn.State() != zk.StateHasSession {
-		select {
-		case <-events:
-		case <-deadline:
-			t.Fatalf("no session with %v after 30s", servers)
-		}
-	}
+	t.Cleanup(conn.Close)
 	return conn
 }
 

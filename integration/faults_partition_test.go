@@ -83,11 +83,12 @@ func waitWatched(t *testing.T, _ *zkserver.Cluster, g *rwlock.Grant) {
 	require.NoError(t, g.Err())
 }
 
-// A holder that knows its session timeout rides out a partition or
-// disconnection much shorter than a third of it, and so does one on a
-// connection made by rwlock.Dial, which learns the timeout the server
-// granted. One that does not know it loses its grant on any disconnection,
-// at once, and deletes its node once it has its session back.
+// A holder on a connection made by rwlock.Dial, which learns the timeout
+// the server granted, rides out a partition or disconnection much shorter
+// than a third of it. One on a connection made by zk.Connect does not know
+// it, even when told with WithSessionTimeout (the server may have granted
+// less): it loses its grant on any disconnection, at once, and deletes its
+// node once it has its session back.
 //
 // A blackhole shorter than a third of the timeout never disconnects the
 // client (it drops a connection after 2/3 of the timeout without a packet):
@@ -104,7 +105,7 @@ func TestFaultShortDisconnection(t *testing.T) {
 		wantLost bool
 	}{
 		{name: "SessionTimeout/blackhole", timeout: 6 * time.Second, conn: "connect", tell: true},
-		{name: "SessionTimeout/cut", timeout: 9 * time.Second, conn: "connect", tell: true, cut: true},
+		{name: "SessionTimeout/cut", timeout: 9 * time.Second, conn: "connect", tell: true, cut: true, wantLost: true},
 		{name: "Dial/blackhole", timeout: 6 * time.Second, conn: "dial"},
 		{name: "Dial/cut", timeout: 9 * time.Second, conn: "dial", cut: true},
 		{name: "NoTimeout/cut", timeout: 9 * time.Second, conn: "connect", cut: true, wantLost: true},
@@ -120,10 +121,10 @@ func TestFaultShortDisconnection(t *testing.T) {
 				conn = dialLib(t, []string{p.Addr()}, tc.timeout)
 				l, err = rwlock.New(conn, path)
 			} else {
-				c := connect(t, p.Addr(), tc.timeout)
+				c := connectZK(t, p.Addr(), tc.timeout)
 				conn = c.conn
 				if tc.tell {
-					l = c.lock(t, path)
+					l = c.lock(t, path, rwlock.WithSessionTimeout(tc.timeout))
 				} else {
 					l, err = rwlock.New(conn, path)
 				}
@@ -154,7 +155,7 @@ func TestFaultShortDisconnection(t *testing.T) {
 				select {
 				case doneAt = <-done:
 				case <-time.After(5 * time.Second):
-					t.Fatal("a lock that does not know the session timeout kept its grant across a disconnection")
+					t.Fatal("a lock on a connection not made by Dial kept its grant across a disconnection")
 				}
 				require.ErrorIs(t, g.Err(), rwlock.ErrLost)
 				// go-zookeeper redials its only server after 1s: the loss

@@ -30,22 +30,29 @@ type client struct {
 }
 
 // connect opens a session to servers (a connect string or address list)
-// with the given session timeout (sessionTimeout when 0).
+// with rwlock.Dial, which tells its locks the session timeout the server
+// granted, asking for timeout (sessionTimeout when 0).
 func connect(t *testing.T, servers string, timeout time.Duration) *client {
 	t.Helper()
 	if timeout == 0 {
 		timeout = sessionTimeout
 	}
+	rec := &zkserver.SessionRecorder{}
+	return &client{conn: dialZK(t, strings.Split(servers, ","), timeout, rec.Dial, nil), session: rec}
+}
+
+// connectZK opens a session with go-zookeeper's own Connect: its locks do
+// not know the session timeout, whatever they are told.
+func connectZK(t *testing.T, servers string, timeout time.Duration) *client {
+	t.Helper()
 	conn, rec := zkserver.Connect(t, strings.Split(servers, ","), timeout)
 	return &client{conn: conn, session: rec}
 }
 
-// lock returns the lock at path on c, telling it the session timeout.
+// lock returns the lock at path on c.
 func (c *client) lock(t *testing.T, path string, opts ...rwlock.Option) *rwlock.RWLock {
 	t.Helper()
-	_, _, timeout, ok := c.session.Session()
-	require.True(t, ok, "no session")
-	l, err := rwlock.New(c.conn, path, append([]rwlock.Option{rwlock.WithSessionTimeout(timeout)}, opts...)...)
+	l, err := rwlock.New(c.conn, path, opts...)
 	require.NoError(t, err)
 	return l
 }
