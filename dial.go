@@ -56,6 +56,9 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 	}
 	if tapped {
 		remember(conn, info)
+	} else {
+		slog.Warn("rwlock: Dial cannot read the session timeout from this go-zookeeper version; " +
+			"locks on the connection treat any disconnection as a loss")
 	}
 	for {
 		select {
@@ -109,24 +112,35 @@ func (g *dialLogger) Printf(format string, args ...any) {
 //
 // Why the wire, and why the smallest T: go-zookeeper asks each server it
 // (re)connects to for the timeout it was last granted, and each server
-// clamps that to its own [minSessionTimeout, maxSessionTimeout]; the
-// session then expires T after the server last heard from it, for the T
-// of the connection that heard it last (SessionTrackerImpl.touchSession).
-// After a leader election or a restart, though, the new leader counts
-// every session afresh by the T it was created with
-// (ZKDatabase.getSessionWithTimeOuts). So the T that can expire a session
-// is any T granted in it so far, and the lock uses the smallest. The
-// answer is read before go-zookeeper reports the session and before it
-// starts the loops that answer requests, on the same goroutine, so any
-// request answered on a connection is judged with that connection's T.
-// go-zookeeper's own log line of it is not used: an application may
-// silence or replace the logger.
+// clamps that to its own [minSessionTimeout, maxSessionTimeout] and
+// applies it at once (ZooKeeperServer.processConnectRequest, then
+// touchSession). The leader expires the session T after the touch it
+// processed last, for that touch's T, which is not always the latest
+// connection's: a follower relays its last touch, with its own
+// connection's T, at its next ping, which may come after the client moved
+// to another server (seen in TestFaultGrantedReconnectShorter); and after
+// a leader election or a restart the new leader counts every session
+// afresh by the T it was created with (getSessionWithTimeOuts). Every one
+// of those is a T the client was answered with, so the lock uses the
+// smallest answered in the session. The answer is read before
+// go-zookeeper reports the session and before it starts the loops that
+// answer requests, on the same goroutine, so any request answered on a
+// connection is judged with that connection's T. go-zookeeper's own log
+// line of it is not used: an application may silence or replace the
+// logger.
+//
+// A handshake the server took but whose answer never arrives (the
+// connection dies in between) changes T unheard; WithSessionTimeout at or
+// below the smallest maxSessionTimeout of any member covers it.
+//
+// An answer with the session also renews the lease: the server, and
+// through it the leader, touched the session after the handshake was sent.
 type dialInfo struct {
 	last     atomic.Pointer[sessionTimeout]
 	connects atomic.Uint64 // handshakes answered with a session: one per connection
 
 	mu        sync.Mutex
-	listeners map[*func()]struct{} // told after the timeout changed; guarded by mu
+	listeners map[*func(session int64, sent time.Time)]struct{} // told of each answer; guarded by mu
 }
 
 // sessionTimeout is the smallest timeout the server granted in a session.
@@ -168,6 +182,7 @@ func (d *dialInfo) tap(c *zk.Conn) bool {
 type tapConn struct {
 	net.Conn
 	info *dialInfo
+	sent time.Time // when the handshake was written
 	head []byte
 	done bool
 }
@@ -177,45 +192,49 @@ type tapConn struct {
 // and the session id, big-endian (go-zookeeper's connectResponse).
 const answerHead = 4 + 4 + 4 + 8
 
+func (c *tapConn) Write(p []byte) (int, error) {
+	if c.sent.IsZero() {
+		c.sent = time.Now() // before the write: the server sees it after
+	}
+	return c.Conn.Write(p)
+}
+
 func (c *tapConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if !c.done && n > 0 {
 		c.head = append(c.head, p[:n]...)
 		if len(c.head) >= answerHead {
 			c.done = true
-			c.info.answered(c.head[:answerHead])
+			c.info.answered(c.head[:answerHead], c.sent)
 			c.head = nil
 		}
 	}
 	return n, err
 }
 
-// answered records a handshake's answer: session 0 means the session had
-// expired (go-zookeeper opens a new one next); a new session starts a new
-// record; the same one keeps the smallest timeout.
-func (d *dialInfo) answered(head []byte) {
+// answered records the answer to a handshake sent at sent: session 0
+// means the session had expired (go-zookeeper opens a new one next); a
+// new session starts a new record; the same one keeps the smallest
+// timeout. The listeners hear of every answer with a session.
+func (d *dialInfo) answered(head []byte, sent time.Time) {
 	ms := int32(binary.BigEndian.Uint32(head[8:12]))
 	session := int64(binary.BigEndian.Uint64(head[12:20]))
-	if session == 0 {
+	if session == 0 || sent.IsZero() {
 		return
 	}
 	d.connects.Add(1)
 	t := max(time.Duration(ms)*time.Millisecond, 0)
-	if last := d.last.Load(); last != nil && last.session == session {
-		if last.timeout <= t {
-			return // nothing changes: a known timeout only ever shrinks
-		}
-		t = min(t, last.timeout)
+	if last := d.last.Load(); last == nil || last.session != session || t < last.timeout {
+		d.last.Store(&sessionTimeout{session, t})
 	}
-	d.last.Store(&sessionTimeout{session, t})
 	d.mu.Lock()
-	fns := make([]func(), 0, len(d.listeners))
+	fns := make([]func(int64, time.Time), 0, len(d.listeners))
 	for fn := range d.listeners {
 		fns = append(fns, *fn)
 	}
 	d.mu.Unlock()
 	for _, fn := range fns {
-		fn()
+		fn(session, sent)
 	}
 }
 
@@ -230,13 +249,14 @@ func (d *dialInfo) timeoutOf(session int64) time.Duration {
 
 func (d *dialInfo) connectCount() uint64 { return d.connects.Load() }
 
-// onTimeoutChange calls fn, on go-zookeeper's goroutine, each time the
-// timeout changes, until stop. fn must not block.
-func (d *dialInfo) onTimeoutChange(fn func()) (stop func()) {
+// onHandshake calls fn, on go-zookeeper's goroutine, with every answer to
+// a handshake that carries a session, after timeoutOf has taken it in,
+// until stop. fn must not block.
+func (d *dialInfo) onHandshake(fn func(session int64, sent time.Time)) (stop func()) {
 	key := &fn
 	d.mu.Lock()
 	if d.listeners == nil {
-		d.listeners = make(map[*func()]struct{})
+		d.listeners = make(map[*func(int64, time.Time)]struct{})
 	}
 	d.listeners[key] = struct{}{}
 	d.mu.Unlock()
@@ -280,6 +300,7 @@ type sessions interface {
 	// connectCount returns how many times the client has had a session:
 	// it moves before the watches of a new connection are set again.
 	connectCount() uint64
-	// onTimeoutChange calls fn each time timeoutOf's answer changes.
-	onTimeoutChange(fn func()) (stop func())
+	// onHandshake calls fn with each answer to a handshake, sent at sent,
+	// that carries a session: the server touched it after sent.
+	onHandshake(fn func(session int64, sent time.Time)) (stop func())
 }

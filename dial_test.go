@@ -27,15 +27,15 @@ func handshakeAnswer(timeout time.Duration, session int64) []byte {
 // through, and keeps the smallest timeout of a session.
 func TestTapReadsTheGrantedTimeout(t *testing.T) {
 	info := &dialInfo{}
-	changes := 0
-	stop := info.onTimeoutChange(func() { changes++ })
+	heard := 0
+	stop := info.onHandshake(func(int64, time.Time) { heard++ })
 	defer stop()
 
 	answer := func(timeout time.Duration, session int64) {
 		t.Helper()
 		server, client := net.Pipe()
 		defer server.Close()
-		tc := &tapConn{Conn: client, info: info}
+		tc := &tapConn{Conn: client, info: info, sent: time.Now()}
 		want := append(handshakeAnswer(timeout, session), "then a frame"...)
 		go func() { server.Write(want); server.Close() }()
 		var got []byte
@@ -64,7 +64,7 @@ func TestTapReadsTheGrantedTimeout(t *testing.T) {
 	assert.Zero(t, info.timeoutOf(7))
 	assert.Equal(t, 10*time.Second, info.timeoutOf(8))
 	assert.Equal(t, uint64(4), info.connectCount(), "one per answer with a session")
-	assert.Equal(t, 3, changes, "told of each change, and only of those")
+	assert.Equal(t, 4, heard, "told of each answer with a session")
 }
 
 // Dial's tap wraps the dialer the caller passes: go-zookeeper keeps it in

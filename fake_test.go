@@ -463,9 +463,9 @@ func (c *fakeConn) timeoutOf(session int64) time.Duration {
 	return time.Duration(c.granted.Load())
 }
 
-// onTimeoutChange is the sessions interface's: the fake's timeout changes
-// only between tests.
-func (c *fakeConn) onTimeoutChange(func()) (stop func()) { return func() {} }
+// onHandshake is the sessions interface's: the fake's handshakes renew no
+// lease, and its timeout changes only between tests.
+func (c *fakeConn) onHandshake(func(int64, time.Time)) (stop func()) { return func() {} }
 
 func (c *fakeConn) newSession() {
 	c.connects.Add(1)

@@ -129,7 +129,8 @@ func (g *Grant) judge() {
 // every renewal of the lease; once the grant is lost, it is the time by
 // which the holder must have stopped (at once for a deleted node or an
 // expired session). It counts the worst case of an ensemble (see
-// [Grant.Done]). ok is false while the grant is held on a connection whose
+// [Grant.Done]); it moves earlier when a reconnection is granted a shorter
+// session timeout. ok is false while the grant is held on a connection whose
 // session timeout the lock does not know, and after Release.
 func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 	r := g.root()
@@ -204,6 +205,7 @@ func (g *Grant) Token() int64 {
 //
 // Releasing a nested grant (see [ContextWithGrant]) ends only that grant.
 func (g *Grant) Release(ctx context.Context) error {
+	g.judge() // a grant the clock has given up is lost, not released
 	g.ops.Lock()
 	if s := g.successor; s != nil {
 		g.ops.Unlock()

@@ -89,10 +89,14 @@ import (
 // handshake (dial.go), and a grant is judged by the smallest T granted in
 // its session so far, capped by [WithSessionTimeout] if given: the
 // judgement, the keepalive pace, the next look and [Grant.Deadline] all
-// use it, and a change makes the clock look at once. On any other
-// connection the lock cannot check what the server granted (go-zookeeper
-// does not expose it), so it does not know T, whatever WithSessionTimeout
-// says.
+// use it, and a change makes the clock look at once. An answered
+// handshake renews the lease too: the server touched the session after it
+// was sent, a follower only once the leader had (it revalidates the
+// session with the leader before it answers). Why the smallest, and the
+// one case of a T the lock does not hear (a lost answer), are in dial.go.
+// On any other connection the lock cannot check what the server granted
+// (go-zookeeper does not expose it), so it does not know T, whatever
+// WithSessionTimeout says.
 //
 // # Without T, and other causes
 //
@@ -180,9 +184,12 @@ func (c *client) timeoutOf(l *RWLock, session int64) time.Duration {
 	return t
 }
 
-// lookNow makes the lease clock look at once: the session timeout changed.
-// It runs on go-zookeeper's goroutine, so it only moves the timer.
-func (c *client) lookNow() {
+// handshake takes in an answer to a handshake sent at sent: it renews the
+// lease (the server touched the session after sent), and makes the clock
+// look at once, since the timeout may have changed. It runs on
+// go-zookeeper's goroutine, so it only moves the timer.
+func (c *client) handshake(session int64, sent time.Time) {
+	c.renew(session, sent)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.timer != nil && len(c.grants) > 0 {

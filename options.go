@@ -106,10 +106,13 @@ func WithLogger(l *slog.Logger) Option {
 // WithSessionTimeout caps the session timeout the lock's lease clock
 // believes (see [Grant.Done]). On a connection made by [Dial] the lock
 // already knows what the server granted, on every reconnection, and uses
-// the smaller of the two. On any other connection the lock cannot check
-// what the server granted (it may have clamped the timeout asked for to
-// its maxSessionTimeout), so it trusts no number: any disconnection of a
-// holder counts as a loss, with or without this option.
+// the smaller of the two. Where members' maxSessionTimeout differ, or a
+// member may be restarted with a lower one, pass at most the smallest: a
+// handshake whose answer is lost (the connection dies after the server
+// took it) changes the timeout without the lock hearing of it. On any
+// other connection the lock cannot check what the server granted (it may
+// have clamped the timeout asked for), so it trusts no number: any
+// disconnection of a holder counts as a loss, with or without this option.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {

@@ -496,6 +496,7 @@ func TestReleaseAfterConnectionLossFinishesInBackground(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
 		c := s.conn()
+		c.setGranted(10 * time.Second) // held through a short disconnection
 		l := newLock(t, c)
 		g, err := l.Lock(t.Context())
 		require.NoError(t, err)

@@ -44,7 +44,7 @@ var _ zkConn = (*zk.Conn)(nil)
 type client struct {
 	zk       zkConn
 	sessions sessions // what the connection tells of its sessions; nil if nothing
-	unlisten func()   // stops listening to sessions' timeout changes
+	unlisten func()   // stops listening to the connection's handshakes
 
 	mu      sync.Mutex
 	refs    int                      // guarded by clients.mu, not mu
@@ -74,7 +74,7 @@ func acquireClient(conn zkConn) *client {
 		}
 		c = &client{zk: conn, sessions: sessionsOf(conn), grants: make(map[*Grant]struct{}), watches: make(map[watchKey]*watchEntry)}
 		if c.sessions != nil {
-			c.unlisten = c.sessions.onTimeoutChange(c.lookNow)
+			c.unlisten = c.sessions.onHandshake(c.handshake)
 		}
 		clients.m[conn] = c
 	}
