@@ -15,7 +15,7 @@ GO_FLOOR ?= go1.25.0
 SIM_SCHEDULES ?= 2000000
 SIM_FIRST ?= $(shell date +%s)
 
-.PHONY: demo test check sim fuzz zookeeper peers bench
+.PHONY: demo test check sim chaos fuzz zookeeper peers bench
 
 zookeeper:
 	@./scripts/install-zookeeper.sh
@@ -39,9 +39,16 @@ test: zookeeper peers check
 	@for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -timeout 15m ./..."; \
 		(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done
 	@# Built without the race detector only: see integration/faults_ensemble_mixed_test.go.
-	$(GO) test -count=1 -timeout 10m -run 'TestFaultEnsembleLeaderKillMixedRun$$' -v ./integration/
+	$(GO) test -count=1 -timeout 10m -run 'TestFaultEnsembleLeaderKillMixedRun$$|TestChaos$$' -v ./integration/
 	$(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' -sim.schedules=100000 -v .
 	GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -count=1 -timeout 10m .
+
+## chaos: the randomized fault run (integration/chaos_test.go) for MINUTES minutes: a
+## 3-node ensemble, client processes, a nemesis of server kills and restarts with other
+## session limits, partitions, SIGSTOP and holder kills; figures and violations at the end
+MINUTES ?= 30
+chaos: zookeeper
+	$(GO) test -count=1 -timeout $$(( $(MINUTES) + 20 ))m -run 'TestChaos$$' -v ./integration/ -chaos.duration=$(MINUTES)m
 
 ## sim: millions of simulated fault schedules, from a new first seed each run
 sim:
