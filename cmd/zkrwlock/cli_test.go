@@ -4,6 +4,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +150,23 @@ func TestUnreachableServer(t *testing.T) {
 		require.Equal(t, exitUnavailable, r.code, r.stderr)
 		require.Less(t, r.took, 5*time.Second)
 	})
+}
+
+func TestVersion(t *testing.T) {
+	want := regexp.MustCompile(`^zkrwlock (v[0-9]\S*|\(devel\)|\(unknown\)) \((revision [0-9a-f]+(, modified)?; )?` +
+		regexp.QuoteMeta(runtime.Version()) + `\)\n$`)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := runIn(t, nil, args...)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Empty(t, r.stderr)
+		require.Regexp(t, want, r.stdout)
+	}
+	// The binary built from this checkout, as an operator runs it.
+	r := runCLI(t, nil, "version")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, want, r.stdout)
+
+	r = runIn(t, nil, "version", "extra")
+	require.Equal(t, exitUsage, r.code)
+	requireOneLine(t, r.stderr)
 }

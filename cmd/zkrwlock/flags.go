@@ -64,7 +64,11 @@ func printUsage(w io.Writer, fs *flag.FlagSet, usage string) {
 	const indent = 26
 	head, tail, _ := strings.Cut(usage, "\n\n%FLAGS%\n")
 	fmt.Fprintln(w, head)
-	fmt.Fprintln(w, "\nFlags:")
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprintln(w, "\nFlags:")
+	}
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, help := flag.UnquoteUsage(f)
 		name := "  --" + f.Name

@@ -24,11 +24,12 @@ const mainUsage = `Usage: zkrwlock COMMAND [flags] [arguments]
 Distributed read/write locks on Apache ZooKeeper, for shell scripts and cron.
 
 Commands:
-  exec   take the lock, run a command while holding it, release it when it exits
-  queue  show who holds the lock and who waits, in order
-  ls     list the locks under a prefix, stuck ones first
-  dev    start a throwaway local ZooKeeper server until Ctrl-C
-  help   show the usage of a command
+  exec     take the lock, run a command while holding it, release it when it exits
+  queue    show who holds the lock and who waits, in order
+  ls       list the locks under a prefix, stuck ones first
+  dev      start a throwaway local ZooKeeper server until Ctrl-C or SIGTERM
+  version  print zkrwlock's version (also --version)
+  help     show the usage of a command
 
 Run 'zkrwlock COMMAND --help' for a command's flags.
 
@@ -47,10 +48,11 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"exec":  {runExec, execUsage},
-	"queue": {runQueue, queueUsage},
-	"ls":    {runLs, lsUsage},
-	"dev":   {runDev, devUsage},
+	"exec":    {runExec, execUsage},
+	"queue":   {runQueue, queueUsage},
+	"ls":      {runLs, lsUsage},
+	"dev":     {runDev, devUsage},
+	"version": {runVersion, versionUsage},
 }
 
 func main() {
@@ -68,6 +70,9 @@ func run(std stdio, args []string) int {
 	switch name {
 	case "-h", "-help", "--help":
 		fmt.Fprint(std.out, mainUsage)
+		return 0
+	case "--version":
+		writeVersion(std.out)
 		return 0
 	case "help":
 		if len(args) == 1 {
