@@ -5,13 +5,17 @@
 //	zkrwlock queue /locks/schema                          who holds the lock, who waits
 //	zkrwlock ls --older-than 1h /locks                    every lock under /locks, stuck first
 //	zkrwlock dev                                          a throwaway local ZooKeeper
+//	zkrwlock version                                      the version of this build
 //
-// Every command takes --help. Exit codes are documented in the usage text
-// (see exitCodes) and in the README. It is written for Linux: there the
-// command exec runs gets the parent-death signal and a lost lock waits for
-// the command's whole process group by reading /proc (proc_linux.go), and
-// `zkrwlock dev` runs internal/zkserver, which is Linux-only. Elsewhere
-// (macOS) it builds with portable fallbacks (proc_other.go, dev_other.go).
+// Install it with
+//
+//	go install github.com/zkrwlock/rwlock/cmd/zkrwlock@latest
+//
+// Every command takes --help, which also lists the exit codes; the
+// command's README (cmd/zkrwlock/README.md in the repository) is the
+// manual. It is written and tested on Linux. It also builds for macOS,
+// where the command exec runs gets no signal when zkrwlock itself is
+// killed, and where dev is missing.
 package main
 
 import (
