@@ -51,8 +51,8 @@ another client in; after a deleted node or an expired session, at once.
 With another lock library on PATH (Curator, kazoo, go-zookeeper's zk.Lock),
 --dialect names our node so that it counts it in its queue; every zkrwlock
 client of PATH must give the same one. A warning says so when that
-library's nodes on PATH do not see ours. See the README's "Sharing a lock
-with Curator, kazoo and zk.Lock".
+library's nodes on PATH do not see ours. See docs/peers.md in the
+repository, "Sharing a lock with Curator, kazoo and zk.Lock".
 
 %FLAGS%
 The command's environment also has:

@@ -124,7 +124,7 @@ type connFlags struct {
 const defaultServers = "127.0.0.1:2181"
 
 // defaultSessionTimeout is 30s, not go-zookeeper's usual 10s: a job under
-// exec rides out a silent connection of about 0.69 of it (20s) before its
+// exec rides out a silent connection of about 0.69·T (20s) before its
 // lock is lost, and gets a sixteenth of it, less 0.1s (1.775s), between
 // SIGTERM and SIGKILL then; a holder that dies blocks the others for that
 // long. It is within ZooKeeper's default maxSessionTimeout (20 ticks, 40s).
