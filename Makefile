@@ -4,7 +4,9 @@ export ZKRWLOCK_REQUIRE_ZK ?= 1
 
 # Modules of their own beside the lock's, so that their dependencies
 # (github.com/google/pprof, OpenTelemetry) stay out of its go.mod; go test
-# ./... and go vet ./... from the root leave them out.
+# ./... and go vet ./... from the root leave them out. Each requires a
+# released version of the lock; go.work builds them all from this checkout,
+# and scripts/check-consumer.sh builds them as a user's module would.
 MODULES := lockprof otelrwlock
 
 # The oldest Go the library supports: go.mod's go directive. make check vets
@@ -77,9 +79,13 @@ bench: zookeeper
 	echo "bench: $$out.jsonl, $$out.txt" >&2; exit $$rc
 
 ## check: formatting, and vet, which also compiles api_test.go: the exported
-## API, name by name and signature by signature
+## API, name by name and signature by signature; then a module outside the
+## repository that uses otelrwlock and lockprof, built as a user would build it
+## (GOWORK=off; scripts/check-consumer.sh)
 check:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	GOTOOLCHAIN=$(GO_FLOOR) $(GO) vet ./...
-	@for m in $(MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...) || exit 1; done
+	@for m in $(MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./... && \
+		GOTOOLCHAIN=$(GO_FLOOR) $(GO) vet ./...) || exit 1; done
+	./scripts/check-consumer.sh

@@ -13,7 +13,7 @@ import (
 // can log it, or compare two snapshots to see a stretch of time.
 func ExampleRWLock_Stats() {
 	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func (w waitLogger) ObserveGrant(e rwlock.GrantEvent) {
 // github.com/zkrwlock/rwlock/otelrwlock has one that feeds OpenTelemetry.
 func ExampleWithObserver() {
 	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}

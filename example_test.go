@@ -18,10 +18,13 @@ func ExampleDial() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	// Dial waits for a session, and remembers the session timeout the
-	// server granted: holders of locks on this connection then ride out
-	// disconnections shorter than about a fifth of it.
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	// Dial waits for a session, and remembers the session timeout T the
+	// server granted: holders of locks on this connection then ride out a
+	// silent connection of about 0.69·T (a grant is lost when a quarter of
+	// T is left; the lease is renewed every T/16). 20s is at least eight
+	// ticks of a server with the default tickTime of 2s, as the
+	// guarantees ask, and within its default maxSessionTimeout of 40s.
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err) // the context's error if no session came in time
 	}
@@ -36,7 +39,7 @@ func ExampleDial() {
 
 func ExampleRWLock_RLock() {
 	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -71,7 +74,7 @@ func ExampleRWLock_RLock() {
 
 func ExampleRWLock_Lock() {
 	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -111,7 +114,7 @@ func ExampleRWLock_Lock() {
 
 func ExampleRWLock_WithWrite() {
 	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -139,7 +142,7 @@ func ExampleRWLock_WithWrite() {
 
 func ExampleRWLock_ReadBatch() {
 	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -171,7 +174,7 @@ func ExampleRWLock_ReadBatch() {
 
 func ExampleGrant_Done() {
 	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -341,7 +344,7 @@ func ExampleRWLock_Queue() {
 // InterProcessReadWriteLock: this job queues with it, as one of its writers.
 func ExampleWithDialect() {
 	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}

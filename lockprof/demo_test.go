@@ -10,8 +10,8 @@ import (
 	"github.com/zkrwlock/rwlock/rwlocktest"
 )
 
-// BenchmarkDemo is cmd/demo's workload in a loop, for the README's
-// contention profile: three config readers read under the shared lock,
+// BenchmarkDemo is cmd/demo's workload in a loop, for the contention profile in
+// docs/observability.md: three config readers read under the shared lock,
 // each on its own session, while a migration job takes it exclusively,
 // migrates, downgrades to check its work, and releases. One iteration is
 // one migration. Run it with

@@ -26,7 +26,7 @@ func ExampleWriteFile() {
 	rwlock.SetContentionProfileRate(10) // about one acquisition in 10
 
 	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}

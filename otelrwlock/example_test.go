@@ -20,7 +20,7 @@ func ExampleNewObserver() {
 	}
 
 	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}

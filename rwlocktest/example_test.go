@@ -15,7 +15,7 @@ import (
 func ExampleReportMetrics() {
 	benchmarkConfigReload := func(b *testing.B) {
 		ctx := context.Background()
-		conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 10*time.Second)
+		conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -19,17 +21,18 @@ func TestHelp(t *testing.T) {
 		args  []string
 		flags []string // each must be mentioned
 	}{
-		{[]string{"--help"}, []string{"exec", "queue", "ls", "dev", "ZOOKEEPER_SERVERS", "111"}},
+		{[]string{"--help"}, []string{"exec", "queue", "ls", "dev", "version", "ZOOKEEPER_SERVERS", "111", "77"}},
 		{[]string{"help"}, []string{"exec", "queue", "ls", "dev"}},
 		{[]string{"exec", "--help"}, []string{"--write", "--read", "--timeout", "--timeout 0 does not wait", "--no-wait", "--grace", "--owner",
-			"--quiet", "--zk", "--connect-timeout", "--session-timeout", "--debug", "ZKRWLOCK_TOKEN", "ZKRWLOCK_NODE",
-			"64", "69", "75", "111", "126", "127", "130"}},
+			"--quiet", "--zk", "--connect-timeout", "--session-timeout", "--debug", "--auth", "ZKRWLOCK_AUTH", "ZKRWLOCK_TOKEN", "ZKRWLOCK_NODE",
+			"64", "69", "75", "77", "111", "126", "127", "130"}},
 		{[]string{"exec", "-h"}, []string{"--write"}},
 		{[]string{"help", "exec"}, []string{"--write"}},
-		{[]string{"queue", "--help"}, []string{"--json", "--zk", "session_id", "age_seconds"}},
-		{[]string{"ls", "--help"}, []string{"--json", "--older-than", "--zk", "stuck", "oldest_holder", "oldest_waiter"}},
+		{[]string{"queue", "--help"}, []string{"--json", "--zk", "--auth", "session_id", "age_seconds", "escaped"}},
+		{[]string{"ls", "--help"}, []string{"--json", "--older-than", "--zk", "--auth", "stuck", "oldest_holder", "oldest_waiter", "skipped"}},
 		{[]string{"help", "ls"}, []string{"--older-than"}},
-		{[]string{"dev", "--help"}, []string{"--servers", "--log", "Ctrl-C"}},
+		{[]string{"dev", "--help"}, []string{"--servers", "--log", "Ctrl-C", "stop it with SIGTERM", "kill -TERM"}},
+		{[]string{"version", "--help"}, []string{"build"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := runIn(t, nil, tc.args...)
@@ -148,4 +151,23 @@ func TestUnreachableServer(t *testing.T) {
 		require.Equal(t, exitUnavailable, r.code, r.stderr)
 		require.Less(t, r.took, 5*time.Second)
 	})
+}
+
+func TestVersion(t *testing.T) {
+	want := regexp.MustCompile(`^zkrwlock (v[0-9]\S*|\(devel\)|\(unknown\)) \((revision [0-9a-f]+(, modified)?; )?` +
+		regexp.QuoteMeta(runtime.Version()) + `\)\n$`)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := runIn(t, nil, args...)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Empty(t, r.stderr)
+		require.Regexp(t, want, r.stdout)
+	}
+	// The binary built from this checkout, as an operator runs it.
+	r := runCLI(t, nil, "version")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, want, r.stdout)
+
+	r = runIn(t, nil, "version", "extra")
+	require.Equal(t, exitUsage, r.code)
+	requireOneLine(t, r.stderr)
 }

@@ -6,13 +6,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zkserver"
 )
 
 // checkPath validates a lock path before any connection is made, so that a
@@ -65,7 +70,7 @@ func (h *warnings) Handle(_ context.Context, r slog.Record) error {
 	b.WriteString("warning: ")
 	b.WriteString(strings.TrimPrefix(r.Message, "rwlock: "))
 	add := func(a slog.Attr) bool {
-		fmt.Fprintf(&b, "; %s=%s", a.Key, a.Value)
+		fmt.Fprintf(&b, "; %s=%s", a.Key, printable(a.Value.String()))
 		return true
 	}
 	for _, a := range h.attrs {
@@ -89,33 +94,207 @@ func (h *warnings) WithGroup(string) slog.Handler { return h }
 // errConnectTimeout is the cause of a dial that ran out of time.
 var errConnectTimeout = errors.New("connect timeout")
 
-// dial connects to ZooKeeper and waits for a session, for at most
-// --connect-timeout: go-zookeeper itself would retry forever. ctx ends the
-// wait early (an interrupt). Errors are failures with their exit code.
+// dial connects to ZooKeeper, waits for a session and authenticates it
+// with --auth, all within --connect-timeout: go-zookeeper itself would
+// retry forever. ctx ends the wait early (an interrupt). Errors are
+// failures with their exit code. It sets c.granted to the session timeout
+// the server granted.
 func (c *connFlags) dial(ctx context.Context) (*zk.Conn, error) {
 	servers, err := c.servers()
 	if err != nil {
 		return nil, err
 	}
+	creds, err := c.credentials()
+	if err != nil {
+		return nil, err
+	}
 	dctx, cancel := context.WithTimeoutCause(ctx, c.connectTimeout, errConnectTimeout)
 	defer cancel()
-	conn, err := rwlock.Dial(dctx, servers, c.sessionTimeout)
+	d := &dialer{ctx: dctx}
+	conn, err := d.dial(servers, c.sessionTimeout)
+	if err == nil {
+		_, _, c.granted, _ = d.rec.Session()
+		err = authenticate(dctx, conn, creds)
+		if err != nil {
+			closeConn(conn)
+		}
+	}
 	if err == nil {
 		return conn, nil
+	}
+	var f *failure
+	if errors.As(err, &f) {
+		return nil, err
 	}
 	where := strings.Join(servers, ",")
 	switch cause := context.Cause(dctx); {
 	case errors.Is(cause, errConnectTimeout):
-		why := "no server answered"
-		if _, last, ok := strings.Cut(err.Error(), "(last attempt: "); ok {
-			why = "last attempt: " + strings.TrimSuffix(last, ")") // go-zookeeper's dial error
-		}
-		return nil, fail(exitUnavailable, "cannot reach ZooKeeper at %s within %v (%s); is it running? "+
-			"Try 'zkrwlock dev', or set --zk or ZOOKEEPER_SERVERS", where, c.connectTimeout, why)
+		return nil, fail(exitUnavailable, "cannot reach ZooKeeper at %s: timed out after %v (--connect-timeout; %s); is it running? "+
+			"Try 'zkrwlock dev', or set --zk or ZOOKEEPER_SERVERS", where, c.connectTimeout, d.why(err))
 	case cause != nil:
 		return nil, cause // an interrupt
 	}
 	return nil, fail(exitUnavailable, "connect to ZooKeeper at %s: %v", where, err)
+}
+
+// dialer makes the connection of dial. Its zk.Dialer remembers the session
+// timeout the server grants (zkserver.SessionRecorder) and, until the dial
+// is over, closes the connections it made when ctx ends: go-zookeeper
+// waits for the answer to its handshake for ten times two thirds of the
+// session timeout (200s with the default 30s), and so would zkrwlock, on
+// an address that takes connections and never answers.
+type dialer struct {
+	ctx context.Context
+	rec zkserver.SessionRecorder
+
+	mu       sync.Mutex
+	conns    []*watchedConn // guarded by mu
+	over     bool           // the dial is over: ctx no longer closes conns; guarded by mu
+	unheard  bool           // a connection was made that the server never answered on; guarded by mu
+	answered bool           // some server answered on a connection; guarded by mu
+}
+
+// dial calls rwlock.Dial with d's zk.Dialer and returns when it does, or
+// when d.ctx ends: then it leaves rwlock.Dial to close the connection on
+// its own, which takes go-zookeeper up to 2s more.
+func (d *dialer) dial(servers []string, sessionTimeout time.Duration) (*zk.Conn, error) {
+	type result struct {
+		conn *zk.Conn
+		err  error
+	}
+	results := make(chan result)
+	abandoned := make(chan struct{})
+	go func() {
+		conn, err := rwlock.Dial(d.ctx, servers, sessionTimeout, zk.WithDialer(d.dialZK))
+		select {
+		case results <- result{conn, err}:
+		case <-abandoned:
+			if conn != nil {
+				conn.Close()
+			}
+		}
+	}()
+	stop := context.AfterFunc(d.ctx, d.closeAll)
+	defer stop()
+	select {
+	case r := <-results:
+		d.end()
+		return r.conn, r.err
+	case <-d.ctx.Done():
+	}
+	select { // a dial that has just succeeded, or fails at once now
+	case r := <-results:
+		d.end()
+		return r.conn, r.err
+	case <-time.After(50 * time.Millisecond):
+		close(abandoned)
+		d.end()
+		return nil, context.Cause(d.ctx)
+	}
+}
+
+// dialZK is the zk.Dialer.
+func (d *dialer) dialZK(network, address string, timeout time.Duration) (net.Conn, error) {
+	conn, err := d.rec.Dial(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.over {
+		return conn, nil
+	}
+	w := &watchedConn{Conn: conn, d: d}
+	d.conns = append(d.conns, w)
+	if d.ctx.Err() != nil {
+		w.Close()
+	}
+	return w, nil
+}
+
+// end ends the dial: from now on ctx closes no connection.
+func (d *dialer) end() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.over = true
+}
+
+// closeAll closes the connections of a dial that ran out of time, noting
+// whether one of them never had an answer.
+func (d *dialer) closeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.over {
+		return
+	}
+	for _, w := range d.conns {
+		if !w.heard.Load() {
+			d.unheard = true
+		}
+		w.Close()
+	}
+}
+
+// why says why a dial ran out of time, for the error.
+func (d *dialer) why(err error) string {
+	d.mu.Lock()
+	unheard, answered := d.unheard, d.answered
+	d.mu.Unlock()
+	switch {
+	case unheard && !answered:
+		return "a server took the connection but never answered ZooKeeper's handshake: not a ZooKeeper server, or one that hangs"
+	case unheard:
+		return "a server took the connection but did not answer ZooKeeper's handshake in time"
+	}
+	if _, last, ok := strings.Cut(err.Error(), "(last attempt: "); ok { // rwlock.Dial's error
+		last = strings.TrimSuffix(last, ")")
+		// go-zookeeper calls the handshake "authentication", which has
+		// nothing to do with --auth.
+		if rest, ok := strings.CutPrefix(last, "authentication failed: "); ok {
+			last = "the handshake failed: " + rest
+		}
+		return "last attempt: " + last
+	}
+	return "no server answered"
+}
+
+// watchedConn notes whether the server ever answered on it.
+type watchedConn struct {
+	net.Conn
+	d     *dialer
+	heard atomic.Bool
+}
+
+func (w *watchedConn) Read(p []byte) (int, error) {
+	n, err := w.Conn.Read(p)
+	if n > 0 && !w.heard.Load() {
+		w.heard.Store(true)
+		w.d.mu.Lock()
+		w.d.answered = true
+		w.d.mu.Unlock()
+	}
+	return n, err
+}
+
+// authenticate adds each credential to conn's session, within ctx.
+// go-zookeeper sends them again by itself after a reconnection.
+func authenticate(ctx context.Context, conn *zk.Conn, creds [][2]string) error {
+	for _, cred := range creds {
+		done := make(chan error, 1)
+		go func() { done <- conn.AddAuth(cred[0], []byte(cred[1])) }()
+		select {
+		case err := <-done:
+			if errors.Is(err, zk.ErrAuthFailed) || errors.Is(err, zk.ErrNoAuth) {
+				return fail(exitNoPerm, "ZooKeeper refused the %s credentials of --auth (or $%s): %v", printable(cred[0]), authEnv, err)
+			}
+			if err != nil {
+				return fail(exitUnavailable, "authenticate with the %s credentials of --auth: %v", printable(cred[0]), err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // closeConn closes conn, which ends its session: the server deletes the
@@ -123,11 +302,26 @@ func (c *connFlags) dial(ctx context.Context) (*zk.Conn, error) {
 // server's answer.
 func closeConn(conn *zk.Conn) { conn.Close() }
 
-// describeZKError adds what an operator can do about the ZooKeeper errors
-// that call for it.
-func describeZKError(err error) string {
-	if errors.Is(err, zk.ErrNoAuth) {
-		return err.Error() + " (the ACL of the lock directory or a parent does not allow this client)"
+// zkFail is the failure of a ZooKeeper request, what: exit 77 when the
+// ACL of a node on the way did not let this client do it (NoAuth), with
+// what to do about it; 69 otherwise.
+func (c *connFlags) zkFail(err error, format string, args ...any) error {
+	what := fmt.Sprintf(format, args...)
+	if !errors.Is(err, zk.ErrNoAuth) {
+		return fail(exitUnavailable, "%s: %v", what, err)
 	}
-	return err.Error()
+	advice := "authenticate with --auth SCHEME:CREDENTIALS (or $" + authEnv + "), e.g. --auth digest:alice:secret"
+	if creds, _ := c.credentials(); len(creds) > 0 {
+		advice = "the identity given with --auth (or $" + authEnv + ") is not one the ACL allows"
+	}
+	return fail(exitNoPerm, "%s: %s: the ACL of the lock directory or a parent does not allow this client; %s",
+		what, withoutLibraryHint(err), advice)
 }
+
+// withoutLibraryHint is err's text without the advice the library gives
+// a Go program ("see WithACL"), which means nothing to an operator.
+func withoutLibraryHint(err error) string {
+	return libraryHint.ReplaceAllString(err.Error(), "")
+}
+
+var libraryHint = regexp.MustCompile(`\s*\([^()]*\bsee With[A-Za-z]+\)`)

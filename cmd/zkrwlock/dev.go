@@ -17,6 +17,17 @@ jars named by $ZOOKEEPER_CLASSPATH, on the installed Java.
   terminal 2:  export ZOOKEEPER_SERVERS=127.0.0.1:PORT   (as printed)
                zkrwlock exec --write /locks/demo -- sh -c 'echo migrating; sleep 10'
 
+In a script, run it in the background and stop it with SIGTERM: a
+background job of a non-interactive shell ignores SIGINT, so Ctrl-C's
+signal (kill -INT) does not reach it there.
+
+  zkrwlock dev >addr &
+  dev=$!
+  until [ -s addr ]; do sleep 0.1; done
+  export ZOOKEEPER_SERVERS=$(cat addr)
+  ...
+  kill -TERM "$dev"; wait "$dev"
+
 %FLAGS%
 Exit status: 0 when stopped by a signal, 69 when no server could be started,
 64 for a usage error.

@@ -39,23 +39,28 @@ If the lock is lost while COMMAND runs, COMMAND's process group gets
 SIGTERM, and SIGKILL before another client can be granted the lock, and
 zkrwlock exits 111 with a message saying the lock was lost. The lock is
 lost when its node is deleted, when the session expires, or when ZooKeeper
-has not answered for three quarters of --session-timeout less a sixteenth
-(zkrwlock asks every sixteenth): a silence of 20s with the default 30s is
-ridden out. SIGKILL follows at the latest a sixteenth of --session-timeout
-after SIGTERM (less 0.1s; 1.8s with the default), the least time the server
-may take to let another client in; --grace shortens that.
+has been silent too long. With T the session timeout the server granted
+(--session-timeout asks for one; exec says when the server granted
+another), a grant is lost when a quarter of T is left, and zkrwlock asks
+every T/16: a silent connection is ridden out for about 0.69·T (20s with
+the default 30s). After a silence, SIGKILL follows SIGTERM within T/16 less
+0.1s (1.775s with the default), the least time the server may take to let
+another client in; after a deleted node or an expired session, at once.
+--grace shortens that time; a longer one does not fit and is refused.
 
 With another lock library on PATH (Curator, kazoo, go-zookeeper's zk.Lock),
 --dialect names our node so that it counts it in its queue; every zkrwlock
 client of PATH must give the same one. A warning says so when that
-library's nodes on PATH do not see ours. See the README's "Sharing a lock
-with Curator, kazoo and zk.Lock".
+library's nodes on PATH do not see ours. See docs/peers.md in the
+repository, "Sharing a lock with Curator, kazoo and zk.Lock".
 
 %FLAGS%
 The command's environment also has:
-  ZKRWLOCK_TOKEN  the fencing token of the grant: a positive integer that is
-                  larger for every later grant; pass it to the store you
-                  protect and have the store reject writes with a smaller one
+  ZKRWLOCK_TOKEN  the fencing token of the grant: a positive integer; every
+                  later grant of the lock that conflicts with this one (a
+                  write after anything, a read after a write) has a larger
+                  one. Pass it to the store you protect and have the store
+                  reject writes with a smaller one
   ZKRWLOCK_NODE   the full path of the lock node
 
 COMMAND runs in a process group of its own (on a terminal, the foreground
@@ -82,6 +87,8 @@ type execOptions struct {
 	owner   string
 	quiet   bool
 	dialect dialectFlag
+	// graceGiven is true when --grace was given: then it must fit.
+	graceGiven bool
 
 	path string
 	argv []string
@@ -94,11 +101,12 @@ func runExec(std stdio, args []string) int {
 	fs := newFlagSet("exec")
 	fs.BoolVar(&o.write, "write", false, "take the lock exclusively")
 	fs.BoolVar(&o.read, "read", false, "take the lock shared")
-	fs.DurationVar(&o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); 0 gives up at once, "+
+	durationVar(fs, &o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); 0 gives up at once, "+
 		"as --no-wait (and flock -w 0) do; without it, wait as long as it takes")
 	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is taken (exit 75)")
-	fs.DurationVar(&o.grace, "grace", maxGrace, "after a lost lock, time between SIGTERM and SIGKILL to the command, "+
-		"at most a sixteenth of --session-timeout less 0.1s (default: that much)")
+	durationVar(fs, &o.grace, "grace", maxGrace, "after a lost lock, time between SIGTERM and SIGKILL to the command: "+
+		"at most a sixteenth of the session timeout less 0.1s, and a longer one is refused "+
+		"(default: that much, 1.775s with the default --session-timeout)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
 	o.dialect.register(fs)
@@ -141,12 +149,9 @@ func (o *execOptions) validate(pos, rest []string, given map[string]bool) error 
 	if err := o.conn.validate(); err != nil {
 		return err
 	}
-	if window := stopWindow(o.conn.sessionTimeout); given["grace"] && o.grace > window {
-		// Said, not refused: the lock cannot give the command more time
-		// than the server gives the lock.
-		printLine(o.std.err, "zkrwlock exec", fmt.Sprintf("--grace %v does not fit: after a lost lock, SIGKILL follows SIGTERM "+
-			"within %v with --session-timeout %v (a sixteenth of it, less 0.1s), before another client can have the lock",
-			o.grace, window, o.conn.sessionTimeout))
+	o.graceGiven = given["grace"]
+	if err := o.checkGrace(o.conn.sessionTimeout, "--session-timeout"); err != nil {
+		return err
 	}
 	switch {
 	case o.noWait:
@@ -187,6 +192,10 @@ func (o *execOptions) run(prog string) (int, error) {
 		return 0, err
 	}
 	defer closeConn(conn)
+	if err := o.checkGranted(prog); err != nil {
+		stop()
+		return 0, err
+	}
 	opts := []rwlock.Option{rwlock.WithLogger(log), rwlock.WithDialect(o.dialect.d)}
 	if o.owner != "" {
 		opts = append(opts, rwlock.WithOwner(o.owner))
@@ -257,7 +266,7 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 		return nil, fail(exitTimeout, "the %s lock on %s is not free (%s) and %s was given",
 			o.mode, o.path, holdersNow(l), o.giveUp)
 	}
-	return nil, fail(exitUnavailable, "waiting for the %s lock on %s: %s", o.mode, o.path, describeZKError(err))
+	return nil, o.conn.zkFail(err, "waiting for the %s lock on %s", o.mode, o.path)
 }
 
 var errWaitTimeout = errors.New("--timeout")
@@ -346,6 +355,54 @@ func stopWithin(g *rwlock.Grant, grace time.Duration) time.Duration {
 	}
 	return max(min(grace, time.Until(deadline)-killMargin), 0)
 }
+
+// checkGrace refuses a --grace longer than the lock can give the command
+// with session timeout t (what says where t comes from): after a lost
+// lock, the command must be dead before another client can be granted it,
+// so the lock cannot give it more time than the server gives the lock. A
+// command that needs longer to stop needs a longer session timeout.
+func (o *execOptions) checkGrace(t time.Duration, what string) error {
+	window := stopWindow(t)
+	if !o.graceGiven || o.grace <= window {
+		return nil
+	}
+	return fail(exitUsage, "--grace %v does not fit %s %v: after a lost lock, SIGKILL must follow SIGTERM within %v "+
+		"(a sixteenth of the session timeout, less 0.1s), before another client can be granted the lock; "+
+		"give --grace %v or less, or --session-timeout %v or more (within the server's maxSessionTimeout)",
+		o.grace, what, t, window, window, neededTimeout(o.grace))
+}
+
+// neededTimeout is the shortest session timeout whose stopWindow is grace.
+func neededTimeout(grace time.Duration) time.Duration {
+	return ((grace + killMargin) * 16).Round(100 * time.Millisecond)
+}
+
+// checkGranted looks at the session timeout the server granted: a server
+// grants what is asked only within its minSessionTimeout and
+// maxSessionTimeout. exec says so when it differs, for it changes how long
+// a dead holder blocks the others, the silence ridden out and the time
+// between SIGTERM and SIGKILL; and a --grace that no longer fits is
+// refused, before the lock is queued for.
+func (o *execOptions) checkGranted(prog string) error {
+	t := o.conn.granted
+	if t <= 0 || t == o.conn.sessionTimeout {
+		return nil
+	}
+	if err := o.checkGrace(t, "the session timeout the server granted,"); err != nil {
+		return err
+	}
+	printLine(o.std.err, prog, fmt.Sprintf("warning: the server granted a session timeout of %v, not the %v asked for "+
+		"(--session-timeout; its minSessionTimeout and maxSessionTimeout bound it): a dead holder blocks the others for %v, "+
+		"a silent connection is ridden out for about %v, and SIGKILL follows SIGTERM within %v",
+		t, o.conn.sessionTimeout, t, rideOut(t), stopWindow(t)))
+	return nil
+}
+
+// rideOut is about how long a connection may stay silent before the lock
+// is lost, for a session timeout t: a grant is lost when a quarter of t is
+// left, and the lease is renewed every sixteenth of t, so about
+// (3/4 - 1/16)·t ≈ 0.69·t.
+func rideOut(t time.Duration) time.Duration { return (t * 11 / 16).Round(100 * time.Millisecond) }
 
 // stopWindow is how long, at most, a command may run on after SIGTERM with
 // session timeout t: the time Grant.Deadline leaves after a loss noticed in

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -33,7 +35,7 @@ func parse(out io.Writer, fs *flag.FlagSet, usage string, args []string, npos in
 				printUsage(out, fs, usage)
 				return nil, nil, errHelp
 			}
-			return nil, nil, &failure{exitUsage, err}
+			return nil, nil, &failure{exitUsage, flagError(fs, err)}
 		}
 		args = fs.Args()
 		if len(pos) == npos || len(args) == 0 {
@@ -64,14 +66,22 @@ func printUsage(w io.Writer, fs *flag.FlagSet, usage string) {
 	const indent = 26
 	head, tail, _ := strings.Cut(usage, "\n\n%FLAGS%\n")
 	fmt.Fprintln(w, head)
-	fmt.Fprintln(w, "\nFlags:")
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprintln(w, "\nFlags:")
+	}
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, help := flag.UnquoteUsage(f)
+		if _, ok := f.Value.(*durationValue); ok && typ == "value" {
+			typ = "duration"
+		}
 		name := "  --" + f.Name
 		if typ != "" {
 			name += " " + typ
 		}
-		if d := f.DefValue; d != "" && d != "false" && d != "0" && d != "0s" {
+		// A help text that tells its default itself is not told it twice.
+		if d := f.DefValue; d != "" && d != "false" && d != "0" && d != "0s" && !strings.Contains(help, "(default") {
 			help += fmt.Sprintf(" (default %s)", d)
 		}
 		line := name
@@ -105,33 +115,45 @@ type connFlags struct {
 	zk             string
 	connectTimeout time.Duration
 	sessionTimeout time.Duration
+	auth           []string // --auth values, SCHEME:CREDENTIALS; else $ZKRWLOCK_AUTH
 	debug          bool
+
+	granted time.Duration // the session timeout the server granted; set by dial
 }
 
 const defaultServers = "127.0.0.1:2181"
 
 // defaultSessionTimeout is 30s, not go-zookeeper's usual 10s: a job under
-// exec rides out a silent connection of about 0.69 of it (20s) before its
-// lock is lost, and gets a sixteenth of it (1.9s) between SIGTERM and
-// SIGKILL then; a holder that dies blocks the others for that long. It is
-// within ZooKeeper's default maxSessionTimeout (20 ticks, 40s).
+// exec rides out a silent connection of about 0.69·T (20s) before its
+// lock is lost, and gets a sixteenth of it, less 0.1s (1.775s), between
+// SIGTERM and SIGKILL then; a holder that dies blocks the others for that
+// long. It is within ZooKeeper's default maxSessionTimeout (20 ticks, 40s).
 const defaultSessionTimeout = 30 * time.Second
+
+// authEnv holds the credentials when --auth is not given: unlike a flag,
+// it does not show in ps.
+const authEnv = "ZKRWLOCK_AUTH"
 
 func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.zk, "zk", "", "ZooKeeper servers as `host:port,...` (default $ZOOKEEPER_SERVERS, else "+defaultServers+")")
-	fs.DurationVar(&c.connectTimeout, "connect-timeout", 5*time.Second,
+	fs.Func("auth", "authenticate the session as `SCHEME:CREDENTIALS`, e.g. digest:alice:secret, for paths whose ACL "+
+		"asks for it; may be repeated (default $"+authEnv+", which other users cannot read in ps as they can a flag)",
+		func(v string) error { c.auth = append(c.auth, v); return nil }) // checked by validate, which never echoes it
+	durationVar(fs, &c.connectTimeout, "connect-timeout", 5*time.Second,
 		"give up (exit 69) when there is no ZooKeeper session after this long")
-	fs.DurationVar(&c.sessionTimeout, "session-timeout", defaultSessionTimeout,
-		"ZooKeeper session timeout: how long a dead holder blocks others, and about how long a silent connection is ridden out")
+	durationVar(fs, &c.sessionTimeout, "session-timeout", defaultSessionTimeout,
+		"ZooKeeper session timeout T to ask for (the server grants one within its minSessionTimeout and "+
+			"maxSessionTimeout; exec says when it differs): how long a dead holder blocks others; a silent "+
+			"connection is ridden out for about 0.69·T")
 	fs.BoolVar(&c.debug, "debug", false, "log every protocol step and the ZooKeeper client's messages on stderr")
 }
 
 // servers returns the server list: --zk, else $ZOOKEEPER_SERVERS, else the
-// default.
+// default. Each is host[:port] (go-zookeeper adds :2181).
 func (c *connFlags) servers() ([]string, error) {
-	s := c.zk
+	s, from := c.zk, "--zk"
 	if s == "" {
-		s = os.Getenv("ZOOKEEPER_SERVERS")
+		s, from = os.Getenv("ZOOKEEPER_SERVERS"), "ZOOKEEPER_SERVERS"
 	}
 	if s == "" {
 		s = defaultServers
@@ -139,18 +161,66 @@ func (c *connFlags) servers() ([]string, error) {
 	var servers []string
 	for part := range strings.SplitSeq(s, ",") {
 		part = strings.TrimSpace(part)
-		switch {
-		case part == "":
+		if part == "" {
 			continue
-		case strings.Contains(part, "/"):
-			return nil, fail(exitUsage, "server %q: a chroot suffix (/path) is not supported; give the full lock path instead", part)
+		}
+		if err := checkServer(part); err != nil {
+			return nil, fail(exitUsage, "%s: server %s: %v", from, quoted(part), err)
 		}
 		servers = append(servers, part)
 	}
 	if len(servers) == 0 {
-		return nil, fail(exitUsage, "no ZooKeeper servers in %q", s)
+		return nil, fail(exitUsage, "%s: no ZooKeeper servers in %s", from, quoted(s))
 	}
 	return servers, nil
+}
+
+// checkServer checks one server address: host or host:port, with a port
+// from 1 to 65535. A URL (http://host:port, zk://...) is not an address,
+// and a path after one is a chroot, which zkrwlock does not support.
+func checkServer(addr string) error {
+	if scheme, _, ok := strings.Cut(addr, "://"); ok {
+		return fmt.Errorf("not a host:port address but a URL (%s://); give host:port, e.g. 127.0.0.1:2181", printable(scheme))
+	}
+	if _, chroot, ok := strings.Cut(addr, "/"); ok {
+		return fmt.Errorf("a chroot suffix (/%s) is not supported; give the full lock path instead", printable(chroot))
+	}
+	host, port, err := net.SplitHostPort(addr)
+	switch {
+	case err != nil && strings.Contains(err.Error(), "missing port"):
+		host, port = addr, ""
+	case err != nil:
+		return fmt.Errorf("not a host:port address (%v)", err)
+	}
+	if host == "" || strings.ContainsAny(host, " \t[]") {
+		return errors.New("not a host:port address: no host")
+	}
+	if port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("not a host:port address: port %s is not a number from 1 to 65535", quoted(port))
+		}
+	}
+	return nil
+}
+
+// credentials returns the --auth values, else $ZKRWLOCK_AUTH's, each split
+// into scheme and credentials. Its errors never show the credentials.
+func (c *connFlags) credentials() ([][2]string, error) {
+	values, from := c.auth, "--auth"
+	if len(values) == 0 {
+		if v := os.Getenv(authEnv); v != "" {
+			values, from = []string{v}, authEnv
+		}
+	}
+	var creds [][2]string
+	for _, v := range values {
+		scheme, cred, ok := strings.Cut(v, ":")
+		if !ok || scheme == "" || cred == "" || strings.ContainsAny(scheme, " \t") {
+			return nil, fail(exitUsage, "%s: want SCHEME:CREDENTIALS, e.g. digest:alice:secret (the value given is not shown)", from)
+		}
+		creds = append(creds, [2]string{scheme, cred})
+	}
+	return creds, nil
 }
 
 func (c *connFlags) validate() error {
@@ -160,5 +230,18 @@ func (c *connFlags) validate() error {
 	case c.sessionTimeout <= 0:
 		return fail(exitUsage, "--session-timeout must be positive, not %v", c.sessionTimeout)
 	}
-	return nil
+	if _, err := c.servers(); err != nil {
+		return err
+	}
+	_, err := c.credentials()
+	return err
+}
+
+// sessionTimeoutNow is the session timeout in force: the one the server
+// granted once dial has connected, else the one asked for.
+func (c *connFlags) sessionTimeoutNow() time.Duration {
+	if c.granted > 0 {
+		return c.granted
+	}
+	return c.sessionTimeout
 }

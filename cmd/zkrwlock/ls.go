@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -44,7 +45,11 @@ and "stuck" when others wait for it too; FLAG says so. Locks are sorted
 stuck first, then by WAITING, then by HELD, longest first, then by path.
 
 Locks nobody holds or waits for are not listed: nothing tells their empty
-directories from other znodes, and ZooKeeper deletes them soon.
+directories from other znodes, and ZooKeeper deletes them soon. A directory
+whose ACL does not let this client list it (or a lock whose nodes it may
+not read) is skipped, with a warning on stderr; --auth gets it in. OWNER and
+LOCK are shown as in 'zkrwlock queue': OWNER cut to 40 characters, control
+characters escaped.
 
 %FLAGS%
 --json prints one JSON array, one object per lock, in the same order, with
@@ -98,7 +103,7 @@ func runLs(std stdio, args []string) int {
 	var o lsOptions
 	fs := newFlagSet("ls")
 	fs.BoolVar(&o.asJSON, "json", false, "print a JSON array instead of a table")
-	fs.DurationVar(&o.olderThan, "older-than", 0, "flag locks whose oldest holder is older than this: "+
+	durationVar(fs, &o.olderThan, "older-than", 0, "flag locks whose oldest holder is older than this: "+
 		"\"old\", and \"stuck\" when others wait")
 	o.conn.register(fs)
 	pos, rest, err := parse(std.out, fs, lsUsage, args, 1)
@@ -145,16 +150,23 @@ func (o *lsOptions) list(std stdio) error {
 	}
 	defer closeConn(conn)
 
-	dirs, err := findLockDirs(ctx, conn, o.prefix, o.conn.sessionTimeout)
+	var mu sync.Mutex
+	warn := func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		printLine(std.err, "zkrwlock ls", "warning: "+msg)
+	}
+	timeout := o.conn.sessionTimeoutNow()
+	dirs, err := findLockDirs(ctx, conn, o.prefix, timeout, warn)
 	var locks []lockInfo
 	if err == nil {
-		locks, err = readLocks(ctx, conn, dirs, o.conn.sessionTimeout, log)
+		locks, err = readLocks(ctx, conn, dirs, timeout, log, warn)
 	}
 	if sig := stop(); sig != nil {
 		return interruptedErr(sig, "while reading the locks under %s", o.prefix)
 	}
 	if err != nil {
-		return fail(exitUnavailable, "list the locks under %s: %s", o.prefix, describeZKError(err))
+		return o.conn.zkFail(err, "list the locks under %s", o.prefix)
 	}
 	now := time.Now()
 	for i := range locks {
@@ -170,8 +182,11 @@ func (o *lsOptions) list(std stdio) error {
 // findLockDirs walks the tree under prefix, prefix included, level by
 // level with at most lsParallel listings at once, each within timeout, and
 // returns the directories that have children named like lock nodes, in
-// path order. /zookeeper, the server's own, is skipped.
-func findLockDirs(ctx context.Context, conn *zk.Conn, prefix string, timeout time.Duration) ([]string, error) {
+// path order. /zookeeper, the server's own, is skipped, and so is, with a
+// warning, a directory whose ACL does not let this client list it: one
+// unreadable subtree must not hide every other lock from a monitor. An
+// unreadable prefix is an error, though: there would be nothing to list.
+func findLockDirs(ctx context.Context, conn *zk.Conn, prefix string, timeout time.Duration, warn func(string)) ([]string, error) {
 	var dirs []string
 	level := []string{prefix}
 	for len(level) > 0 {
@@ -184,6 +199,11 @@ func findLockDirs(ctx context.Context, conn *zk.Conn, prefix string, timeout tim
 				children, err := listChildren(ectx, conn, dir, timeout)
 				if errors.Is(err, zk.ErrNoNode) {
 					return nil // deleted meanwhile, or no such prefix
+				}
+				if errors.Is(err, zk.ErrNoAuth) && dir != prefix {
+					warn(fmt.Sprintf("skipped %s: its ACL does not let this client list it (authenticate with --auth to see the locks under it)",
+						printable(dir)))
+					return nil
 				}
 				if err != nil {
 					return fmt.Errorf("list %s: %w", dir, err)
@@ -246,8 +266,10 @@ func childPath(dir, name string) string {
 }
 
 // readLocks reads the queue of each directory, at most lsParallel at once,
-// each within timeout, and returns the locks that have nodes still.
-func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.Duration, log *slog.Logger) ([]lockInfo, error) {
+// each within timeout, and returns the locks that have nodes still. A lock
+// whose nodes this client may not read is skipped with a warning.
+func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.Duration, log *slog.Logger,
+	warn func(string)) ([]lockInfo, error) {
 	queues := make([][]rwlock.Entry, len(dirs))
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(lsParallel)
@@ -260,7 +282,16 @@ func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.D
 			qctx, cancel := context.WithTimeout(ectx, timeout)
 			defer cancel()
 			queues[i], err = l.Queue(qctx)
-			return err
+			if errors.Is(err, zk.ErrNoAuth) {
+				warn(fmt.Sprintf("skipped the lock %s: its nodes' ACL does not let this client read them (authenticate with --auth)",
+					printable(dir)))
+				queues[i] = nil
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("read the queue of %s: %w", dir, err)
+			}
+			return nil
 		})
 	}
 	if err := eg.Wait(); err != nil {
@@ -351,7 +382,7 @@ func writeLocksJSON(w io.Writer, locks []lockInfo, now time.Time) error {
 // writeLocksTable prints the table; the FLAG column only with --older-than.
 func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
 	if len(locks) == 0 {
-		_, err := fmt.Fprintf(w, "no locks under %s\n", o.prefix)
+		_, err := fmt.Fprintf(w, "no locks under %s\n", printable(o.prefix))
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -365,7 +396,7 @@ func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
 		if l.oldestWaiter != nil {
 			waiting = formatAge(l.waited)
 		}
-		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s", l.path, l.mode, l.holders, formatAge(l.held),
+		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s", printable(l.path), l.mode, l.holders, formatAge(l.held),
 			ownerText(l.oldestHolder.Owner), l.waiters, waiting, strings.Join(l.families, ","))
 		if o.flag {
 			row += "\t" + flagText(l)

@@ -5,13 +5,17 @@
 //	zkrwlock queue /locks/schema                          who holds the lock, who waits
 //	zkrwlock ls --older-than 1h /locks                    every lock under /locks, stuck first
 //	zkrwlock dev                                          a throwaway local ZooKeeper
+//	zkrwlock version                                      the version of this build
 //
-// Every command takes --help. Exit codes are documented in the usage text
-// (see exitCodes) and in the README. It is written for Linux: there the
-// command exec runs gets the parent-death signal and a lost lock waits for
-// the command's whole process group by reading /proc (proc_linux.go), and
-// `zkrwlock dev` runs internal/zkserver, which is Linux-only. Elsewhere
-// (macOS) it builds with portable fallbacks (proc_other.go, dev_other.go).
+// Install it with
+//
+//	go install github.com/zkrwlock/rwlock/cmd/zkrwlock@latest
+//
+// Every command takes --help, which also lists the exit codes; the
+// command's README (cmd/zkrwlock/README.md in the repository) is the
+// manual. It is written and tested on Linux. It also builds for macOS,
+// where the command exec runs gets no signal when zkrwlock itself is
+// killed, and where dev is missing.
 package main
 
 import (
@@ -24,11 +28,12 @@ const mainUsage = `Usage: zkrwlock COMMAND [flags] [arguments]
 Distributed read/write locks on Apache ZooKeeper, for shell scripts and cron.
 
 Commands:
-  exec   take the lock, run a command while holding it, release it when it exits
-  queue  show who holds the lock and who waits, in order
-  ls     list the locks under a prefix, stuck ones first
-  dev    start a throwaway local ZooKeeper server until Ctrl-C
-  help   show the usage of a command
+  exec     take the lock, run a command while holding it, release it when it exits
+  queue    show who holds the lock and who waits, in order
+  ls       list the locks under a prefix, stuck ones first
+  dev      start a throwaway local ZooKeeper server until Ctrl-C or SIGTERM
+  version  print zkrwlock's version (also --version)
+  help     show the usage of a command
 
 Run 'zkrwlock COMMAND --help' for a command's flags.
 
@@ -47,10 +52,11 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"exec":  {runExec, execUsage},
-	"queue": {runQueue, queueUsage},
-	"ls":    {runLs, lsUsage},
-	"dev":   {runDev, devUsage},
+	"exec":    {runExec, execUsage},
+	"queue":   {runQueue, queueUsage},
+	"ls":      {runLs, lsUsage},
+	"dev":     {runDev, devUsage},
+	"version": {runVersion, versionUsage},
 }
 
 func main() {
@@ -68,6 +74,9 @@ func run(std stdio, args []string) int {
 	switch name {
 	case "-h", "-help", "--help":
 		fmt.Fprint(std.out, mainUsage)
+		return 0
+	case "--version":
+		writeVersion(std.out)
 		return 0
 	case "help":
 		if len(args) == 1 {

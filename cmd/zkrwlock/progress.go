@@ -135,10 +135,3 @@ func describeHolders(holders []rwlock.Entry) string {
 	}
 	return s
 }
-
-func ownerText(owner string) string {
-	if owner == "" {
-		return "(unknown)"
-	}
-	return owner
-}

@@ -24,6 +24,9 @@ holders first, then waiters, in queue order.
   write  waiting  curator   10.0.0.7       0x10000a1b2c30002   1.0s  __WRIT__0000000004
 
 AGE is the time since the node was created (queued), by the server's clock.
+OWNER is cut to 40 characters, and characters a terminal would not print
+as they are (control characters, escape sequences) are shown escaped
+(\t, \x1b, \u202e), here and in 'zkrwlock ls'; --json has them whole.
 FAMILY is who made the node: zkrwlock (zkrwlock/DIALECT in another dialect
 than the native one), or another library sharing the lock: curator,
 curator-mutex, zk.Lock, kazoo. Their OWNER is their node's data as text
@@ -117,14 +120,14 @@ func showQueue(std stdio, cf *connFlags, path string, dialect *rwlock.Dialect, a
 		return &failure{exitUsage, err}
 	}
 	// A session that lives is enough for a read; bound it anyway.
-	qctx, cancel := context.WithTimeout(ctx, cf.sessionTimeout)
+	qctx, cancel := context.WithTimeout(ctx, cf.sessionTimeoutNow())
 	defer cancel()
 	q, err := l.Queue(qctx)
 	if sig := stop(); sig != nil {
 		return interruptedErr(sig, "while reading the queue")
 	}
 	if err != nil {
-		return fail(exitUnavailable, "read the queue of %s: %s", path, describeZKError(err))
+		return cf.zkFail(err, "read the queue of %s", path)
 	}
 	now := time.Now()
 	if asJSON {
@@ -161,7 +164,7 @@ func jsonEntry(e rwlock.Entry, now time.Time) queueEntry {
 
 func writeTable(w io.Writer, path string, q []rwlock.Entry, now time.Time) error {
 	if len(q) == 0 {
-		_, err := fmt.Fprintf(w, "%s: no holders, no waiters\n", path)
+		_, err := fmt.Fprintf(w, "%s: no holders, no waiters\n", printable(path))
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -172,7 +175,7 @@ func writeTable(w io.Writer, path string, q []rwlock.Entry, now time.Time) error
 			state = "held"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Mode, state, family(e), ownerText(e.Owner),
-			sessionHex(e.SessionID), formatAge(age(now, e.Created)), nodeName(e.Node))
+			sessionHex(e.SessionID), formatAge(age(now, e.Created)), printable(nodeName(e.Node)))
 	}
 	return tw.Flush()
 }

@@ -8,13 +8,14 @@ import (
 
 // Exit codes. The command's own status passes through exec; the others are
 // chosen not to be confused with it where possible: sysexits(3) for usage,
-// unavailability and time-outs, 111 (daemontools' setlock: lock trouble)
+// unavailability, time-outs and permissions, 111 (daemontools' setlock: lock trouble)
 // for a lost lock, 126/127 as env(1) and timeout(1) use them, and 128+n,
 // as shells report a death by signal n, for an interrupted wait.
 const (
 	exitUsage       = 64  // EX_USAGE: bad flags or arguments, invalid lock path
 	exitUnavailable = 69  // EX_UNAVAILABLE: no ZooKeeper session, or ZooKeeper failed
 	exitTimeout     = 75  // EX_TEMPFAIL: --timeout (or --no-wait) while waiting
+	exitNoPerm      = 77  // EX_NOPERM: an ACL does not allow this client; --auth refused
 	exitLost        = 111 // the grant was lost while the command ran; it was terminated
 	exitCannotRun   = 126 // the command was found but could not be started
 	exitNotFound    = 127 // the command was not found
@@ -27,6 +28,8 @@ const exitCodes = `Exit status:
   64       usage: bad flag or argument, invalid lock path
   69       ZooKeeper unavailable: no session within --connect-timeout, or a request failed
   75       exec: gave up waiting (--timeout, --no-wait); no node left behind
+  77       not allowed: an ACL on the path does not allow this client (NoAuth:
+           authenticate with --auth), or ZooKeeper refused --auth
   111      exec: the lock was lost while the command ran; the command was terminated
   126/127  exec: the command cannot be run / was not found (before queueing)
   130/143  interrupted (SIGINT/SIGTERM) while connecting or waiting; no node left behind

@@ -11,8 +11,7 @@
 // DIR is a comparison's output directory: one subdirectory per network
 // setting, loopback/ and delay-<ms>ms/, each with the JSON lines of every
 // run (*.jsonl). A directory of *.jsonl files, or files named one by one,
-// are read as one loopback column (the older raw results in
-// docs/benchmarks/ are such).
+// are read as one loopback column.
 //
 // The latency layout is one table with a column per network setting; the
 // columns layout is one table per setting with the implementations side by
