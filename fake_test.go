@@ -1,6 +1,7 @@
 package rwlock
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"path"
@@ -49,6 +50,7 @@ type fakeConn struct {
 	applied  []string      // "op path" of every request, in the server's order; guarded by s.mu
 	connects atomic.Uint64 // sessions had: one per connection, as Dial counts them
 	granted  atomic.Int64  // the session timeout a Dial connection learnt; 0: not told (see setGranted)
+	info     *dialInfo     // for a modelled connection that tells its timeout, as Dial's does (zkNet.answer)
 	// replayOrder, if set, orders the events a reconnection sends again:
 	// go-zookeeper's SetWatches lists the watches from a map.
 	replayOrder func([]heldEvent)
@@ -457,15 +459,24 @@ func (c *fakeConn) setGranted(t time.Duration) { c.granted.Store(int64(t)) }
 
 // timeoutOf is the sessions interface's (dial.go).
 func (c *fakeConn) timeoutOf(session int64) time.Duration {
+	if c.info != nil {
+		return c.info.timeoutOf(session)
+	}
 	if session != c.session.Load() {
 		return 0
 	}
 	return time.Duration(c.granted.Load())
 }
 
-// onHandshake is the sessions interface's: the fake's handshakes renew no
-// lease, and its timeout changes only between tests.
-func (c *fakeConn) onHandshake(func(int64, time.Time)) (stop func()) { return func() {} }
+// onHandshake is the sessions interface's. A modelled connection tells of
+// its handshakes as Dial's tap does; the unit tests' connections, whose
+// timeout changes only between tests, renew no lease by them.
+func (c *fakeConn) onHandshake(fn func(int64, time.Time)) (stop func()) {
+	if c.info != nil {
+		return c.info.onHandshake(fn)
+	}
+	return func() {}
+}
 
 func (c *fakeConn) newSession() {
 	c.connects.Add(1)
@@ -650,7 +661,14 @@ func (c *fakeConn) appliedCount() int {
 //
 //   - Timeouts (setTimeouts, 342): for a session timeout T, the read
 //     deadline recvTimeout is 2T/3 and pings go out every pingInterval,
-//     T/3.
+//     T/3. T is what the server granted at the connection's handshake
+//     (authenticate, 714-715): the server clamps what the client asks for
+//     to its maxSessionTimeout, and the client asks each handshake for
+//     what it was granted last (the connect request's TimeOut, 665), the
+//     first for what Connect was given (218). The server expires the
+//     session by the T of its latest handshake (touchSession): standalone,
+//     nothing else touches it. A client that tells the lock its timeout
+//     (Dial's) reads each answer before it reports the session (dial.go).
 //   - On a connection, sendLoop (762) sends each request as it is queued,
 //     and a ping at every tick of a ticker started with the connection
 //     (763), whatever else it sent. recvLoop (793) sets the read deadline
@@ -713,7 +731,7 @@ func (c *fakeConn) appliedCount() int {
 type zkNet struct {
 	mu        sync.Mutex // guards the model, and the fake's state for its sessions
 	s         *fakeServer
-	timeout   time.Duration // T, granted to every session
+	maxT      time.Duration // the server's maxSessionTimeout now; 0: none
 	tick      time.Duration // the server's tickTime
 	tickPhase time.Duration // where its ticks fall on our clock
 	clients   []*zkClient
@@ -732,19 +750,36 @@ const (
 	zkRetrySleep     = time.Second // connect's sleep after trying every host (378)
 )
 
-func newZKNet(s *fakeServer, timeout, tick, tickPhase time.Duration) *zkNet {
-	return &zkNet{s: s, timeout: timeout, tick: tick, tickPhase: tickPhase,
+func newZKNet(s *fakeServer, maxT, tick, tickPhase time.Duration) *zkNet {
+	return &zkNet{s: s, maxT: maxT, tick: tick, tickPhase: tickPhase,
 		expired: map[int64]time.Time{}, left: map[int64]time.Time{},
 		logf: func(string, ...any) {}, onWire: func() {}}
 }
 
-func (n *zkNet) recvTimeout() time.Duration  { return n.timeout * 2 / 3 }
-func (n *zkNet) pingInterval() time.Duration { return n.recvTimeout() / 2 }
+func (cl *zkClient) recvTimeout() time.Duration  { return cl.granted * 2 / 3 }
+func (cl *zkClient) pingInterval() time.Duration { return cl.recvTimeout() / 2 }
 
-// expiry is when the server expires a session it last heard at heard.
-func (n *zkNet) expiry(heard time.Time) time.Time {
-	at := heard.Add(n.timeout).Add(-n.tickPhase)
+// expiry is when the server expires cl's session, last heard at heard.
+func (n *zkNet) expiry(cl *zkClient) time.Time {
+	at := cl.lastHeard.Add(cl.granted).Add(-n.tickPhase)
 	return at.Truncate(n.tick).Add(n.tick + n.tickPhase)
+}
+
+// grant is the server's answer to a handshake of cl's: the timeout asked
+// for, clamped, which the client asks for next time. A client that tells
+// the lock reads the answer at once.
+func (n *zkNet) grant(cl *zkClient, now time.Time) {
+	t := cl.asked
+	if n.maxT > 0 && t > n.maxT {
+		t = n.maxT
+	}
+	cl.asked, cl.granted = t, t
+	if info := cl.c.info; info != nil {
+		var head [answerHead]byte
+		binary.BigEndian.PutUint32(head[8:12], uint32(t/time.Millisecond))
+		binary.BigEndian.PutUint64(head[12:20], uint64(cl.c.session.Load()))
+		info.answered(head[:], now)
+	}
 }
 
 type zkPhase int8
@@ -789,10 +824,12 @@ type zkClient struct {
 	thawAt   time.Time
 	gate     chan struct{} // closed when it resumes
 
-	lastHeard time.Time // the server's last packet from the session
-	downSince time.Time // State has not been StateHasSession since
-	notified  time.Time // the last watch event read
-	holdSync  bool      // the next keepalive goes to the scheduler
+	asked     time.Duration // what the next handshake asks for: the last granted
+	granted   time.Duration // what the server granted at this connection's handshake
+	lastHeard time.Time     // the server's last packet from the session
+	downSince time.Time     // State has not been StateHasSession since
+	notified  time.Time     // the last watch event read
+	holdSync  bool          // the next keepalive goes to the scheduler
 }
 
 // zkTCP is one connection, as each side sees it.
@@ -839,14 +876,20 @@ type zkFrame struct {
 	eof bool
 }
 
-// session opens a modelled session, connected to the first of hosts.
-func (n *zkNet) session(hosts int) *fakeConn {
+// session opens a modelled session asking for timeout ask, connected to
+// the first of hosts; tells: it tells the lock its timeout, as a
+// connection made by Dial does.
+func (n *zkNet) session(hosts int, ask time.Duration, tells bool) *fakeConn {
 	c := n.s.conn()
+	if tells {
+		c.info = &dialInfo{}
+	}
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	cl := &zkClient{n: n, id: len(n.clients), c: c, hosts: hosts, c2s: true, s2c: true, lastHeard: now}
-	cl.tcp = n.newTCP(now)
+	cl := &zkClient{n: n, id: len(n.clients), c: c, hosts: hosts, c2s: true, s2c: true, lastHeard: now, asked: ask}
+	n.grant(cl, now)
+	cl.tcp = cl.newTCP(now)
 	n.clients = append(n.clients, cl)
 	n.s.mu.Lock()
 	c.cl = cl
@@ -854,8 +897,8 @@ func (n *zkNet) session(hosts int) *fakeConn {
 	return c
 }
 
-func (n *zkNet) newTCP(now time.Time) *zkTCP {
-	return &zkTCP{start: now, nextPing: now.Add(n.pingInterval()), lastRecv: now}
+func (cl *zkClient) newTCP(now time.Time) *zkTCP {
+	return &zkTCP{start: now, nextPing: now.Add(cl.pingInterval()), lastRecv: now}
 }
 
 func (cl *zkClient) setState(s zk.State) {
@@ -1098,7 +1141,7 @@ func (n *zkNet) advance(now time.Time) {
 		}
 		for !tcp.nextPing.After(now) {
 			t := tcp.nextPing
-			tcp.nextPing = t.Add(n.pingInterval())
+			tcp.nextPing = t.Add(cl.pingInterval())
 			n.ping(cl, tcp, t)
 		}
 	}
@@ -1152,7 +1195,7 @@ func (n *zkNet) dial(cl *zkClient) {
 		n.connect(cl)
 	case cl.dialFails == dialBlackhole && cl.c2s == cl.s2c:
 		cl.setState(zk.StateConnected)
-		cl.phase, cl.until = phaseAuth, now.Add(10*n.recvTimeout())
+		cl.phase, cl.until = phaseAuth, now.Add(10*cl.recvTimeout())
 	default:
 		cl.phase, cl.until = phaseDial, now.Add(zkConnectTimeout)
 	}
@@ -1180,13 +1223,15 @@ func (n *zkNet) handshake(cl *zkClient) {
 		c.dead = false
 		n.s.mu.Unlock()
 		cl.lastHeard = now
-		n.logf("c%d reconnects with a new session %d", cl.id, c.session.Load())
+		n.grant(cl, now)
+		n.logf("c%d reconnects with a new session %d, granted %v", cl.id, c.session.Load(), cl.granted)
 	default:
 		n.touch(cl, now)
-		n.logf("c%d reconnects", cl.id)
+		n.grant(cl, now)
+		n.logf("c%d reconnects, granted %v", cl.id, cl.granted)
 	}
 	cl.last = cl.cur
-	cl.tcp = n.newTCP(now)
+	cl.tcp = cl.newTCP(now)
 	cl.phase, cl.until = phaseSession, time.Time{}
 	cl.setState(zk.StateHasSession)
 	cl.downSince = time.Time{}
@@ -1269,20 +1314,20 @@ func (n *zkNet) thaw(cl *zkClient, deadlineFirst bool) {
 	now := time.Now()
 	cl.frozen, cl.thawAt = false, time.Time{}
 	if tcp := cl.tcp; tcp != nil {
-		late := !now.Before(tcp.lastRecv.Add(n.recvTimeout()))
+		late := !now.Before(tcp.lastRecv.Add(cl.recvTimeout()))
 		if late && deadlineFirst {
 			n.teardown(cl, "its read deadline passed while the process was stopped")
 		} else if cl.s2c {
 			n.flush(cl, tcp)
 		}
-		if cl.tcp == tcp && !now.Before(tcp.lastRecv.Add(n.recvTimeout())) {
+		if cl.tcp == tcp && !now.Before(tcp.lastRecv.Add(cl.recvTimeout())) {
 			n.teardown(cl, "its read deadline passed while the process was stopped")
 		}
 	}
 	if tcp := cl.tcp; tcp != nil && !tcp.nextPing.After(now) {
 		n.ping(cl, tcp, now)
-		k := now.Sub(tcp.start)/n.pingInterval() + 1
-		tcp.nextPing = tcp.start.Add(k * n.pingInterval())
+		k := now.Sub(tcp.start)/cl.pingInterval() + 1
+		tcp.nextPing = tcp.start.Add(k * cl.pingInterval())
 	}
 	if cl.phase == phaseAuth && !cl.cut() {
 		n.handshake(cl)
@@ -1387,11 +1432,11 @@ func (n *zkNet) nextEvent() (next zkEvent, ok bool) {
 		}
 		tcp := cl.tcp
 		if tcp != nil && !cl.frozen && (cl.cut() || tcp.closedByServer) {
-			consider(tcp.lastRecv.Add(n.recvTimeout()), cl, evDeadline)
+			consider(tcp.lastRecv.Add(cl.recvTimeout()), cl, evDeadline)
 		}
 		pinged := tcp != nil && cl.c2s && !cl.frozen && !tcp.closedByServer
 		if !cl.c.dead && cl.c.session.Load() != 0 && !pinged {
-			consider(n.expiry(cl.lastHeard), cl, evExpire)
+			consider(n.expiry(cl), cl, evExpire)
 		}
 	}
 	return next, ok
@@ -1414,7 +1459,7 @@ func (n *zkNet) process(ev zkEvent) {
 			n.connect(cl)
 		}
 	case evDeadline:
-		n.teardown(cl, fmt.Sprintf("nothing read for %v", n.recvTimeout()))
+		n.teardown(cl, fmt.Sprintf("nothing read for %v", cl.recvTimeout()))
 	case evExpire:
 		n.expire(cl)
 	}

@@ -33,8 +33,10 @@ import (
 // is cut, both ways or one way, and how its dials fail, at any moment or
 // right after a watch notification reached it; when a client's process is
 // stopped (SIGSTOP) and for how long; when an application elsewhere fires
-// a client's watch; when an acquisition is cancelled; and when time
-// passes. What follows from those, the model decides as go-zookeeper and
+// a client's watch; when an acquisition is cancelled; whether a client
+// asks for a longer session than the server grants, and when the server
+// is restarted with a lower maxSessionTimeout, so that reconnections are
+// granted less than the session had; and when time passes. What follows from those, the model decides as go-zookeeper and
 // the server would: when the client notices a dead connection, what its
 // requests get, when the server expires a session.
 //
@@ -271,7 +273,13 @@ func (s *sim) run() {
 		setup.Create("/locks", nil, 0, nil)
 		s.server.setCounter(dir, math.MaxInt32-int32(r.IntN(4))) // the counter reaches its end
 	}
-	s.net = newZKNet(s.server, s.timeout, tick, time.Duration(r.Int64N(int64(tick))))
+	// The server's maxSessionTimeout: none, or s.timeout, which clients
+	// that ask for more are granted instead (see session below).
+	maxT := time.Duration(0)
+	if r.IntN(3) == 0 {
+		maxT = s.timeout
+	}
+	s.net = newZKNet(s.server, maxT, tick, time.Duration(r.Int64N(int64(tick))))
 	if s.verbose {
 		s.net.verbose, s.net.logf = true, s.logf
 	}
@@ -292,7 +300,7 @@ func (s *sim) run() {
 		replay.Shuffle(n, swap)
 	}
 	hosts := 1 + 2*r.IntN(2)
-	s.budget = simBudget{resets: r.IntN(3), cancels: r.IntN(3), cuts: r.IntN(3), freezes: r.IntN(2), planned: r.IntN(2)}
+	s.budget = simBudget{resets: r.IntN(3), cancels: r.IntN(3), cuts: r.IntN(3), freezes: r.IntN(2), planned: r.IntN(2), lowers: r.IntN(2)}
 	if s.cfg.noCut {
 		s.budget.cuts = 0
 	}
@@ -303,12 +311,16 @@ func (s *sim) run() {
 	nClients := 2 + r.IntN(3)
 	for i := range nClients {
 		setup.Create(appPath(i), nil, 0, nil)
-		conn := s.net.session(hosts)
-		c := &simClient{id: i, conn: conn, zk: conn.cl}
+		ask := s.timeout
+		if maxT > 0 && r.IntN(2) == 0 {
+			ask = 2 * maxT // more than the server grants
+		}
+		known := r.IntN(4) != 0 // a Dial connection; else: any disconnection is a loss
+		conn := s.net.session(hosts, ask, known)
+		c := &simClient{id: i, conn: conn, zk: conn.cl, known: known}
 		opts := []Option{WithOwner(fmt.Sprintf("c%d", i)), WithCleanupTimeout(2 * time.Second)}
-		c.known = r.IntN(4) != 0
-		if c.known {
-			conn.setGranted(s.timeout) // a Dial connection; else: any disconnection is a loss
+		if known && r.IntN(4) != 0 {
+			opts = append(opts, WithSessionTimeout(ask)) // what the caller asked for: no more than a cap
 		}
 		l, err := newRWLock(conn, dir, opts...)
 		if err != nil {
@@ -575,6 +587,18 @@ func (s *sim) actions() []func() {
 			actions = append(actions, func() { n.apply(r, true) })
 		}
 	}
+	if b.lowers > 0 && !s.quiet && s.rng.IntN(20) == 0 {
+		actions = append(actions, func() {
+			b.lowers--
+			n.maxT = s.timeout * 2 / 3
+			s.logf("the server restarts with maxSessionTimeout %v: every connection is reset", n.maxT)
+			for _, cl := range n.clients {
+				if cl.tcp != nil && !cl.frozen {
+					n.drop(cl, nil)
+				}
+			}
+		})
+	}
 	for _, c := range s.clients {
 		cl := c.zk
 		if !s.quiet && !cl.frozen {
@@ -627,7 +651,7 @@ func (s *sim) plan(c *simClient) {
 	if s.budget.planned == 0 || s.quiet || cl.tcp == nil || c.holdEnd.Sub(time.Now()) <= s.timeout {
 		return
 	}
-	every := s.net.pingInterval()
+	every := cl.pingInterval()
 	late := func(after time.Time) time.Time { // late in a ping cycle of cl's connection
 		when := cl.tcp.nextPing.Add(-time.Duration(1 + s.rng.Int64N(int64(every/4))))
 		for when.Before(after) {
@@ -664,7 +688,7 @@ func (s *sim) plan(c *simClient) {
 			s.budget.planned--
 			// Healed before go-zookeeper gives the connection up.
 			heal := late(time.Now().Add(every / 4))
-			if deadline := cl.tcp.lastRecv.Add(s.net.recvTimeout() - time.Millisecond); heal.After(deadline) {
+			if deadline := cl.tcp.lastRecv.Add(cl.recvTimeout() - time.Millisecond); heal.After(deadline) {
 				heal = deadline
 			}
 			s.cut(c, false, true, dialTimeout, heal.Sub(time.Now()))
@@ -692,6 +716,7 @@ func (s *sim) plan(c *simClient) {
 type simBudget struct {
 	resets, cancels, cuts, freezes int
 	planned                        int // see plan
+	lowers                         int // restarts of the server with a lower maxSessionTimeout
 }
 
 type simPlan struct {
@@ -1018,6 +1043,10 @@ var mutants = []mutant{
 		{"acquire.go", "l.deleteNode(ctx, a.c, a.path, a.session, false)", "l.deleteNode(ctx, a.c, a.path, a.session, true)"}}},
 	{"a waiter that gives up leaves its node", []mutantEdit{
 		{"acquire.go", "\tcase a.node != \"\":\n", "\tcase a.node != \"\" && false:\n"}}},
+	{"the lock trusts the timeout asked for, not the one granted", []mutantEdit{
+		{"lease.go", "if l.timeout > 0 && t > l.timeout {", "if l.timeout > 0 {"}}},
+	{"a reconnection granted less is not heard", []mutantEdit{
+		{"dial.go", "last == nil || last.session != session || t < last.timeout {", "last == nil || last.session != session {"}}},
 }
 
 // TestSimulationCatchesMutants builds each mutant in a copy of the package
