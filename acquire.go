@@ -446,9 +446,11 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 	switch {
 	case sessionGone(cause):
 		// Expired or closed: the node went with the session.
+	// mutant: abort-leaves-node
 	case a.node != "":
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
 		defer cancel()
+		// mutant: abort-marks-held
 		if err := l.deleteNode(ctx, a.c, a.path, a.session, false); err != nil {
 			return errors.Join(cause, err)
 		}

@@ -224,6 +224,7 @@ func (d *dialInfo) answered(head []byte, sent time.Time) {
 	}
 	d.connects.Add(1)
 	t := max(time.Duration(ms)*time.Millisecond, 0)
+	// mutant: shorter-grant-unheard
 	if last := d.last.Load(); last == nil || last.session != session || t < last.timeout {
 		d.last.Store(&sessionTimeout{session, t})
 	}

@@ -118,6 +118,7 @@ func (g *Grant) Err() error {
 // judge ends the grant if the lease clock or the session says it is lost.
 func (g *Grant) judge() {
 	r := g.root()
+	// mutant: judge-on-timer-only
 	if r.ctx.Err() == nil {
 		r.c.judge(r)
 	}

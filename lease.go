@@ -114,7 +114,10 @@ import (
 
 // HeadStart returns how long before its session may expire a grant is
 // declared lost, for a session timeout t: a quarter of it. See [Grant.Done].
-func HeadStart(t time.Duration) time.Duration { return t / 4 }
+func HeadStart(t time.Duration) time.Duration {
+	// mutant: headstart
+	return t / 4
+}
 
 // relayAllowance is how much earlier than the lease's end the leader may
 // expire a session whose server was out of touch with it at the worst
@@ -177,7 +180,9 @@ func (c *client) timeoutOf(l *RWLock, session int64) time.Duration {
 	if c.sessions == nil {
 		return 0
 	}
+	// mutant: state-rule
 	t := c.sessions.timeoutOf(session)
+	// mutant: trust-asked-timeout
 	if l.timeout > 0 && t > l.timeout {
 		t = l.timeout
 	}
@@ -231,11 +236,6 @@ func (c *client) judgeLocked(g *Grant, now time.Time) error {
 			return errDisconnected
 		}
 		return nil
-	}
-	if testStateRule != nil {
-		if judge, _ := testStateRule(c.zk); judge != nil {
-			return judge(g, now)
-		}
 	}
 	if _, ok := c.leaseEndLocked(g.session, t); !ok {
 		return &errLeaseLapsed{} // never renewed in this session: nothing proves it alive
@@ -294,9 +294,7 @@ func (c *client) stopIfIdleLocked() {
 // tick is the lease clock's look: it ends the grants that are lost,
 // renews the lease when it is due, and sets its timer for the next look.
 func (c *client) tick() {
-	if testPause != nil {
-		testPause(c.zk)
-	}
+	pause(c.zk)
 	now := time.Now()
 	c.mu.Lock()
 	var lost []*Grant
@@ -318,12 +316,6 @@ func (c *client) tick() {
 		if t <= 0 {
 			soonest(now.Add(unknownTimeoutPoll))
 			continue
-		}
-		if testStateRule != nil {
-			if _, poll := testStateRule(c.zk); poll > 0 {
-				soonest(now.Add(poll))
-				continue
-			}
 		}
 		minT = minNonZero(minT, t)
 		soonest(c.lease.since.Add(t - HeadStart(t)))

@@ -14,6 +14,7 @@ import (
 // A downgraded writer is a reader now. before is in queue order.
 func readBlocker(before []lockNode, shared func(name string) bool) (lockNode, bool) {
 	for i := len(before) - 1; i >= 0; i-- {
+		// mutant: readers-ignore-writers
 		if n := before[i]; n.mode == Write && !shared(n.name) {
 			return n, true
 		}

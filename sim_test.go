@@ -7,11 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path"
-	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -22,7 +18,6 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"github.com/stretchr/testify/require"
 )
 
 // The simulation runs several clients of one lock over the in-memory fake
@@ -55,20 +50,19 @@ import (
 // a seed replays the same schedule, up to the rare race between two of the
 // lock's goroutines woken at the same instant by timers (about one seed in
 // a hundred replays differently now and then). Reproduce a failure with
-// the flags the failure prints (-sim.seed, and -sim.rule and the like).
+// the flags the failure prints (-sim.seed, and -sim.nofreeze and the like).
 //
 // The scheduler aims some faults: at a holder that means to hold past its
 // session, it may plan the issue's schedules at the worst moment of the
 // ping cycle (plan), and it may cut a client's link right after a watch
-// notification reached it (react). TestSimulationCatchesTheStateRule
-// shows that the rule the lock had before its lease clock fails on them;
-// TestSimulationCatchesMutants, that a few deliberate bugs are found.
+// notification reached it (react). TestSimulationCatchesMutants
+// (mutants_test.go) shows that deliberate bugs are found, the rule the
+// lock had before its lease clock among them.
 
 var (
 	simSchedules = flag.Int("sim.schedules", 2000, "number of schedules TestSimulation runs")
 	simFirst     = flag.Uint64("sim.first", 1, "seed of the first schedule")
 	simSeed      = flag.Uint64("sim.seed", 0, "run only the schedule with this seed, logging each step")
-	simRule      = flag.String("sim.rule", "lease", "the loss rule TestSimulation runs: lease (the library's), or state (the rule before the lease clock)")
 	simParallel  = flag.Int("sim.parallel", runtime.GOMAXPROCS(0), "schedules run at once")
 	simNoFreeze  = flag.Bool("sim.nofreeze", false, "no stopped processes")
 	simNoCut     = flag.Bool("sim.nocut", false, "no cut links")
@@ -76,7 +70,7 @@ var (
 )
 
 func TestSimulation(t *testing.T) {
-	cfg := simConfig{stateRule: *simRule == "state", noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays}
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays}
 	if *simSeed != 0 {
 		if failure := runSchedule(t, *simSeed, true, cfg); failure != "" {
 			t.Errorf("seed %d: %s", *simSeed, failure)
@@ -94,45 +88,16 @@ func TestSimulation(t *testing.T) {
 	t.Logf("%d schedules in %v", n, time.Since(start).Round(time.Millisecond))
 }
 
-// The rule the lock had before its lease clock must fail in the model, in
-// both ways the issue reports (a partition right after a notification, a
-// stopped process), and where notifications keep coming through a one-way
-// partition; or the model is not faithful enough to trust its verdict on
-// the lease, which passes the same schedules (TestSimulation).
-func TestSimulationCatchesTheStateRule(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		cfg  simConfig
-	}{
-		{"partition right after a notification", simConfig{stateRule: true, noFreeze: true, bothWays: true}},
-		{"stopped process", simConfig{stateRule: true, noCut: true}},
-		{"any", simConfig{stateRule: true}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			const limit = 5000
-			seed, failure, ran := runSchedules(t, 1, limit, tc.cfg)
-			if failure == "" {
-				t.Fatalf("the state rule survived %d schedules", limit)
-			}
-			t.Logf("caught after %d schedules, at seed %d (replay: %s): %s", ran, seed, tc.cfg.flags(seed), failure)
-		})
-	}
-}
-
 // simConfig selects what a schedule may do.
 type simConfig struct {
-	stateRule bool // judge grants of known timeout by the rule before the lease clock
-	noFreeze  bool // no stopped processes
-	noCut     bool // no cut links
-	bothWays  bool // links are cut both ways only
+	noFreeze bool // no stopped processes
+	noCut    bool // no cut links
+	bothWays bool // links are cut both ways only
 }
 
 // flags are the test flags that replay seed with c.
 func (c simConfig) flags(seed uint64) string {
 	f := fmt.Sprintf("-sim.seed=%d", seed)
-	if c.stateRule {
-		f += " -sim.rule=state"
-	}
 	if c.noFreeze {
 		f += " -sim.nofreeze"
 	}
@@ -288,9 +253,6 @@ func (s *sim) run() {
 		case s.wake <- struct{}{}:
 		default:
 		}
-	}
-	if s.cfg.stateRule {
-		s.net.rule = newStateRule(s.timeout)
 	}
 	replay := rand.New(rand.NewPCG(r.Uint64(), r.Uint64()))
 	var replayMu sync.Mutex
@@ -964,130 +926,5 @@ func isClosed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// stateRule is the loss rule the lock had before its lease clock, kept to
-// show that the simulation catches it (the issue it failed in had two
-// reports: a partition right after a notification, and a stopped process).
-// A grant of known timeout T is lost when go-zookeeper's State() has not
-// been StateHasSession for lossGrace(T, poll), polled every poll.
-type stateRule struct {
-	poll, grace time.Duration
-	mu          sync.Mutex
-	lastUp      map[*Grant]time.Time // when the grant last saw StateHasSession
-}
-
-func newStateRule(t time.Duration) *stateRule {
-	poll := min(max(t/40, 10*time.Millisecond), 100*time.Millisecond)
-	grace := max(t/3-poll-t/10-100*time.Millisecond, 0)
-	return &stateRule{poll: poll, grace: grace, lastUp: map[*Grant]time.Time{}}
-}
-
-func (r *stateRule) judge(c *fakeConn, g *Grant, now time.Time) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	up, seen := r.lastUp[g]
-	if !seen || c.State() == zk.StateHasSession {
-		up = now // the first look is at the grant
-	}
-	r.lastUp[g] = up
-	if down := now.Sub(up); down >= r.grace {
-		return fmt.Errorf("%w: go-zookeeper has had no session for %v (the state rule)", errMayLive, down)
-	}
-	return nil
-}
-
-func init() {
-	testPause = func(z zkConn) {
-		if c, ok := z.(*fakeConn); ok && c.cl != nil {
-			c.cl.pause()
-		}
-	}
-	testStateRule = func(z zkConn) (func(*Grant, time.Time) error, time.Duration) {
-		c, ok := z.(*fakeConn)
-		if !ok || c.cl == nil || c.cl.n.rule == nil {
-			return nil, 0
-		}
-		rule := c.cl.n.rule
-		return func(g *Grant, now time.Time) error { return rule.judge(c, g, now) }, rule.poll
-	}
-}
-
-// A mutant is the package with one deliberate bug that the simulation
-// must find: each replacement in file, of old (which must occur once) by
-// new.
-type mutant struct {
-	name  string
-	edits []mutantEdit
-}
-
-type mutantEdit struct{ file, old, new string }
-
-var mutants = []mutant{
-	{"a head start too short: grants lost after the lease ends", []mutantEdit{
-		{"lease.go", "func HeadStart(t time.Duration) time.Duration { return t / 4 }",
-			"func HeadStart(t time.Duration) time.Duration { return -t / 8 }"}}},
-	{"a lease counted from the answer, not the request", []mutantEdit{
-		{"zkconn.go", "c.renew(session, sent)", "c.renew(session, sent.Add(time.Since(sent)))"}}},
-	{"Err and Done trust the lease clock's timer", []mutantEdit{
-		{"grant.go", "\tr := g.root()\n\tif r.ctx.Err() == nil {\n\t\tr.c.judge(r)", "\tr := g.root()\n\tif false && r.ctx.Err() == nil {\n\t\tr.c.judge(r)"}}},
-	{"numbers at the counter's stuck end ordered anyway", []mutantEdit{
-		{"nodename.go", "func usableSeq(seq int32) bool { return seq >= 0 && seq < math.MaxInt32 }",
-			"func usableSeq(seq int32) bool { return seq >= 0 || seq < math.MaxInt32 }"},
-		{"nodename.go", "\t\tcase n.seq == s.self.seq:\n", "\t\tcase false:\n"},
-		{"nodename.go", "if s.before[i].seq == s.before[i-1].seq {", "if false {"}}},
-	{"readers ignore writers", []mutantEdit{
-		{"reader.go", "if n := before[i]; n.mode == Write && !shared(n.name) {", "if n := before[i]; false && n.mode == Write && !shared(n.name) {"}}},
-	{"a waiter that gives up marks its node held", []mutantEdit{
-		{"acquire.go", "l.deleteNode(ctx, a.c, a.path, a.session, false)", "l.deleteNode(ctx, a.c, a.path, a.session, true)"}}},
-	{"a waiter that gives up leaves its node", []mutantEdit{
-		{"acquire.go", "\tcase a.node != \"\":\n", "\tcase a.node != \"\" && false:\n"}}},
-	{"the lock trusts the timeout asked for, not the one granted", []mutantEdit{
-		{"lease.go", "if l.timeout > 0 && t > l.timeout {", "if l.timeout > 0 {"}}},
-	{"a reconnection granted less is not heard", []mutantEdit{
-		{"dial.go", "last == nil || last.session != session || t < last.timeout {", "last == nil || last.session != session {"}}},
-}
-
-// TestSimulationCatchesMutants builds each mutant in a copy of the package
-// and runs the simulation over it, which must fail on a schedule (not on a
-// build error). It takes a few seconds per mutant.
-func TestSimulationCatchesMutants(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a copy of the package per mutant")
-	}
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		t.Skipf("no go command: %v", err)
-	}
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	files = append(files, "go.mod", "go.sum")
-	for _, m := range mutants {
-		t.Run(m.name, func(t *testing.T) {
-			dir := t.TempDir()
-			for _, f := range files {
-				b, err := os.ReadFile(f)
-				require.NoError(t, err)
-				require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
-			}
-			for _, e := range m.edits {
-				p := filepath.Join(dir, e.file)
-				b, err := os.ReadFile(p)
-				require.NoError(t, err)
-				require.Equal(t, 1, strings.Count(string(b), e.old), "%s: the code to mutate has changed: %q", e.file, e.old)
-				require.NoError(t, os.WriteFile(p, []byte(strings.Replace(string(b), e.old, e.new, 1)), 0o644))
-			}
-			const limit = 20000
-			cmd := exec.Command(goTool, "test", "-count=1", "-run", "TestSimulation$", fmt.Sprintf("-sim.schedules=%d", limit), ".")
-			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), "GOPROXY=off") // the module cache has what the package needs
-			out, err := cmd.CombinedOutput()
-			found := regexp.MustCompile(`(?s)schedule (\d+) failed: (.*?)\n\s*replay it with`).FindSubmatch(out)
-			if err == nil || found == nil {
-				t.Fatalf("not caught in %d schedules (err %v):\n%s", limit, err, out)
-			}
-			t.Logf("caught at seed %s: %s", found[1], found[2])
-		})
 	}
 }

@@ -30,6 +30,18 @@ type zkConn interface {
 
 var _ zkConn = (*zk.Conn)(nil)
 
+// pauser is a connection whose process can be stopped: only the
+// simulation's fake is one. pause blocks while the process is stopped, as
+// the lock's goroutines would not run then: before a request is timed and
+// sent, and as the lease clock's timer fires.
+type pauser interface{ pause() }
+
+func pause(conn zkConn) {
+	if p, ok := conn.(pauser); ok {
+		p.pause()
+	}
+}
+
 // A client is what every lock on one connection shares: the requests they
 // make, each with a context and timed for the session's lease (lease.go),
 // the watches they set (watches.go), and the grants they hold. Locks made
@@ -123,9 +135,7 @@ type reply[T any] struct {
 // answered in a known session renews that session's lease: see lease.go.
 func request[T any](c *client, ctx context.Context, renews bool, op func() (T, error), late func(reply[T])) reply[T] {
 	run := func() reply[T] {
-		if testPause != nil {
-			testPause(c.zk)
-		}
+		pause(c.zk)
 		before, sent := c.zk.SessionID(), time.Now()
 		v, err := op()
 		session := c.zk.SessionID()
@@ -133,6 +143,7 @@ func request[T any](c *client, ctx context.Context, renews bool, op func() (T, e
 			session = 0
 		}
 		if renews && session != 0 && answered(err) {
+			// mutant: lease-from-answer
 			c.renew(session, sent)
 		}
 		return reply[T]{v, session, err}
