@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // One acquisition (Lock, RLock, TryLock, TryRLock) from create to grant or
@@ -63,7 +65,7 @@ type want struct {
 // acquisition is one Lock, RLock, TryLock or TryRLock call in progress.
 type acquisition struct {
 	l *RWLock
-	c *client
+	c *zkclient.Client
 	want
 
 	guid    string
@@ -77,12 +79,12 @@ type acquisition struct {
 	shared  map[string]bool // writers seen downgraded (readers only)
 	waited  bool            // we watched a node before being granted
 	writers bool            // a listing showed a writer before ours
-	retry   backoff
+	retry   zkclient.Backoff
 
-	dir     *watchEntry // child watch on the directory, from our first listing
-	own     *watchEntry // data watch on our own node, set before we wait
-	tok     int64       // our node's czxid, when read
-	oneTrip bool        // the listing sent behind the create showed our node
+	dir     *zkclient.Watch // child watch on the directory, from our first listing
+	own     *zkclient.Watch // data watch on our own node, set before we wait
+	tok     int64           // our node's czxid, when read
+	oneTrip bool            // the listing sent behind the create showed our node
 
 	ownConnects      uint64 // the connection's session count when own was set
 	ownConnectsKnown bool   // the connection counts them (see confirmOwn)
@@ -98,12 +100,12 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if g, err, ok := l.nested(ctx, w); ok {
 		return g, err
 	}
-	a := &acquisition{l: l, c: acquireClient(l.conn), want: w, guid: newGUID()}
+	a := &acquisition{l: l, c: zkclient.For(l.conn), want: w, guid: newGUID()}
 	start := time.Now()
 	g, err := a.run(a.counting(ctx))
 	l.acquired(ctx, a, start, err)
 	if err != nil {
-		a.c.release()
+		a.c.Unref()
 		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err)
 	}
 	return g, nil
@@ -132,7 +134,7 @@ func (a *acquisition) run(ctx context.Context) (*Grant, error) {
 				return g, nil
 			}
 		case stepReconnect:
-			if err = a.retry.wait(ctx, a.c.zk); err == nil {
+			if err = a.retry.Wait(ctx, a.c.Conn()); err == nil {
 				next = stepCreate
 				if a.node != "" || a.unsure {
 					next = stepList
@@ -154,7 +156,7 @@ func (a *acquisition) run(ctx context.Context) (*Grant, error) {
 // ends the acquisition.
 func (a *acquisition) after(err error) (step, error) {
 	switch {
-	case connectionLoss(err):
+	case zkclient.ConnectionLoss(err):
 		return stepReconnect, nil
 	case errors.Is(err, zk.ErrSessionExpired):
 		return stepRequeue, nil
@@ -182,28 +184,28 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 		if a.dir == nil {
 			behind = a.listBehind(ctx, sending)
 		}
-		r := a.c.create(ctx, nodePrefix(l.path, a.guid, a.mode, l.dialect), l.data, zk.FlagEphemeral|zk.FlagSequence, l.acl,
-			sending, func(r reply[string]) { l.finishCreate(a.c, r, a.guid) })
+		r := a.c.Create(ctx, nodePrefix(l.path, a.guid, a.mode, l.dialect), l.data, zk.FlagEphemeral|zk.FlagSequence, l.acl,
+			sending, func(r zkclient.Reply[string]) { l.finishCreate(a.c, r, a.guid) })
 		var first listing
 		if behind != nil {
 			first = <-behind
 		}
 		switch {
-		case r.err == nil && r.session == 0:
+		case r.Err == nil && r.Session == 0:
 			// Created, but the session changed while we waited: the node
 			// is ours only if the session that has it now made it. Find
 			// out as after a lost answer.
 			a.unsure = true
 			return stepList, nil
-		case r.err == nil:
-			a.path, a.node, a.session = r.v, r.v[len(l.path)+1:], r.session
+		case r.Err == nil:
+			a.path, a.node, a.session = r.V, r.V[len(l.path)+1:], r.Session
 			l.debug("created", a.path)
-			if first.err == nil && first.session == a.session && slices.Contains(first.v, a.node) {
+			if first.Err == nil && first.Session == a.session && slices.Contains(first.V, a.node) {
 				a.dir, a.oneTrip = first.watch, true
-				return a.locate(first.reply)
+				return a.locate(first.Reply)
 			}
 			return stepList, nil // the listing overtook the create, or failed: list again
-		case errors.Is(r.err, zk.ErrNoNode) && tries < 5:
+		case errors.Is(r.Err, zk.ErrNoNode) && tries < 5:
 			// The directory is missing, or the server reaped it (an empty
 			// container) between our mkdir and our create; a parent may go
 			// the same way while we make the directory.
@@ -213,22 +215,22 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 			if err := a.recheckDeletable(ctx); err != nil {
 				return 0, err
 			}
-		case errors.Is(r.err, zk.ErrNoAuth):
+		case errors.Is(r.Err, zk.ErrNoAuth):
 			a.removeCreatedDirs()
-			return 0, fmt.Errorf("create a node in %s: %w (the directory's ACL does not let this client create; see WithACL)", l.path, r.err)
-		case connectionLoss(r.err):
+			return 0, fmt.Errorf("create a node in %s: %w (the directory's ACL does not let this client create; see WithACL)", l.path, r.Err)
+		case zkclient.ConnectionLoss(r.Err):
 			a.unsure = true // look for it by guid once we can list again
 			return stepReconnect, nil
 		default:
-			return a.after(r.err)
+			return a.after(r.Err)
 		}
 	}
 }
 
 // A listing is the outcome of a listing with its child watch.
 type listing struct {
-	reply[[]string]
-	watch *watchEntry
+	zkclient.Reply[[]string]
+	watch *zkclient.Watch
 }
 
 // listBehind sends the acquisition's first listing, with its child watch
@@ -261,7 +263,7 @@ func (a *acquisition) listBehind(ctx context.Context, sending <-chan struct{}) <
 			runtime.Gosched()
 		case <-ctx.Done():
 		}
-		r, w := a.c.childrenW(ctx, a.l.path, true)
+		r, w := a.c.ChildrenW(ctx, a.l.path, true)
 		ch <- listing{r, w}
 	}()
 	return ch
@@ -274,17 +276,17 @@ func (a *acquisition) listBehind(ctx context.Context, sending <-chan struct{}) <
 // Grant.watchFrom).
 func (a *acquisition) list(ctx context.Context) (step, error) {
 	a.lists++
-	var r reply[[]string]
+	var r zkclient.Reply[[]string]
 	if a.dir == nil {
-		r, a.dir = a.c.childrenW(ctx, a.l.path, true)
+		r, a.dir = a.c.ChildrenW(ctx, a.l.path, true)
 	} else {
-		r = a.c.children(ctx, a.l.path)
+		r = a.c.Children(ctx, a.l.path)
 	}
 	switch {
-	case errors.Is(r.err, zk.ErrNoNode):
-		r.err, r.v = nil, nil // no directory, so no node of ours in it
-	case r.err != nil:
-		return a.after(r.err)
+	case errors.Is(r.Err, zk.ErrNoNode):
+		r.Err, r.V = nil, nil // no directory, so no node of ours in it
+	case r.Err != nil:
+		return a.after(r.Err)
 	}
 	if a.unsure {
 		return a.adopt(ctx, r)
@@ -294,11 +296,11 @@ func (a *acquisition) list(ctx context.Context) (step, error) {
 
 // locate finds our node in a listing and takes the snapshot of the nodes
 // before it.
-func (a *acquisition) locate(r reply[[]string]) (step, error) {
-	if !a.ours(r.session) {
+func (a *acquisition) locate(r zkclient.Reply[[]string]) (step, error) {
+	if !a.ours(r.Session) {
 		return stepRequeue, nil
 	}
-	snap, err := takeSnapshot(a.dropTwins(r.v), a.node, a.snap.before)
+	snap, err := takeSnapshot(a.dropTwins(r.V), a.node, a.snap.before)
 	switch {
 	case errors.Is(err, errNotListed):
 		// Never "we are first": someone deleted our node while we waited.
@@ -343,10 +345,10 @@ func (a *acquisition) dropTwins(children []string) []string {
 // ephemeral owner says so, read with the data watch we need anyway). If
 // a lost create was retried and both happened, the first is kept and the
 // others are deleted. With no such node, we create again.
-func (a *acquisition) adopt(ctx context.Context, r reply[[]string]) (step, error) {
+func (a *acquisition) adopt(ctx context.Context, r zkclient.Reply[[]string]) (step, error) {
 	a.unsure = false
 	var mine []lockNode
-	for _, name := range r.v {
+	for _, name := range r.V {
 		if g, ok := guidOf(name); ok && g == a.guid {
 			if n, ok := parseNode(name); ok {
 				mine = append(mine, n)
@@ -357,7 +359,7 @@ func (a *acquisition) adopt(ctx context.Context, r reply[[]string]) (step, error
 	for i, n := range mine {
 		path := a.l.path + "/" + n.name
 		if i > 0 {
-			a.l.finish(a.c, path, "", r.session)
+			a.l.finish(a.c, path, "", r.Session)
 			continue
 		}
 		w, err := a.watchOwn(ctx, path)
@@ -379,7 +381,7 @@ func (a *acquisition) adopt(ctx context.Context, r reply[[]string]) (step, error
 
 type ownWatch struct {
 	stat    *zk.Stat
-	watch   *watchEntry
+	watch   *zkclient.Watch
 	session int64
 }
 
@@ -387,14 +389,14 @@ type ownWatch struct {
 // a request at the moment we are cleared (see firedNow), which keeps
 // go-zookeeper's ordering of events.
 func (a *acquisition) watchOwn(ctx context.Context, path string) (ownWatch, error) {
-	r, w := a.c.getW(ctx, path)
-	return ownWatch{stat: r.v.stat, watch: w, session: r.session}, r.err
+	r, w := a.c.GetW(ctx, path)
+	return ownWatch{stat: r.V.Stat, watch: w, session: r.Session}, r.Err
 }
 
 // ownGone reports, without a request, whether an event about our node has
 // come: it was deleted (or the session ended) since we set the watch.
 func (a *acquisition) ownGone() (zk.Event, bool) {
-	if a.own.firedNow() {
+	if a.own.FiredNow() {
 		return a.own.Event(), true
 	}
 	return zk.Event{}, false
@@ -410,19 +412,19 @@ func (a *acquisition) grant(ctx context.Context) (*Grant, step, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
-	t := a.c.timeoutOf(a.l, a.session)
-	if t <= 0 && a.c.zk.State() != zk.StateHasSession {
+	t := a.c.Timeout(a.l.timeout, a.session)
+	if t <= 0 && a.c.Conn().State() != zk.StateHasSession {
 		// Without T, a disconnection is a loss: the grant's first Err
 		// would report it. Wait for the session, and prove our place again.
 		return nil, stepReconnect, nil
 	}
-	if t > 0 && !a.c.fresh(a.session, t, renewInterval(t)) {
-		r := a.c.sync(ctx)
+	if t > 0 && !a.c.Fresh(a.session, t, zkclient.RenewInterval(t)) {
+		r := a.c.Sync(ctx)
 		switch {
-		case r.err != nil:
-			next, err := a.after(r.err)
+		case r.Err != nil:
+			next, err := a.after(r.Err)
 			return nil, next, err
-		case !a.ours(r.session):
+		case !a.ours(r.Session):
 			return nil, stepRequeue, nil
 		}
 	}
@@ -444,7 +446,7 @@ func (a *acquisition) grant(ctx context.Context) (*Grant, step, error) {
 func (a *acquisition) abort(ctx context.Context, cause error) error {
 	l := a.l
 	switch {
-	case sessionGone(cause):
+	case zkclient.SessionGone(cause):
 		// Expired or closed: the node went with the session.
 	// mutant: abort-leaves-node
 	case a.node != "":
@@ -455,7 +457,7 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 			return errors.Join(cause, err)
 		}
 	case a.unsure:
-		l.finish(a.c, "", a.guid, a.c.zk.SessionID())
+		l.finish(a.c, "", a.guid, a.c.Conn().SessionID())
 	default:
 		a.removeCreatedDirs() // made, and never used: a container that never had a child stays
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // mkdirs creates the lock directory and its missing parents as containers,
@@ -24,22 +26,22 @@ func (a *acquisition) mkdirs(ctx context.Context) error {
 			continue
 		}
 		dir := l.path[:i]
-		var r reply[string]
+		var r zkclient.Reply[string]
 		if l.noContainers.Load() || dir == l.path && l.dialect.persistentDir() {
-			r = a.c.create(ctx, dir, nil, zk.FlagPersistent, l.acl, nil, nil)
+			r = a.c.Create(ctx, dir, nil, zk.FlagPersistent, l.acl, nil, nil)
 		} else {
-			r = a.c.createContainer(ctx, dir, l.acl)
+			r = a.c.CreateContainer(ctx, dir, l.acl)
 		}
 		switch {
-		case unimplemented(r.err) && !l.noContainers.Swap(true):
+		case zkclient.Unimplemented(r.Err) && !l.noContainers.Swap(true):
 			i-- // again, as a persistent node
-		case r.err == nil:
+		case r.Err == nil:
 			a.created = append(a.created, dir)
-		case errors.Is(r.err, zk.ErrNoAuth):
+		case errors.Is(r.Err, zk.ErrNoAuth):
 			a.removeCreatedDirs()
-			return fmt.Errorf("create %s: %w (see WithACL)", dir, r.err)
-		case !errors.Is(r.err, zk.ErrNodeExists):
-			return fmt.Errorf("create %s: %w", dir, r.err)
+			return fmt.Errorf("create %s: %w (see WithACL)", dir, r.Err)
+		case !errors.Is(r.Err, zk.ErrNodeExists):
+			return fmt.Errorf("create %s: %w", dir, r.Err)
 		}
 	}
 	return nil
@@ -66,7 +68,7 @@ func (a *acquisition) recheckDeletable(ctx context.Context) error {
 // acquisition created, when it cannot use them.
 func (a *acquisition) removeCreatedDirs() {
 	for _, dir := range slices.Backward(a.created) {
-		a.c.delete(context.Background(), dir, nil)
+		a.c.Delete(context.Background(), dir, nil)
 	}
 	a.created = nil
 }

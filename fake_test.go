@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // fakeServer is an in-memory ZooKeeper with just the part of the data
@@ -39,17 +41,18 @@ func newFakeServer() *fakeServer {
 	return &fakeServer{nodes: map[string]*fakeNode{"/": {children: map[string]bool{}}}}
 }
 
-// fakeConn is one client session of a fakeServer; it implements zkConn.
+// fakeConn is one client session of a fakeServer; it implements
+// zkclient.Conn, and zkclient.Sessions and zkclient.Pauser.
 type fakeConn struct {
 	s        *fakeServer
 	session  atomic.Int64
 	state    atomic.Int32
-	calls    atomic.Int64  // requests sent to the server
-	lists    atomic.Int64  // of which Children and ChildrenW
-	applied  []string      // "op path" of every request, in the server's order; guarded by s.mu
-	connects atomic.Uint64 // sessions had: one per connection, as Dial counts them
-	granted  atomic.Int64  // the session timeout a Dial connection learnt; 0: not told (see setGranted)
-	info     *dialInfo     // for a modelled connection that tells its timeout, as Dial's does (zkNet.answer)
+	calls    atomic.Int64         // requests sent to the server
+	lists    atomic.Int64         // of which Children and ChildrenW
+	applied  []string             // "op path" of every request, in the server's order; guarded by s.mu
+	connects atomic.Uint64        // sessions had: one per connection, as Dial counts them
+	granted  atomic.Int64         // the session timeout a Dial connection learnt; 0: not told (see setGranted)
+	info     *zkclient.Handshakes // for a modelled connection that tells its timeout, as Dial's does (zkNet.grant)
 	// replayOrder, if set, orders the events a reconnection sends again:
 	// go-zookeeper's SetWatches lists the watches from a map.
 	replayOrder func([]heldEvent)
@@ -65,6 +68,9 @@ type fakeConn struct {
 	// The simulation's model of go-zookeeper's connection (zkNet below);
 	// nil for the unit tests' connections, which are up or down at once.
 	cl *zkClient
+
+	// A unit test stops the process with freeze: Pause waits until thaw.
+	frozen chan struct{} // guarded by hooks
 
 	// Hooks, set with setBefore and setAfter: the lock's own goroutines
 	// (its lease's keepalive) may be calling meanwhile.
@@ -85,7 +91,24 @@ func (s *fakeServer) conn() *fakeConn {
 	return c
 }
 
-var _ zkConn = (*fakeConn)(nil)
+var (
+	_ zkclient.Conn     = (*fakeConn)(nil)
+	_ zkclient.Sessions = (*fakeConn)(nil)
+	_ zkclient.Pauser   = (*fakeConn)(nil)
+)
+
+// The watches the fake server keeps, by node and kind.
+type watchKind int8
+
+const (
+	dataWatch watchKind = iota
+	childWatch
+)
+
+type watchKey struct {
+	path string
+	kind watchKind
+}
 
 // setBefore runs fn before each call, outside the server's lock; an error
 // fails the call without effect. It may block.
@@ -447,19 +470,19 @@ func (c *fakeConn) expire() {
 	c.newSession()
 }
 
-// connectCount is what a lock on a Dial connection learns from the
-// server's handshake answers (dial.go): how many sessions it has had.
-func (c *fakeConn) connectCount() uint64 { return c.connects.Load() }
+// ConnectCount is what a lock on a Dial connection learns from the
+// server's handshake answers (zkclient.Handshakes): how many sessions it has had.
+func (c *fakeConn) ConnectCount() uint64 { return c.connects.Load() }
 
 // setGranted makes c a connection that tells the lock its session timeout,
 // as one made by Dial does: t from now on, for every session of c. A
 // connection never told stands for one made by zk.Connect.
 func (c *fakeConn) setGranted(t time.Duration) { c.granted.Store(int64(t)) }
 
-// timeoutOf is the sessions interface's (dial.go).
-func (c *fakeConn) timeoutOf(session int64) time.Duration {
+// TimeoutOf is zkclient.Sessions'.
+func (c *fakeConn) TimeoutOf(session int64) time.Duration {
 	if c.info != nil {
-		return c.info.timeoutOf(session)
+		return c.info.TimeoutOf(session)
 	}
 	if session != c.session.Load() {
 		return 0
@@ -467,20 +490,41 @@ func (c *fakeConn) timeoutOf(session int64) time.Duration {
 	return time.Duration(c.granted.Load())
 }
 
-// pause is the pauser interface's (zkconn.go): a modelled connection's
-// process may be stopped.
-func (c *fakeConn) pause() {
+// Pause is zkclient.Pauser's: a modelled connection's process may be
+// stopped.
+func (c *fakeConn) Pause() {
 	if c.cl != nil {
 		c.cl.pause()
+		return
+	}
+	c.hooks.Lock()
+	frozen := c.frozen
+	c.hooks.Unlock()
+	if frozen != nil {
+		<-frozen
 	}
 }
 
-// onHandshake is the sessions interface's. A modelled connection tells of
+// freeze stops a unit test's connection's process until thaw.
+func (c *fakeConn) freeze() {
+	c.hooks.Lock()
+	c.frozen = make(chan struct{})
+	c.hooks.Unlock()
+}
+
+func (c *fakeConn) thaw() {
+	c.hooks.Lock()
+	close(c.frozen)
+	c.frozen = nil
+	c.hooks.Unlock()
+}
+
+// OnHandshake is zkclient.Sessions'. A modelled connection tells of
 // its handshakes as Dial's tap does; the unit tests' connections, whose
 // timeout changes only between tests, renew no lease by them.
-func (c *fakeConn) onHandshake(fn func(int64, time.Time)) (stop func()) {
+func (c *fakeConn) OnHandshake(fn func(int64, time.Time)) (stop func()) {
 	if c.info != nil {
-		return c.info.onHandshake(fn)
+		return c.info.OnHandshake(fn)
 	}
 	return func() {}
 }

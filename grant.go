@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // A Grant is one hold on the lock, shared or exclusive, from the moment an
@@ -24,7 +26,7 @@ import (
 // A Grant's methods are safe for concurrent use.
 type Grant struct {
 	l       *RWLock
-	c       *client
+	c       *zkclient.Client
 	mode    Mode
 	node    string // full path
 	session int64  // the session that owns node
@@ -53,12 +55,20 @@ type Grant struct {
 
 // newGrant makes the grant of a node, and puts it under the lease clock.
 // The grant takes over the acquisition's use of the client.
-func newGrant(l *RWLock, c *client, mode Mode, node string, session int64) *Grant {
+func newGrant(l *RWLock, c *zkclient.Client, mode Mode, node string, session int64) *Grant {
 	g := &Grant{l: l, c: c, mode: mode, node: node, session: session}
 	g.initContext()
-	c.hold(g)
+	c.Hold((*holder)(g))
 	return g
 }
+
+// holder is a grant as the lease clock judges it (zkclient.Holder): the
+// same pointer, so that a grant is held and unheld by its identity.
+type holder Grant
+
+func (h *holder) Session() int64       { return h.session }
+func (h *holder) Limit() time.Duration { return h.l.timeout }
+func (h *holder) Lost(cause error)     { (*Grant)(h).lost(cause) }
 
 // Mode returns Read or Write.
 func (g *Grant) Mode() Mode { return g.mode }
@@ -71,7 +81,7 @@ func (g *Grant) Node() string { return g.node }
 // loss before another client can be granted the lock:
 //
 //   - when the session cannot be shown alive for more than the head start
-//     ([HeadStart], a quarter of the session timeout T), by the lock's own
+//     (the head start, a quarter of the session timeout T), by the lock's own
 //     lease clock: a request the server answered proves the session alive
 //     for T from the moment it was sent, and the lock sends one every T/16
 //     while grants are held. A silent connection (a partition, a restarted
@@ -120,7 +130,7 @@ func (g *Grant) judge() {
 	r := g.root()
 	// mutant: judge-on-timer-only
 	if r.ctx.Err() == nil {
-		r.c.judge(r)
+		r.c.Judge((*holder)(r))
 	}
 }
 
@@ -141,7 +151,7 @@ func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 	if r.ctx.Err() != nil {
 		return r.deadline, !r.deadline.IsZero()
 	}
-	return r.c.deadlineOf(r)
+	return r.c.Deadline((*holder)(r))
 }
 
 // Token returns the fencing token of the grant: the czxid of its node. For
@@ -166,22 +176,22 @@ func (g *Grant) Token() int64 {
 	if t := r.token.Load(); t != 0 {
 		return t
 	}
-	var retry backoff
+	var retry zkclient.Backoff
 	for {
-		n := r.c.get(r.ctx, r.node)
+		n := r.c.Get(r.ctx, r.node)
 		switch {
-		case n.err == nil:
-			r.token.CompareAndSwap(0, n.v.stat.Czxid)
+		case n.Err == nil:
+			r.token.CompareAndSwap(0, n.V.Stat.Czxid)
 			return r.token.Load()
-		case errors.Is(n.err, zk.ErrNoNode):
+		case errors.Is(n.Err, zk.ErrNoNode):
 			r.lost(r.whyDeleted())
 			return 0
 		case r.ctx.Err() != nil:
 			return r.token.Load()
-		case !connectionLoss(n.err):
+		case !zkclient.ConnectionLoss(n.Err):
 			return 0
 		}
-		if retry.wait(r.ctx, r.c.zk) != nil {
+		if retry.Wait(r.ctx, r.c.Conn()) != nil {
 			return r.token.Load()
 		}
 	}
@@ -292,19 +302,19 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	l := g.l
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(g.counting(ctx)), l.cleanup)
 	defer cancel()
-	r := g.c.set(sctx, g.node, encodeNodeData(l.owner, false, true))
+	r := g.c.Set(sctx, g.node, encodeNodeData(l.owner, false, true))
 	switch {
-	case errors.Is(r.err, zk.ErrNoNode):
+	case errors.Is(r.Err, zk.ErrNoNode):
 		g.lost(g.whyDeleted())
 		return fail(g.ended())
-	case sessionGone(r.err):
-		g.lost(r.err)
+	case zkclient.SessionGone(r.Err):
+		g.lost(r.Err)
 		return fail(g.ended())
-	case connectionLoss(r.err) || sctx.Err() != nil:
-		g.lost(fmt.Errorf("%w: outcome of the downgrade unknown: %w", errMayLive, r.err))
+	case zkclient.ConnectionLoss(r.Err) || sctx.Err() != nil:
+		g.lost(fmt.Errorf("%w: outcome of the downgrade unknown: %w", errMayLive, r.Err))
 		return fail(g.ended())
-	case r.err != nil:
-		return fail(r.err)
+	case r.Err != nil:
+		return fail(r.Err)
 	case g.ctx.Err() != nil:
 		return fail(g.ended()) // lost while we marked it
 	}
@@ -315,8 +325,8 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	d.initContext()
 	d.token.Store(g.token.Load())
 	g.released, g.successor = true, d
-	g.c.retain() // the read grant's own use of the client
-	g.c.hold(d)
+	g.c.Ref() // the read grant's own use of the client
+	g.c.Hold((*holder)(d))
 	g.end(ErrReleased)
 	d.watchNode()
 	l.debug("downgraded", g.node)
@@ -367,8 +377,8 @@ func (g *Grant) end(cause error) bool {
 		if unwatch != nil {
 			unwatch()
 		}
-		g.c.unhold(g)
-		g.c.release()
+		g.c.Unhold((*holder)(g))
+		g.c.Unref()
 		g.l.observeEnd(ev)
 	}
 	return true
@@ -414,14 +424,14 @@ func lostError(node string, cause error) error {
 // outcome), its node is deleted in the background, after the holder has
 // been told, since the deletion lets the next waiter in.
 func (g *Grant) lost(cause error) {
-	var lapsed *errLeaseLapsed
-	mayLive := errors.As(cause, &lapsed) || errors.Is(cause, errDisconnected) || errors.Is(cause, errMayLive)
+	var lapsed *zkclient.LeaseLapsedError
+	mayLive := errors.As(cause, &lapsed) || errors.Is(cause, zkclient.ErrDisconnected) || errors.Is(cause, errMayLive)
 	g.mu.Lock()
 	if g.ctx.Err() == nil {
 		now := time.Now()
 		g.deadline = now
-		if t := g.c.timeoutOf(g.l, g.session); lapsed != nil && t > 0 {
-			g.deadline = now.Add(max(lapsed.left-relayAllowance(t), 0))
+		if t := g.c.Timeout(g.l.timeout, g.session); lapsed != nil && t > 0 {
+			g.deadline = now.Add(max(lapsed.Left-zkclient.RelayAllowance(t), 0))
 		}
 	}
 	g.mu.Unlock()
@@ -445,7 +455,7 @@ func (g *Grant) lost(cause error) {
 // whyDeleted names the cause of our node's disappearance: the end of our
 // session, or someone's delete.
 func (g *Grant) whyDeleted() error {
-	if g.c.zk.SessionID() != g.session {
+	if g.c.Conn().SessionID() != g.session {
 		return zk.ErrSessionExpired
 	}
 	return errNodeDeleted
@@ -469,7 +479,7 @@ func (g *Grant) setReleasing(on bool) (ignored bool) {
 // goes or its data changes (a Downgrade).
 
 // watchFrom starts watching the node with what the acquisition left.
-func (g *Grant) watchFrom(own, dir *watchEntry) {
+func (g *Grant) watchFrom(own, dir *zkclient.Watch) {
 	switch {
 	case own != nil:
 		g.subscribe(own)
@@ -483,31 +493,31 @@ func (g *Grant) watchFrom(own, dir *watchEntry) {
 // watchNode sets a data watch on the node, on a goroutine of its own,
 // retrying through disconnections until it is set or the grant ends.
 func (g *Grant) watchNode() {
-	g.c.retain()
+	g.c.Ref()
 	go func() {
-		defer g.c.release()
-		var retry backoff
+		defer g.c.Unref()
+		var retry zkclient.Backoff
 		for g.ctx.Err() == nil {
-			r, w := g.c.getW(g.ctx, g.node)
+			r, w := g.c.GetW(g.ctx, g.node)
 			switch {
-			case r.err == nil:
-				g.token.CompareAndSwap(0, r.v.stat.Czxid)
+			case r.Err == nil:
+				g.token.CompareAndSwap(0, r.V.Stat.Czxid)
 				g.subscribe(w)
 				return
-			case errors.Is(r.err, zk.ErrNoNode):
+			case errors.Is(r.Err, zk.ErrNoNode):
 				if !g.ownRelease() {
 					g.lost(g.whyDeleted())
 				}
 				return
-			case sessionGone(r.err):
-				g.lost(r.err)
+			case zkclient.SessionGone(r.Err):
+				g.lost(r.Err)
 				return
-			case !connectionLoss(r.err):
+			case !zkclient.ConnectionLoss(r.Err):
 				g.l.log.Warn("rwlock: cannot watch lock node; its deletion will not be noticed",
-					"lock", g.l.path, "node", g.node, "err", r.err)
+					"lock", g.l.path, "node", g.node, "err", r.Err)
 				return
 			}
-			if retry.wait(g.ctx, g.c.zk) != nil {
+			if retry.Wait(g.ctx, g.c.Conn()) != nil {
 				return
 			}
 		}
@@ -515,8 +525,8 @@ func (g *Grant) watchNode() {
 }
 
 // subscribe hands the node watch's event to watchEvent.
-func (g *Grant) subscribe(w *watchEntry) {
-	cancel := w.subscribe(g.watchEvent)
+func (g *Grant) subscribe(w *zkclient.Watch) {
+	cancel := w.Subscribe(g.watchEvent)
 	g.mu.Lock()
 	if g.ctx.Err() != nil {
 		g.mu.Unlock()
@@ -530,7 +540,7 @@ func (g *Grant) subscribe(w *watchEntry) {
 func (g *Grant) watchEvent(ev zk.Event) {
 	switch {
 	case g.ctx.Err() != nil, g.ownRelease():
-	case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired) && g.c.zk.SessionID() == g.session:
+	case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired) && g.c.Conn().SessionID() == g.session:
 		g.watchNode() // a shared watch of an earlier session ended: ours lives on
 	case ev.Type == zk.EventNotWatching:
 		g.lost(ev.Err) // the session expired, or the connection was closed

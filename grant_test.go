@@ -11,6 +11,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // ended reports whether g's Done channel is closed.
@@ -85,9 +87,9 @@ func TestDisconnectionWithUnknownTimeoutIsLoss(t *testing.T) {
 		start := time.Now()
 		c.disconnect()
 		<-g.Done()
-		assert.LessOrEqual(t, time.Since(start), unknownTimeoutPoll)
+		assert.LessOrEqual(t, time.Since(start), zkclient.UnknownTimeoutPoll)
 		assert.ErrorIs(t, g.Err(), ErrLost)
-		assert.ErrorIs(t, g.Err(), errDisconnected)
+		assert.ErrorIs(t, g.Err(), zkclient.ErrDisconnected)
 
 		// The session lived on: the node is deleted once reconnected.
 		time.Sleep(time.Second)
@@ -174,17 +176,17 @@ func TestLeaseLapsesWhileGoZookeeperSaysConnected(t *testing.T) {
 		lost := time.Now()
 		assert.Equal(t, zk.StateHasSession, c.State())
 		assert.ErrorIs(t, g.Err(), ErrLost)
-		var lapsed *errLeaseLapsed
+		var lapsed *zkclient.LeaseLapsedError
 		assert.ErrorAs(t, g.Err(), &lapsed)
 		// The last answered keepalive was sent at most T/16 before it was
 		// answered, here at once; the server may expire the session T after
 		// it was sent.
-		assert.LessOrEqual(t, lost.Sub(last), timeout-HeadStart(timeout))
-		assert.Greater(t, lost.Sub(last), timeout-HeadStart(timeout)-renewInterval(timeout))
+		assert.LessOrEqual(t, lost.Sub(last), timeout-zkclient.HeadStart(timeout))
+		assert.Greater(t, lost.Sub(last), timeout-zkclient.HeadStart(timeout)-zkclient.RenewInterval(timeout))
 		deadline, ok := g.Deadline()
 		require.True(t, ok)
 		assert.True(t, deadline.After(lost), "the holder has until Deadline to stop")
-		assert.False(t, deadline.After(last.Add(timeout-relayAllowance(timeout))))
+		assert.False(t, deadline.After(last.Add(timeout-zkclient.RelayAllowance(timeout))))
 		close(partitioned)
 		c.setBefore(nil)
 		l.background.Wait()
@@ -212,18 +214,20 @@ func TestFirstErrAfterAPauseSeesTheLoss(t *testing.T) {
 				c := s.conn()
 				c.setGranted(timeout)
 				l := newLock(t, c)
-				pause := func(g *Grant) {
-					c.setBefore(func(string, string) error { return zk.ErrNoServer }) // frozen: nothing sent
+				// The process is stopped: nothing is sent, and the lease
+				// clock's timer, should it fire, waits at Pause. Resumed,
+				// the holder looks before anything else runs.
+				pause := func() (resume func()) {
+					c.setBefore(func(string, string) error { return zk.ErrNoServer })
 					synctest.Wait()
-					g.c.mu.Lock()
-					g.c.timer.Stop()
-					g.c.mu.Unlock()
+					c.freeze()
 					time.Sleep(timeout)
-					c.setBefore(nil)
+					return func() { c.setBefore(nil); c.thaw() }
 				}
 				if check.lost == nil {
 					err := l.WithWrite(t.Context(), func(ctx context.Context) error {
-						pause(ctx.Value(grantKey{}).(*Grant))
+						resume := pause()
+						defer resume()
 						assert.Error(t, ctx.Err(), "the first check after resuming")
 						assert.ErrorIs(t, context.Cause(ctx), ErrLost)
 						return nil
@@ -233,8 +237,9 @@ func TestFirstErrAfterAPauseSeesTheLoss(t *testing.T) {
 				}
 				g, err := l.Lock(t.Context())
 				require.NoError(t, err)
-				pause(g)
+				resume := pause()
 				assert.True(t, check.lost(g), "the first check after resuming")
+				resume()
 				assert.ErrorIs(t, g.Err(), ErrLost)
 			})
 		})

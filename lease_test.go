@@ -1,6 +1,6 @@
 package rwlock
 
-// The lease clock's safety argument (lease.go), tested where an answer
+// The lease clock's safety argument (internal/zkclient/lease.go), tested where an answer
 // could prove less than it seems to.
 
 import (
@@ -71,4 +71,11 @@ func TestNoAuthAnswerDoesNotRenewTheLease(t *testing.T) {
 		assert.Error(t, err, "nothing reached the leader for 3T (the session expired at T), "+
 			"yet the grant is held: locally answered NoAuth replies renewed the lease")
 	})
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
 }

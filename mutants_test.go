@@ -32,9 +32,9 @@ type mutantEdit struct{ file, point, old, new string }
 
 var mutants = []mutant{
 	{name: "a head start too short: grants lost after the lease ends", edits: []mutantEdit{
-		{file: "lease.go", point: "headstart", new: "return -t / 8"}}},
+		{file: "internal/zkclient/lease.go", point: "headstart", new: "return -t / 8"}}},
 	{name: "a lease counted from the answer, not the request", edits: []mutantEdit{
-		{file: "zkconn.go", point: "lease-from-answer", new: "c.renew(session, sent.Add(time.Since(sent)))"}}},
+		{file: "internal/zkclient/client.go", point: "lease-from-answer", new: "c.renew(session, sent.Add(time.Since(sent)))"}}},
 	{name: "Err and Done trust the lease clock's timer", edits: []mutantEdit{
 		{file: "grant.go", point: "judge-on-timer-only", new: "if false && r.ctx.Err() == nil {"}}},
 	{name: "numbers at the counter's stuck end ordered anyway", edits: []mutantEdit{
@@ -49,20 +49,20 @@ var mutants = []mutant{
 	{name: "a waiter that gives up leaves its node", edits: []mutantEdit{
 		{file: "acquire.go", point: "abort-leaves-node", new: "case a.node != \"\" && false:"}}},
 	{name: "the lock trusts the timeout asked for, not the one granted", edits: []mutantEdit{
-		{file: "lease.go", point: "trust-asked-timeout", new: "if l.timeout > 0 {"}}},
+		{file: "internal/zkclient/lease.go", point: "trust-asked-timeout", new: "if limit > 0 {"}}},
 	{name: "a reconnection granted less is not heard", edits: []mutantEdit{
-		{file: "dial.go", point: "shorter-grant-unheard", new: "if last := d.last.Load(); last == nil || last.session != session {"}}},
+		{file: "internal/zkclient/dial.go", point: "shorter-grant-unheard", new: "if last := d.last.Load(); last == nil || last.session != session {"}}},
 	// The rule the lock had before its lease clock: a grant judged by
 	// go-zookeeper's state alone, as if T were unknown. It must fail in both
 	// ways the issue reported, and where notifications keep coming through
 	// a one-way partition; or the model is not faithful enough to trust its
 	// verdict on the lease.
 	{name: "the state rule: a partition right after a notification", flags: []string{"-sim.nofreeze", "-sim.bothways"},
-		edits: []mutantEdit{{file: "lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
+		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
 	{name: "the state rule: a stopped process", flags: []string{"-sim.nocut"},
-		edits: []mutantEdit{{file: "lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
+		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
 	{name: "the state rule: any fault",
-		edits: []mutantEdit{{file: "lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
+		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
 }
 
 // apply makes e's change in src, or says why it cannot.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // Entry is one node in a lock's queue.
@@ -33,18 +35,18 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	if l.conn == nil {
 		return nil, fmt.Errorf("rwlock: queue: %w: the RWLock was not made by New", ErrInvalidArgument)
 	}
-	c := acquireClient(l.conn)
-	defer c.release()
-	children := c.children(ctx, l.path)
-	if errors.Is(children.err, zk.ErrNoNode) {
+	c := zkclient.For(l.conn)
+	defer c.Unref()
+	children := c.Children(ctx, l.path)
+	if errors.Is(children.Err, zk.ErrNoNode) {
 		return nil, nil
 	}
-	if children.err != nil {
-		return nil, fmt.Errorf("rwlock: queue %s: %w", l.path, children.err)
+	if children.Err != nil {
+		return nil, fmt.Errorf("rwlock: queue %s: %w", l.path, children.Err)
 	}
 	var nodes []lockNode
 	var peers uint16
-	for _, name := range children.v {
+	for _, name := range children.V {
 		if n, ok := parseNode(name); ok {
 			nodes = append(nodes, n)
 			if !n.ours {
@@ -62,20 +64,20 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	for i, n := range nodes {
 		eg.Go(func() error {
 			path := l.path + "/" + n.name
-			r := c.get(ectx, path)
-			if errors.Is(r.err, zk.ErrNoNode) {
+			r := c.Get(ectx, path)
+			if errors.Is(r.Err, zk.ErrNoNode) {
 				return nil
 			}
-			if r.err != nil {
-				return fmt.Errorf("rwlock: queue %s: %w", path, r.err)
+			if r.Err != nil {
+				return fmt.Errorf("rwlock: queue %s: %w", path, r.Err)
 			}
 			mode := n.mode
-			if mode == Write && n.ours && downgraded(r.v.data) {
+			if mode == Write && n.ours && downgraded(r.V.Data) {
 				mode = Read
 			}
 			entries[i] = Entry{
-				Node: path, Mode: mode, Seq: n.seq, SessionID: r.v.stat.EphemeralOwner,
-				Owner: ownerOf(r.v.data), Created: time.UnixMilli(r.v.stat.Ctime),
+				Node: path, Mode: mode, Seq: n.seq, SessionID: r.V.Stat.EphemeralOwner,
+				Owner: ownerOf(r.V.Data), Created: time.UnixMilli(r.V.Stat.Ctime),
 				Family: n.family, Peer: !n.ours,
 			}
 			found[i] = true

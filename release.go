@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // A node of a live session must never be left behind: it would block every
@@ -32,43 +34,43 @@ var errFinishing = errors.New("the deletion goes on in the background")
 // mark, learns that every node before it is gone, and need not list the
 // whole queue to find out. A queue of writers then drains in constant time
 // per handoff instead of time proportional to its length.
-func (l *RWLock) deleteNode(ctx context.Context, c *client, path string, session int64, markHeld bool) error {
-	late := func(r reply[struct{}]) {
-		if connectionLoss(r.err) {
+func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string, session int64, markHeld bool) error {
+	late := func(r zkclient.Reply[struct{}]) {
+		if zkclient.ConnectionLoss(r.Err) {
 			l.finish(c, path, "", session)
 		}
 	}
-	var r reply[struct{}]
+	var r zkclient.Reply[struct{}]
 	if markHeld {
-		r = c.markAndDelete(ctx, path, encodeNodeData(l.owner, true, false), late)
-		if r.err != nil && !gone(r.err) && !connectionLoss(r.err) && ctx.Err() == nil {
-			r = c.delete(ctx, path, late) // an ACL that forbids writing data: just delete it
+		r = c.SetAndDelete(ctx, path, encodeNodeData(l.owner, true, false), late)
+		if r.Err != nil && !gone(r.Err) && !zkclient.ConnectionLoss(r.Err) && ctx.Err() == nil {
+			r = c.Delete(ctx, path, late) // an ACL that forbids writing data: just delete it
 		}
 	} else {
-		r = c.delete(ctx, path, late)
+		r = c.Delete(ctx, path, late)
 	}
 	switch {
-	case r.err == nil:
+	case r.Err == nil:
 		l.debug("deleted", path)
 		return nil
-	case gone(r.err):
+	case gone(r.Err):
 		return nil
-	case connectionLoss(r.err):
+	case zkclient.ConnectionLoss(r.Err):
 		l.finish(c, path, "", session)
 		fallthrough
 	case ctx.Err() != nil: // the request goes on; late takes its outcome
-		return fmt.Errorf("delete %s: %w; %w", path, r.err, errFinishing)
+		return fmt.Errorf("delete %s: %w; %w", path, r.Err, errFinishing)
 	}
-	return fmt.Errorf("delete %s: %w", path, r.err)
+	return fmt.Errorf("delete %s: %w", path, r.Err)
 }
 
 // gone reports errors after which a node of ours is surely gone.
-func gone(err error) bool { return errors.Is(err, zk.ErrNoNode) || sessionGone(err) }
+func gone(err error) bool { return errors.Is(err, zk.ErrNoNode) || zkclient.SessionGone(err) }
 
 // finish deletes path, or, when path is empty, every node carrying guid (a
 // create whose outcome we never learned), in the background, while session
 // lasts.
-func (l *RWLock) finish(c *client, path, guid string, session int64) {
+func (l *RWLock) finish(c *zkclient.Client, path, guid string, session int64) {
 	start, _ := l.reserveFinish(c)
 	start(path, guid, session)
 }
@@ -76,22 +78,22 @@ func (l *RWLock) finish(c *client, path, guid string, session int64) {
 // reserveFinish counts a background deletion before it is known to be
 // needed: start runs it, or cancel (a no-op after start) gives the
 // reservation back.
-func (l *RWLock) reserveFinish(c *client) (start func(path, guid string, session int64), cancel func()) {
+func (l *RWLock) reserveFinish(c *zkclient.Client) (start func(path, guid string, session int64), cancel func()) {
 	l.background.Add(1)
-	c.retain()
+	c.Ref()
 	var once sync.Once
 	start = func(path, guid string, session int64) {
 		once.Do(func() {
 			go func() {
 				defer l.background.Done()
-				defer c.release()
+				defer c.Unref()
 				l.finishNow(c, path, guid, session)
 			}()
 		})
 	}
 	cancel = func() {
 		once.Do(func() {
-			c.release()
+			c.Unref()
 			l.background.Done()
 		})
 	}
@@ -102,26 +104,26 @@ func (l *RWLock) reserveFinish(c *client) (start func(path, guid string, session
 // for, and makes sure the node does not outlive the call. The node, if any,
 // belongs to the session that served the create, or, if that is unknown,
 // to the one the client has now: an older one took its nodes with it.
-func (l *RWLock) finishCreate(c *client, r reply[string], guid string) {
-	session := r.session
+func (l *RWLock) finishCreate(c *zkclient.Client, r zkclient.Reply[string], guid string) {
+	session := r.Session
 	if session == 0 {
-		session = c.zk.SessionID()
+		session = c.Conn().SessionID()
 	}
 	switch {
-	case r.err == nil:
-		l.finish(c, r.v, "", session)
-	case connectionLoss(r.err):
+	case r.Err == nil:
+		l.finish(c, r.V, "", session)
+	case zkclient.ConnectionLoss(r.Err):
 		l.finish(c, "", guid, session)
 	}
 }
 
-func (l *RWLock) finishNow(c *client, path, guid string, session int64) {
-	var retry backoff
+func (l *RWLock) finishNow(c *zkclient.Client, path, guid string, session int64) {
+	var retry zkclient.Backoff
 	for {
 		// Not a clock: a session lives on across any number of short
 		// disconnections, and only the client's reconnection tells whether
 		// the server expired it (go-zookeeper then has a new session id).
-		if c.zk.SessionID() != session {
+		if c.Conn().SessionID() != session {
 			return
 		}
 		err := l.deleteMine(c, path, guid)
@@ -129,12 +131,12 @@ func (l *RWLock) finishNow(c *client, path, guid string, session int64) {
 		case err == nil, gone(err):
 			l.debug("finished deleting in the background", path+guid)
 			return
-		case !connectionLoss(err):
+		case !zkclient.ConnectionLoss(err):
 			l.log.Warn("rwlock: cannot delete lock node; it goes when its session ends",
 				"lock", l.path, "node", path, "guid", guid, "err", err)
 			return
 		}
-		if retry.wait(context.Background(), c.zk) != nil {
+		if retry.Wait(context.Background(), c.Conn()) != nil {
 			return // closed: closing a connection ends its session
 		}
 	}
@@ -142,18 +144,18 @@ func (l *RWLock) finishNow(c *client, path, guid string, session int64) {
 
 // deleteMine deletes path, or every child of the lock directory that
 // carries guid.
-func (l *RWLock) deleteMine(c *client, path, guid string) error {
+func (l *RWLock) deleteMine(c *zkclient.Client, path, guid string) error {
 	ctx := context.Background()
 	if path != "" {
-		return c.delete(ctx, path, nil).err
+		return c.Delete(ctx, path, nil).Err
 	}
-	r := c.children(ctx, l.path)
-	if r.err != nil {
-		return r.err
+	r := c.Children(ctx, l.path)
+	if r.Err != nil {
+		return r.Err
 	}
-	for _, name := range r.v {
+	for _, name := range r.V {
 		if g, ok := guidOf(name); ok && g == guid {
-			if err := c.delete(ctx, l.path+"/"+name, nil).err; err != nil && !errors.Is(err, zk.ErrNoNode) {
+			if err := c.Delete(ctx, l.path+"/"+name, nil).Err; err != nil && !errors.Is(err, zk.ErrNoNode) {
 				return err
 			}
 		}
@@ -169,16 +171,16 @@ func (l *RWLock) deleteMine(c *client, path, guid string) error {
 // exist tells, in one request, without a trace. A missing directory is
 // created with the lock's own ACL; where that ACL does not let everyone
 // delete, the check is made again once it exists (see create).
-func (l *RWLock) checkDeletable(ctx context.Context, c *client) error {
+func (l *RWLock) checkDeletable(ctx context.Context, c *zkclient.Client) error {
 	if l.deletable.Load() {
 		return nil
 	}
-	r := c.delete(ctx, l.path+"/zkrwlock-acl-check-"+newGUID(), nil)
+	r := c.Delete(ctx, l.path+"/zkrwlock-acl-check-"+newGUID(), nil)
 	switch {
-	case errors.Is(r.err, zk.ErrNoAuth):
+	case errors.Is(r.Err, zk.ErrNoAuth):
 		return fmt.Errorf("%w: this client may not delete nodes in %s (the directory's ACL lacks DELETE for it), "+
 			"so it could never release a grant there", zk.ErrNoAuth, l.path)
-	case errors.Is(r.err, zk.ErrNoNode):
+	case errors.Is(r.Err, zk.ErrNoNode):
 		l.deletable.Store(true)
 	}
 	return nil // any other failure, the acquisition meets again

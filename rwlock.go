@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // Errors returned by the lock. Match them with [errors.Is]: they are
@@ -78,7 +80,7 @@ func (m Mode) String() string {
 // queues after it, and no one can overtake a waiter. A grant lasts until it
 // is released or lost; [Grant.Done] tells which.
 type RWLock struct {
-	conn    zkConn
+	conn    zkclient.Conn
 	path    string
 	acl     []zk.ACL
 	data    []byte // node data: who holds or waits
@@ -111,7 +113,7 @@ func New(conn *zk.Conn, path string, opts ...Option) (*RWLock, error) {
 	return newRWLock(conn, path, opts...)
 }
 
-func newRWLock(conn zkConn, path string, opts ...Option) (*RWLock, error) {
+func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error) {
 	if err := ValidatePath(path); err != nil {
 		return nil, err
 	}

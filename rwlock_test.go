@@ -13,6 +13,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 const dir = "/locks/x"
@@ -724,7 +726,7 @@ func TestListingBehindTheCreateTakesOneRoundTrip(t *testing.T) {
 			}
 			return err
 		})
-		a := &acquisition{l: l, c: acquireClient(c), want: want{mode: Write, block: true}, guid: newGUID()}
+		a := &acquisition{l: l, c: zkclient.For(c), want: want{mode: Write, block: true}, guid: newGUID()}
 		g, err = a.run(ctx)
 		require.NoError(t, err)
 		assert.True(t, a.oneTrip)

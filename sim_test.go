@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // The simulation runs several clients of one lock over the in-memory fake
@@ -40,8 +42,8 @@ import (
 // stopped process, which cannot be told anything: its first Err after it
 // resumes must report the loss if a conflicting grant was given, or its
 // session expired, meanwhile. A grant whose session timeout the lock does
-// not know keeps go-zookeeper's blind spot (lease.go); it is held to what
-// the lock promises for it: lost within unknownTimeoutPoll of go-zookeeper
+// not know keeps go-zookeeper's blind spot (internal/zkclient/lease.go); it is held to what
+// the lock promises for it: lost within zkclient.UnknownTimeoutPoll of go-zookeeper
 // reporting a disconnection or a new session. At the end, no node may be
 // left behind, and every call must have returned.
 //
@@ -851,7 +853,7 @@ func (s *sim) check() {
 			continue
 		}
 		if !c.known {
-			if noticed, what := s.noticed(c, g); what != "" && now.Sub(noticed) > unknownTimeoutPoll+time.Millisecond {
+			if noticed, what := s.noticed(c, g); what != "" && now.Sub(noticed) > zkclient.UnknownTimeoutPoll+time.Millisecond {
 				s.failed = fmt.Sprintf("c%d's grant, whose session timeout is unknown, is not lost %v after go-zookeeper reported %s",
 					c.id, now.Sub(noticed), what)
 				return
@@ -897,7 +899,7 @@ func (s *sim) status(c *simClient) string {
 	cl, g := c.zk, c.holding
 	var b strings.Builder
 	fmt.Fprintf(&b, "c%d holds %s %s (session %d", c.id, g.Mode(), path.Base(g.Node()), g.session)
-	if t := g.c.timeoutOf(g.l, g.session); t > 0 {
+	if t := g.c.Timeout(g.l.timeout, g.session); t > 0 {
 		fmt.Fprintf(&b, ", timeout %v)", t)
 	} else {
 		b.WriteString(", timeout unknown)")

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // Every lock keeps its own figures, always: counters and histograms of
@@ -116,17 +118,17 @@ func lossCauseOf(cause error) LossCause {
 		return LostSessionExpired
 	case leaseLapsed(cause):
 		return LostLeaseLapsed
-	case errors.Is(cause, errDisconnected):
+	case errors.Is(cause, zkclient.ErrDisconnected):
 		return LostDisconnected
 	}
 	return LostOther
 }
 
-// leaseLapsed reports whether err wraps an *errLeaseLapsed. It is a
+// leaseLapsed reports whether err wraps an *zkclient.LeaseLapsedError. It is a
 // function of its own because errors.As's target escapes to the heap:
 // a release, which never gets this far, must not pay for it.
 func leaseLapsed(err error) bool {
-	var lapsed *errLeaseLapsed
+	var lapsed *zkclient.LeaseLapsedError
 	return errors.As(err, &lapsed)
 }
 
@@ -347,21 +349,19 @@ type tally struct {
 	n     *atomic.Int64 // the acquisition's or the grant's own count
 }
 
-type tallyKey struct{}
-
+// Value makes t the context's zkclient.Counter: the client counts each
+// request made with it.
 func (t *tally) Value(key any) any {
-	if key == (tallyKey{}) {
+	if key == zkclient.CounterKey {
 		return t
 	}
 	return t.Context.Value(key)
 }
 
-// countRequest counts one request sent with ctx, if ctx carries a tally.
-func countRequest(ctx context.Context) {
-	if t, ok := ctx.Value(tallyKey{}).(*tally); ok {
-		t.stats.requests.Add(1)
-		t.n.Add(1)
-	}
+// CountRequest is zkclient.Counter's method.
+func (t *tally) CountRequest() {
+	t.stats.requests.Add(1)
+	t.n.Add(1)
 }
 
 // counting returns the acquisition's context for its requests: ctx, with

@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // wait waits until nothing in the snapshot blocks us, watching one node at
@@ -28,9 +30,9 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 	}
 	for {
 		b, blocked := a.snap.blocker(a.isShared)
-		var r reply[node]
-		var data, deleted *watchEntry
-		var going <-chan *watchEntry
+		var r zkclient.Reply[zkclient.Node]
+		var data, deleted *zkclient.Watch
+		var going <-chan *zkclient.Watch
 		path := a.l.path + "/" + b.name
 		if blocked {
 			if a.mode == Write && b.mode == Write && b.ours && len(a.snap.before) > 1 {
@@ -40,7 +42,7 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 				// watch, which fires only when b goes, tells the rest.
 				going = a.watchGoingBehind(ctx, path)
 			}
-			r, data = a.c.getW(ctx, path)
+			r, data = a.c.GetW(ctx, path)
 			if going != nil {
 				deleted = <-going
 			}
@@ -58,24 +60,24 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 			return a.confirmOwn(ctx)
 		}
 		switch {
-		case errors.Is(r.err, zk.ErrNoNode):
+		case errors.Is(r.Err, zk.ErrNoNode):
 			if a.gone(b.name) {
 				return stepList, nil
 			}
 			continue // the answer came after any event about our own node: looked at above
-		case r.err != nil:
-			return a.after(r.err)
-		case !a.ours(r.session):
+		case r.Err != nil:
+			return a.after(r.Err)
+		case !a.ours(r.Session):
 			return stepRequeue, nil
 		}
 		// Marks count only on our own nodes: a peer's data is its own
 		// business (Curator's is an address, kazoo's an identifier), and a
 		// peer, which does not read our marks, holds its node until it
 		// deletes it.
-		if b.ours && heldMark(r.v.data) {
+		if b.ours && heldMark(r.V.Data) {
 			a.snap.pruneBefore(b) // b held the lock: nothing before it is left
 		}
-		if a.mode == Read && b.ours && downgraded(r.v.data) {
+		if a.mode == Read && b.ours && downgraded(r.V.Data) {
 			a.markShared(b.name)
 			continue
 		}
@@ -127,11 +129,11 @@ func (a *acquisition) settleOwn(r ownResult) (next step, err error, ok bool) {
 // watchGoingBehind sets, on its own goroutine, a child watch on path, which
 // fires when path goes (lock nodes have no children); nil if it could not
 // be set.
-func (a *acquisition) watchGoingBehind(ctx context.Context, path string) <-chan *watchEntry {
-	ch := make(chan *watchEntry, 1)
+func (a *acquisition) watchGoingBehind(ctx context.Context, path string) <-chan *zkclient.Watch {
+	ch := make(chan *zkclient.Watch, 1)
 	go func() {
-		r, w := a.c.childrenW(ctx, path, false)
-		if r.err != nil {
+		r, w := a.c.ChildrenW(ctx, path, false)
+		if r.Err != nil {
 			w = nil
 		}
 		ch <- w
@@ -146,7 +148,7 @@ func (a *acquisition) watchGoingBehind(ctx context.Context, path string) <-chan 
 // event itself, since b may be gone before its mark could be read. A
 // peer's change proves nothing: we look again. next is stepWait unless our
 // node or our session is gone.
-func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *watchEntry) (gone bool, next step, err error) {
+func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *zkclient.Watch) (gone bool, next step, err error) {
 	var deletedFired <-chan struct{}
 	if deleted != nil {
 		deletedFired = deleted.Fired()
@@ -209,19 +211,19 @@ func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *watc
 // request, in the order of a map, and the server fires the events of the
 // nodes gone meanwhile in that order, not in the order of the changes; and
 // requests waiting in go-zookeeper's queue go out before SetWatches. A
-// connection made by Dial counts its sessions (dial.go); on any other
+// connection made by Dial counts its sessions (zkclient); on any other
 // connection, we cannot tell, and read our node.
 func (a *acquisition) confirmOwn(ctx context.Context) (step, error) {
 	if n, known := a.connects(); known && a.ownConnectsKnown && n == a.ownConnects {
 		return stepGrant, nil
 	}
-	r := a.c.get(ctx, a.path)
+	r := a.c.Get(ctx, a.path)
 	switch {
-	case errors.Is(r.err, zk.ErrNoNode):
+	case errors.Is(r.Err, zk.ErrNoNode):
 		return a.ownDeleted()
-	case r.err != nil:
-		return a.after(r.err)
-	case !a.ours(r.session):
+	case r.Err != nil:
+		return a.after(r.Err)
+	case !a.ours(r.Session):
 		return stepRequeue, nil
 	}
 	return stepGrant, nil // read after what cleared our way: our node outlived it
@@ -229,10 +231,7 @@ func (a *acquisition) confirmOwn(ctx context.Context) (step, error) {
 
 // connects returns the connection's session count, if it keeps one.
 func (a *acquisition) connects() (uint64, bool) {
-	if a.c.sessions == nil {
-		return 0, false
-	}
-	return a.c.sessions.connectCount(), true
+	return a.c.ConnectCount()
 }
 
 // ownEvent handles an event about our own node while we wait.
@@ -259,7 +258,7 @@ func (a *acquisition) notWatching(ev zk.Event) (step, error) {
 	switch {
 	case !errors.Is(ev.Err, zk.ErrSessionExpired):
 		return 0, ev.Err // closing
-	case a.c.zk.SessionID() == a.session:
+	case a.c.Conn().SessionID() == a.session:
 		return stepList, nil
 	}
 	return stepRequeue, nil
@@ -275,14 +274,14 @@ func (a *acquisition) tryPass(ctx context.Context) (step, error) {
 	if a.mode == Write {
 		return 0, ErrWouldBlock
 	}
-	r := a.c.get(ctx, a.l.path+"/"+b.name)
+	r := a.c.Get(ctx, a.l.path+"/"+b.name)
 	switch {
-	case errors.Is(r.err, zk.ErrNoNode):
+	case errors.Is(r.Err, zk.ErrNoNode):
 		a.snap.remove(b.name)
 		return stepList, nil
-	case r.err != nil:
-		return a.after(r.err)
-	case b.ours && downgraded(r.v.data):
+	case r.Err != nil:
+		return a.after(r.Err)
+	case b.ours && downgraded(r.V.Data):
 		a.markShared(b.name)
 		return stepList, nil
 	}

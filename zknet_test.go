@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // The simulation's model of what lies between the lock and the server: the
@@ -26,7 +28,7 @@ import (
 //     first for what Connect was given (218). The server expires the
 //     session by the T of its latest handshake (touchSession): standalone,
 //     nothing else touches it. A client that tells the lock its timeout
-//     (Dial's) reads each answer before it reports the session (dial.go).
+//     (Dial's) reads each answer before it reports the session (zkclient's Handshakes).
 //   - On a connection, sendLoop (762) sends each request as it is queued,
 //     and a ping at every tick of a ticker started with the connection
 //     (763), whatever else it sent. recvLoop (793) sets the read deadline
@@ -67,14 +69,14 @@ import (
 //     wire only as long as the scheduler lets them.
 //   - A stopped process (SIGSTOP) runs nothing: go-zookeeper's loops
 //     neither ping nor read (what arrives waits in its socket), and the
-//     lock's lease timer and requests wait at pause (zkconn.go; its other timers,
+//     lock's lease timer and requests wait at Pause (zkclient; its other timers,
 //     a context's deadline or a backoff's sleep, may fire meanwhile, and
 //     reach pause or wait for a frame that cannot come). At resumption
 //     its ping ticker fires once for the ticks it missed, and recvLoop's
 //     read deadline, if it passed, races with the frames that waited.
 //
 // Not modelled: an ensemble (the server is standalone, so a follower that
-// loses the leader after answering, which lease.go's relay allowance is
+// loses the leader after answering, which the lease clock's relay allowance is
 // for, never happens), a machine's suspended monotonic clock, packets'
 // own latency, and a sendChan that fills up.
 //
@@ -132,10 +134,10 @@ func (n *zkNet) grant(cl *zkClient, now time.Time) {
 	}
 	cl.asked, cl.granted = t, t
 	if info := cl.c.info; info != nil {
-		var head [answerHead]byte
+		var head [zkclient.AnswerHead]byte
 		binary.BigEndian.PutUint32(head[8:12], uint32(t/time.Millisecond))
 		binary.BigEndian.PutUint64(head[12:20], uint64(cl.c.session.Load()))
-		info.answered(head[:], now)
+		info.Answered(head[:], now)
 	}
 }
 
@@ -239,7 +241,7 @@ type zkFrame struct {
 func (n *zkNet) session(hosts int, ask time.Duration, tells bool) *fakeConn {
 	c := n.s.conn()
 	if tells {
-		c.info = &dialInfo{}
+		c.info = &zkclient.Handshakes{}
 	}
 	now := time.Now()
 	n.mu.Lock()
@@ -263,7 +265,7 @@ func (cl *zkClient) setState(s zk.State) {
 		cl.downSince = time.Now()
 	}
 	if s == zk.StateHasSession {
-		cl.c.connects.Add(1) // Dial's tap counts this (dial.go)
+		cl.c.connects.Add(1) // Dial's tap counts this (zkclient's Handshakes)
 	}
 	cl.c.state.Store(int32(s))
 }
@@ -844,4 +846,11 @@ func (s *fakeServer) touchData(p string) {
 		n.stat.Version++
 		s.fire(p, dataWatch, zk.EventNodeDataChanged)
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

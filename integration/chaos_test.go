@@ -63,7 +63,7 @@ func TestChaos(t *testing.T) {
 }
 
 // The session timeouts the clients ask for: at least eight ticks, where
-// the lease clock's ensemble margins hold (lease.go).
+// the lease clock's ensemble margins hold (internal/zkclient/lease.go).
 var chaosTimeouts = []time.Duration{4 * time.Second, 10 * time.Second}
 
 type chaosRun struct {

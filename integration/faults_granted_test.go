@@ -22,7 +22,7 @@ import (
 )
 
 // The lease clock must use the session timeout the server granted, never
-// more (lease.go, "Which T"). Each test here gives the lock a reason to
+// more (internal/zkclient/lease.go, "Which T"). Each test here gives the lock a reason to
 // believe more than the server granted, cuts the holder off, and checks
 // that the holder is told before another client is granted the lock.
 
@@ -67,7 +67,7 @@ func TestFaultGrantedReconnectShorter(t *testing.T) {
 // the session to the leader, with its own timeout, at its next ping, which
 // may come after low's revalidation. That only makes the session live
 // longer; it is why the lock takes the smallest timeout granted in the
-// session (dial.go), since a relay can shorten it just as well.
+// session (internal/zkclient/dial.go), since a relay can shorten it just as well.
 func shorterGrantCutOff(t *testing.T, cl *zkserver.Cluster, conn *zk.Conn, home, low *faultproxy.Proxy, asked, lower time.Duration) {
 	ctx := t.Context()
 	path := zktest.LockPath(t, "/it")

@@ -1,4 +1,4 @@
-package rwlock
+package zkclient
 
 import (
 	"context"
@@ -11,9 +11,18 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// zkConn is the part of *zk.Conn the lock uses. The unit tests drive the
-// protocol through an in-memory fake of it.
-type zkConn interface {
+// Package zkclient is what a lock needs from ZooKeeper: requests that take
+// a context and say which session served them, watches shared per
+// connection, the lease clock that tells when a holder's session can no
+// longer be shown alive, and the session timeout the server granted. It
+// knows nothing of locks: the lock's grants are Holders to it.
+//
+// One word per idea here: a Client is referenced (Ref, Unref), never
+// acquired or released, which are the lock's words.
+
+// Conn is the part of *zk.Conn a Client uses. The lock's unit tests drive
+// it through an in-memory fake.
+type Conn interface {
 	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	Children(path string) ([]string, *zk.Stat, error)
@@ -28,65 +37,65 @@ type zkConn interface {
 	SessionID() int64
 }
 
-var _ zkConn = (*zk.Conn)(nil)
+var _ Conn = (*zk.Conn)(nil)
 
-// pauser is a connection whose process can be stopped: only the
-// simulation's fake is one. pause blocks while the process is stopped, as
-// the lock's goroutines would not run then: before a request is timed and
-// sent, and as the lease clock's timer fires.
-type pauser interface{ pause() }
+// Pauser is a Conn whose process can be stopped: only the simulation's
+// fake is one. Pause blocks while the process is stopped, as the lock's
+// goroutines would not run then: before a request is timed and sent, and
+// as the lease clock's timer fires.
+type Pauser interface{ Pause() }
 
-func pause(conn zkConn) {
-	if p, ok := conn.(pauser); ok {
-		p.pause()
+func pause(conn Conn) {
+	if p, ok := conn.(Pauser); ok {
+		p.Pause()
 	}
 }
 
-// A client is what every lock on one connection shares: the requests they
+// A Client is what every lock on one connection shares: the requests they
 // make, each with a context and timed for the session's lease (lease.go),
-// the watches they set (watches.go), and the grants they hold. Locks made
-// on the same *zk.Conn share one client, whatever their paths, so that the
-// lease costs one keepalive per connection and a node is watched at most
-// once per connection.
+// the watches they set (watch.go), and the holders the lease clock judges.
+// Locks made on the same *zk.Conn share one Client, whatever their paths,
+// so that the lease costs one keepalive per connection and a node is
+// watched at most once per connection.
 //
-// A client lives while something uses it: an acquisition, a grant, a
+// A Client lives while something uses it: an acquisition, a grant, a
 // watch registration, a deletion in the background (refs). The registry
 // forgets it when the last user is done, so a connection that is no longer
 // used is not kept alive by the library.
-type client struct {
-	zk       zkConn
-	sessions sessions // what the connection tells of its sessions; nil if nothing
+type Client struct {
+	zk       Conn
+	sessions Sessions // what the connection tells of its sessions; nil if nothing
 	unlisten func()   // stops listening to the connection's handshakes
 
 	mu      sync.Mutex
-	refs    int                      // guarded by clients.mu, not mu
-	lease   lease                    // guarded by mu
-	grants  map[*Grant]struct{}      // held grants, judged by the lease clock; guarded by mu
-	timer   *time.Timer              // the lease clock's next look; guarded by mu
-	pinging bool                     // a keepalive is in flight; guarded by mu
-	pinged  time.Time                // when the last keepalive was sent; guarded by mu
-	watches map[watchKey]*watchEntry // guarded by mu
+	refs    int                 // guarded by clients.mu, not mu
+	lease   lease               // guarded by mu
+	holders map[Holder]struct{} // judged by the lease clock; guarded by mu
+	timer   *time.Timer         // the lease clock's next look; guarded by mu
+	pinging bool                // a keepalive is in flight; guarded by mu
+	pinged  time.Time           // when the last keepalive was sent; guarded by mu
+	watches map[watchKey]*Watch // guarded by mu
 }
 
 // clients is the registry of clients by connection.
 var clients struct {
 	mu sync.Mutex
-	m  map[zkConn]*client
+	m  map[Conn]*Client
 }
 
-// acquireClient returns conn's client, counting one more user; the user
-// calls release when done.
-func acquireClient(conn zkConn) *client {
+// For returns conn's Client, counting one more user; the user calls
+// Unref when done.
+func For(conn Conn) *Client {
 	clients.mu.Lock()
 	defer clients.mu.Unlock()
 	c := clients.m[conn]
 	if c == nil {
 		if clients.m == nil {
-			clients.m = make(map[zkConn]*client)
+			clients.m = make(map[Conn]*Client)
 		}
-		c = &client{zk: conn, sessions: sessionsOf(conn), grants: make(map[*Grant]struct{}), watches: make(map[watchKey]*watchEntry)}
+		c = &Client{zk: conn, sessions: sessionsOf(conn), holders: make(map[Holder]struct{}), watches: make(map[watchKey]*Watch)}
 		if c.sessions != nil {
-			c.unlisten = c.sessions.onHandshake(c.handshake)
+			c.unlisten = c.sessions.OnHandshake(c.handshake)
 		}
 		clients.m[conn] = c
 	}
@@ -94,14 +103,15 @@ func acquireClient(conn zkConn) *client {
 	return c
 }
 
-// retain counts one more user of a client its caller already uses.
-func (c *client) retain() {
+// Ref counts one more user of a Client its caller already uses.
+func (c *Client) Ref() {
 	clients.mu.Lock()
 	c.refs++
 	clients.mu.Unlock()
 }
 
-func (c *client) release() {
+// Unref counts one user less.
+func (c *Client) Unref() {
 	clients.mu.Lock()
 	defer clients.mu.Unlock()
 	if c.refs--; c.refs == 0 {
@@ -112,13 +122,42 @@ func (c *client) release() {
 	}
 }
 
-// reply is the outcome of one request: its value, the session that served
+// Conn returns the connection c makes its requests on.
+func (c *Client) Conn() Conn { return c.zk }
+
+// ConnectCount returns how many times the connection has had a session,
+// if it tells (a connection made by Dial does): it moves before the
+// watches of a new connection are set again.
+func (c *Client) ConnectCount() (uint64, bool) {
+	if c.sessions == nil {
+		return 0, false
+	}
+	return c.sessions.ConnectCount(), true
+}
+
+// Reply is the outcome of one request: its value, the session that served
 // it (0 when the session changed while it was under way, so that it is not
 // known which one did), and its error.
-type reply[T any] struct {
-	v       T
-	session int64
-	err     error
+type Reply[T any] struct {
+	V       T
+	Session int64
+	Err     error
+}
+
+// A Counter counts the requests made with a context whose Value for
+// CounterKey is it: the lock's tally of requests per acquisition and
+// grant, without an allocation per request.
+type Counter interface{ CountRequest() }
+
+type counterKey struct{}
+
+// CounterKey is the context key a Counter is found under.
+var CounterKey any = counterKey{}
+
+func countRequest(ctx context.Context) {
+	if c, ok := ctx.Value(CounterKey).(Counter); ok {
+		c.CountRequest()
+	}
 }
 
 // request sends one request with op, and returns early with ctx's error
@@ -133,8 +172,8 @@ type reply[T any] struct {
 // same is the request known to have run in it (a request queued across an
 // expiry is sent in the new session). A write (or a sync) that the server
 // answered in a known session renews that session's lease: see lease.go.
-func request[T any](c *client, ctx context.Context, renews bool, op func() (T, error), late func(reply[T])) reply[T] {
-	run := func() reply[T] {
+func request[T any](c *Client, ctx context.Context, renews bool, op func() (T, error), late func(Reply[T])) Reply[T] {
+	run := func() Reply[T] {
 		pause(c.zk)
 		before, sent := c.zk.SessionID(), time.Now()
 		v, err := op()
@@ -146,17 +185,17 @@ func request[T any](c *client, ctx context.Context, renews bool, op func() (T, e
 			// mutant: lease-from-answer
 			c.renew(session, sent)
 		}
-		return reply[T]{v, session, err}
+		return Reply[T]{v, session, err}
 	}
 	if ctx.Done() == nil {
 		countRequest(ctx)
 		return run()
 	}
 	if err := ctx.Err(); err != nil && late == nil {
-		return reply[T]{err: err}
+		return Reply[T]{Err: err}
 	}
 	countRequest(ctx)
-	ch := make(chan reply[T], 1)
+	ch := make(chan Reply[T], 1)
 	go func() { ch <- run() }()
 	select {
 	case r := <-ch:
@@ -165,16 +204,16 @@ func request[T any](c *client, ctx context.Context, renews bool, op func() (T, e
 		if late != nil {
 			go func() { late(<-ch) }()
 		}
-		return reply[T]{err: ctx.Err()}
+		return Reply[T]{Err: ctx.Err()}
 	}
 }
 
-// The requests the lock makes. Writes and sync renew the lease.
+// The requests the lock makes. Writes and Sync renew the lease.
 
-// create creates path; sending, if not nil, is closed as the call to
-// go-zookeeper begins (see acquisition.listBehind).
-func (c *client) create(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL,
-	sending chan struct{}, late func(reply[string])) reply[string] {
+// Create creates path; sending, if not nil, is closed as the call to
+// go-zookeeper begins (the lock pipelines a listing behind it).
+func (c *Client) Create(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL,
+	sending chan struct{}, late func(Reply[string])) Reply[string] {
 	return request(c, ctx, true, func() (string, error) {
 		if sending != nil {
 			close(sending)
@@ -183,40 +222,46 @@ func (c *client) create(ctx context.Context, path string, data []byte, flags int
 	}, late)
 }
 
-func (c *client) createContainer(ctx context.Context, path string, acl []zk.ACL) reply[string] {
+// CreateContainer creates path as a container node.
+func (c *Client) CreateContainer(ctx context.Context, path string, acl []zk.ACL) Reply[string] {
 	return request(c, ctx, true, func() (string, error) { return c.zk.CreateContainer(path, nil, zk.FlagContainer, acl) }, nil)
 }
 
-func (c *client) children(ctx context.Context, path string) reply[[]string] {
+// Children lists path's children.
+func (c *Client) Children(ctx context.Context, path string) Reply[[]string] {
 	return request(c, ctx, false, func() ([]string, error) {
 		children, _, err := c.zk.Children(path)
 		return children, err
 	}, nil)
 }
 
-type node struct {
-	data []byte
-	stat *zk.Stat
+// Node is a node's data and stat.
+type Node struct {
+	Data []byte
+	Stat *zk.Stat
 }
 
-func (c *client) get(ctx context.Context, path string) reply[node] {
-	return request(c, ctx, false, func() (node, error) {
+// Get reads path.
+func (c *Client) Get(ctx context.Context, path string) Reply[Node] {
+	return request(c, ctx, false, func() (Node, error) {
 		data, stat, err := c.zk.Get(path)
-		return node{data, stat}, err
+		return Node{data, stat}, err
 	}, nil)
 }
 
-func (c *client) set(ctx context.Context, path string, data []byte) reply[*zk.Stat] {
+// Set writes path's data, whatever its version.
+func (c *Client) Set(ctx context.Context, path string, data []byte) Reply[*zk.Stat] {
 	return request(c, ctx, true, func() (*zk.Stat, error) { return c.zk.Set(path, data, -1) }, nil)
 }
 
-func (c *client) delete(ctx context.Context, path string, late func(reply[struct{}])) reply[struct{}] {
+// Delete deletes path, whatever its version; late as for Create.
+func (c *Client) Delete(ctx context.Context, path string, late func(Reply[struct{}])) Reply[struct{}] {
 	return request(c, ctx, true, func() (struct{}, error) { return struct{}{}, c.zk.Delete(path, -1) }, late)
 }
 
-// markAndDelete sets data (the held mark) and deletes path in one
-// transaction.
-func (c *client) markAndDelete(ctx context.Context, path string, data []byte, late func(reply[struct{}])) reply[struct{}] {
+// SetAndDelete sets path's data and deletes it in one transaction: the
+// lock's held mark, seen by whoever reads the node as it goes.
+func (c *Client) SetAndDelete(ctx context.Context, path string, data []byte, late func(Reply[struct{}])) Reply[struct{}] {
 	return request(c, ctx, true, func() (struct{}, error) {
 		_, err := c.zk.Multi(
 			&zk.SetDataRequest{Path: path, Data: data, Version: -1},
@@ -226,9 +271,9 @@ func (c *client) markAndDelete(ctx context.Context, path string, data []byte, la
 	}, late)
 }
 
-// sync is the lease's keepalive: the cheapest request that a follower must
+// Sync is the lease's keepalive: the cheapest request that a follower must
 // pass on to the leader (see lease.go).
-func (c *client) sync(ctx context.Context) reply[struct{}] {
+func (c *Client) Sync(ctx context.Context) Reply[struct{}] {
 	return request(c, ctx, true, func() (struct{}, error) {
 		_, err := c.zk.Sync("/")
 		return struct{}{}, err
@@ -241,7 +286,7 @@ func answered(err error) bool {
 	switch {
 	case err == nil:
 		return true
-	case connectionLoss(err), sessionGone(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case ConnectionLoss(err), SessionGone(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false
 	}
 	// Only the errors the leader's PrepRequestProcessor finds, which it
@@ -257,10 +302,10 @@ func answered(err error) bool {
 	return false
 }
 
-// connectionLoss reports errors after which the request may or may not have
+// ConnectionLoss reports errors after which the request may or may not have
 // reached the server and the session may still be alive: retry once the
 // client has reconnected, and treat the outcome of a create as unknown.
-func connectionLoss(err error) bool {
+func ConnectionLoss(err error) bool {
 	if errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
 		errors.Is(err, zk.ErrSessionMoved) {
 		return true
@@ -272,30 +317,30 @@ func connectionLoss(err error) bool {
 	return errors.As(err, &netErr)
 }
 
-// sessionGone reports errors that mean the session, and with it every
+// SessionGone reports errors that mean the session, and with it every
 // ephemeral node it owned, no longer exists.
-func sessionGone(err error) bool {
+func SessionGone(err error) bool {
 	return errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing)
 }
 
-// unimplemented reports the server's UNIMPLEMENTED (-6) error, which
+// Unimplemented reports the server's UNIMPLEMENTED (-6) error, which
 // go-zookeeper has no sentinel for.
-func unimplemented(err error) bool {
+func Unimplemented(err error) bool {
 	return err != nil && err.Error() == "unknown error: -6"
 }
 
-// backoff spaces out retries after a connection loss, and notices a
-// connection that its owner closed for good.
-type backoff struct{ next time.Duration }
+// Backoff spaces out retries after a connection loss, and notices a
+// connection that its owner closed for good. The zero value is ready.
+type Backoff struct{ next time.Duration }
 
 var errConnClosed = fmt.Errorf("%w: the *zk.Conn was closed", zk.ErrConnectionClosed)
 
-// wait sleeps, longer each time, and then until the client has a session
+// Wait sleeps, longer each time, and then until the client has a session
 // again. A request made while go-zookeeper reconnects would wait in its
 // queue anyway, and sent the moment it reconnects, it races with
 // go-zookeeper re-registering its watches (an upstream data race on
 // lastZxid, go-zookeeper/zk#35).
-func (b *backoff) wait(ctx context.Context, c zkConn) error {
+func (b *Backoff) Wait(ctx context.Context, c Conn) error {
 	b.next = min(max(2*b.next, 10*time.Millisecond), 500*time.Millisecond)
 	if err := sleep(ctx, b.next); err != nil {
 		return err

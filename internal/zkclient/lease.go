@@ -1,4 +1,4 @@
-package rwlock
+package zkclient
 
 import (
 	"context"
@@ -67,7 +67,7 @@ import (
 // up after syncLimit ticks and the new leader counts every session's T
 // afresh. With T at least eight ticks (16 s with ZooKeeper's default
 // tickTime of 2 s) all of these are at most T/8 + T/16, and the holder has
-// at least T/16 left; [Grant.Deadline] reports the earliest expiry under
+// at least T/16 left; Grant.Deadline reports the earliest expiry under
 // that assumption. With fewer ticks, such a worst case can let another
 // client in first; the fencing token is the defence that does not depend
 // on time.
@@ -85,10 +85,10 @@ import (
 // for: a server clamps what a client asks for to its own
 // [minSessionTimeout, maxSessionTimeout] (2 and 20 ticks by default), and
 // a reconnection may land on a server that grants less. A connection made
-// by [Dial] reads the granted T from the server's answer to every
+// by rwlock.Dial reads the granted T from the server's answer to every
 // handshake (dial.go), and a grant is judged by the smallest T granted in
-// its session so far, capped by [WithSessionTimeout] if given: the
-// judgement, the keepalive pace, the next look and [Grant.Deadline] all
+// its session so far, capped by WithSessionTimeout if given: the
+// judgement, the keepalive pace, the next look and Grant.Deadline all
 // use it, and a change makes the clock look at once. An answered
 // handshake renews the lease too: the server touched the session after it
 // was sent, a follower only once the leader had (it revalidates the
@@ -100,7 +100,7 @@ import (
 //
 // # Without T, and other causes
 //
-// When the lock does not know T (a connection not made by [Dial]) it
+// When the lock does not know T (a connection not made by rwlock.Dial) it
 // cannot compute a lease, and any disconnection of a holder is a loss,
 // checked at every Err and Done and every 20 ms: the safe default of
 // Curator's SUSPENDED rule. It notices a partition only when go-zookeeper
@@ -110,31 +110,31 @@ import (
 // ends its grants at once. A node deleted by someone else is learnt from
 // the watch on it, which fires when the next waiter's does: no client can
 // promise a head start for that cause, and the fencing token
-// ([Grant.Token]) is the defence.
+// (Grant.Token) is the defence.
 
 // HeadStart returns how long before its session may expire a grant is
-// declared lost, for a session timeout t: a quarter of it. See [Grant.Done].
+// declared lost, for a session timeout t: a quarter of it. See Grant.Done.
 func HeadStart(t time.Duration) time.Duration {
 	// mutant: headstart
 	return t / 4
 }
 
-// relayAllowance is how much earlier than the lease's end the leader may
+// RelayAllowance is how much earlier than the lease's end the leader may
 // expire a session whose server was out of touch with it at the worst
 // moment: at most a tick plus the keepalive interval, T/8 + T/16 for a
 // session of eight ticks or more (see above).
-func relayAllowance(t time.Duration) time.Duration { return t/8 + renewInterval(t) }
+func RelayAllowance(t time.Duration) time.Duration { return t/8 + RenewInterval(t) }
 
 // retryUnanswered is how soon a keepalive that was not answered is tried
 // again, at most.
 const retryUnanswered = 100 * time.Millisecond
 
-// renewInterval is how often the lease is renewed while it is needed.
-func renewInterval(t time.Duration) time.Duration { return t / 16 }
+// RenewInterval is how often the lease is renewed while it is needed.
+func RenewInterval(t time.Duration) time.Duration { return t / 16 }
 
-// unknownTimeoutPoll is how often grants whose session timeout is unknown
-// look at the connection state.
-const unknownTimeoutPoll = 20 * time.Millisecond
+// UnknownTimeoutPoll is how often holders whose session timeout is
+// unknown are judged by the connection's state.
+const UnknownTimeoutPoll = 20 * time.Millisecond
 
 // lease is what the requests of one connection prove: session lives until
 // since + T.
@@ -152,7 +152,7 @@ func elapsed(t, now time.Time) time.Duration {
 // renew records that a counting request sent at sent was answered in
 // session. A late answer in a session the connection has left renews
 // nothing.
-func (c *client) renew(session int64, sent time.Time) {
+func (c *Client) renew(session int64, sent time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if session != c.zk.SessionID() {
@@ -166,138 +166,157 @@ func (c *client) renew(session int64, sent time.Time) {
 // leaseEnd returns when session surely lives until, for timeout t, and
 // whether the lease knows (it does not for another session than the one it
 // last renewed). Call with c.mu held.
-func (c *client) leaseEndLocked(session int64, t time.Duration) (time.Time, bool) {
+func (c *Client) leaseEndLocked(session int64, t time.Duration) (time.Time, bool) {
 	if t <= 0 || c.lease.session != session || c.lease.since.IsZero() {
 		return time.Time{}, false
 	}
 	return c.lease.since.Add(t), true
 }
 
-// timeoutOf returns the session timeout that l's grants in session are
-// judged by (see above): the smallest the server granted in the session,
-// no more than WithSessionTimeout says; 0 if unknown.
-func (c *client) timeoutOf(l *RWLock, session int64) time.Duration {
+// Timeout returns the session timeout that a holder in session, whose
+// lock caps it at limit (0: no cap), is judged by (see above): the
+// smallest the server granted in the session, no more than limit; 0 if
+// unknown.
+func (c *Client) Timeout(limit time.Duration, session int64) time.Duration {
 	if c.sessions == nil {
 		return 0
 	}
 	// mutant: state-rule
-	t := c.sessions.timeoutOf(session)
+	t := c.sessions.TimeoutOf(session)
 	// mutant: trust-asked-timeout
-	if l.timeout > 0 && t > l.timeout {
-		t = l.timeout
+	if limit > 0 && t > limit {
+		t = limit
 	}
 	return t
+}
+
+// A Holder is what the lease clock judges: one grant of the lock.
+type Holder interface {
+	// Session is the session that owns the holder's node.
+	Session() int64
+	// Limit caps the session timeout the holder is judged by (the lock's
+	// WithSessionTimeout); 0 for none.
+	Limit() time.Duration
+	// Lost tells the holder it is lost, and why. The clock calls it
+	// holding none of its locks, once for each time it finds the holder
+	// lost; the holder ends itself (and Unholds) on the first.
+	Lost(cause error)
 }
 
 // handshake takes in an answer to a handshake sent at sent: it renews the
 // lease (the server touched the session after sent), and makes the clock
 // look at once, since the timeout may have changed. It runs on
 // go-zookeeper's goroutine, so it only moves the timer.
-func (c *client) handshake(session int64, sent time.Time) {
+func (c *Client) handshake(session int64, sent time.Time) {
 	c.renew(session, sent)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.timer != nil && len(c.grants) > 0 {
+	if c.timer != nil && len(c.holders) > 0 {
 		c.timer.Reset(0)
 	}
 }
 
-// fresh reports whether session's lease still has more than the head start
+// Fresh reports whether session's lease still has more than the head start
 // and margin to run, for timeout t.
-func (c *client) fresh(session int64, t, margin time.Duration) bool {
+func (c *Client) Fresh(session int64, t, margin time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.leaseEndLocked(session, t)
 	return ok && elapsed(c.lease.since, time.Now()) < t-HeadStart(t)-margin
 }
 
-// errLeaseLapsed is the cause of a loss when the lease ran out.
-type errLeaseLapsed struct {
-	silent time.Duration // since the last answered request was sent
-	left   time.Duration // until the server may expire the session
+// LeaseLapsedError is the cause of a loss when the lease ran out.
+type LeaseLapsedError struct {
+	Silent time.Duration // since the last answered request was sent
+	Left   time.Duration // until the server may expire the session
 }
 
-func (e *errLeaseLapsed) Error() string {
+func (e *LeaseLapsedError) Error() string {
 	return fmt.Sprintf("no answer from ZooKeeper for %v: the server may expire the session in %v",
-		e.silent.Round(time.Millisecond), max(e.left, 0).Round(time.Millisecond))
+		e.Silent.Round(time.Millisecond), max(e.Left, 0).Round(time.Millisecond))
 }
 
-var errDisconnected = errors.New("disconnected, and the session timeout is unknown")
+// ErrDisconnected is the cause of a loss when the connection dropped and
+// the session timeout is unknown.
+var ErrDisconnected = errors.New("disconnected, and the session timeout is unknown")
 
-// judgeLocked returns why g is lost at now, or nil if it is held as far as
+// judgeLocked returns why h is lost at now, or nil if it is held as far as
 // the clock and the session can tell. Call with c.mu held.
-func (c *client) judgeLocked(g *Grant, now time.Time) error {
-	if c.zk.SessionID() != g.session {
+func (c *Client) judgeLocked(h Holder, now time.Time) error {
+	session := h.Session()
+	if c.zk.SessionID() != session {
 		return zk.ErrSessionExpired // go-zookeeper silently made a new session
 	}
-	t := c.timeoutOf(g.l, g.session)
+	t := c.Timeout(h.Limit(), session)
 	if t <= 0 {
 		if c.zk.State() != zk.StateHasSession {
-			return errDisconnected
+			return ErrDisconnected
 		}
 		return nil
 	}
-	if _, ok := c.leaseEndLocked(g.session, t); !ok {
-		return &errLeaseLapsed{} // never renewed in this session: nothing proves it alive
+	if _, ok := c.leaseEndLocked(session, t); !ok {
+		return &LeaseLapsedError{} // never renewed in this session: nothing proves it alive
 	}
 	if silent := elapsed(c.lease.since, now); silent >= t-HeadStart(t) {
-		return &errLeaseLapsed{silent: silent, left: t - silent}
+		return &LeaseLapsedError{Silent: silent, Left: t - silent}
 	}
 	return nil
 }
 
-// judge ends g if the clock says it is lost. Err and Done call it at every
-// call; the lease clock's timer calls it for every grant in time.
-func (c *client) judge(g *Grant) {
+// Judge tells h it is lost if the clock says so. The lock calls it at
+// every Err and Done; the clock's timer calls it for every holder in time.
+func (c *Client) Judge(h Holder) {
 	c.mu.Lock()
-	why := c.judgeLocked(g, time.Now())
+	why := c.judgeLocked(h, time.Now())
 	c.mu.Unlock()
 	if why != nil {
-		g.lost(why)
+		h.Lost(why)
 	}
 }
 
-// deadlineOf returns the earliest time at which the server may expire g's
-// session as far as the lease knows, for Grant.Deadline.
-func (c *client) deadlineOf(g *Grant) (time.Time, bool) {
+// Deadline returns the earliest time at which the server may expire h's
+// session as far as the lease knows, counting the worst case of an
+// ensemble (RelayAllowance); ok is false if the lease does not know.
+func (c *Client) Deadline(h Holder) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := c.timeoutOf(g.l, g.session)
-	end, ok := c.leaseEndLocked(g.session, t)
+	t := c.Timeout(h.Limit(), h.Session())
+	end, ok := c.leaseEndLocked(h.Session(), t)
 	if !ok {
 		return time.Time{}, false
 	}
-	return end.Add(-relayAllowance(t)), true
+	return end.Add(-RelayAllowance(t)), true
 }
 
-// hold puts g under the lease clock until unhold.
-func (c *client) hold(g *Grant) {
+// Hold puts h under the lease clock until Unhold.
+func (c *Client) Hold(h Holder) {
 	c.mu.Lock()
-	c.grants[g] = struct{}{}
+	c.holders[h] = struct{}{}
 	c.mu.Unlock()
 	c.tick()
 }
 
-func (c *client) unhold(g *Grant) {
+// Unhold takes h from under the lease clock.
+func (c *Client) Unhold(h Holder) {
 	c.mu.Lock()
-	delete(c.grants, g)
+	delete(c.holders, h)
 	c.stopIfIdleLocked()
 	c.mu.Unlock()
 }
 
-func (c *client) stopIfIdleLocked() {
-	if len(c.grants) == 0 && c.timer != nil {
+func (c *Client) stopIfIdleLocked() {
+	if len(c.holders) == 0 && c.timer != nil {
 		c.timer.Stop()
 	}
 }
 
-// tick is the lease clock's look: it ends the grants that are lost,
+// tick is the lease clock's look: it tells the holders that are lost,
 // renews the lease when it is due, and sets its timer for the next look.
-func (c *client) tick() {
+func (c *Client) tick() {
 	pause(c.zk)
 	now := time.Now()
 	c.mu.Lock()
-	var lost []*Grant
+	var lost []Holder
 	var causes []error
 	var next time.Time
 	minT := time.Duration(0)
@@ -306,15 +325,15 @@ func (c *client) tick() {
 			next = t
 		}
 	}
-	for g := range c.grants {
-		if why := c.judgeLocked(g, now); why != nil {
-			lost, causes = append(lost, g), append(causes, why)
-			delete(c.grants, g)
+	for h := range c.holders {
+		if why := c.judgeLocked(h, now); why != nil {
+			lost, causes = append(lost, h), append(causes, why)
+			delete(c.holders, h)
 			continue
 		}
-		t := c.timeoutOf(g.l, g.session)
+		t := c.Timeout(h.Limit(), h.Session())
 		if t <= 0 {
-			soonest(now.Add(unknownTimeoutPoll))
+			soonest(now.Add(UnknownTimeoutPoll))
 			continue
 		}
 		minT = minNonZero(minT, t)
@@ -325,7 +344,7 @@ func (c *client) tick() {
 		// one keepalive in flight, and the next sent an interval after the
 		// last, or soon if that one went unanswered (a disconnected
 		// client fails them at once, or holds them until it reconnects).
-		every := renewInterval(minT)
+		every := RenewInterval(minT)
 		due := c.lease.since.Add(every)
 		if c.lease.session != c.zk.SessionID() {
 			due = now
@@ -340,7 +359,7 @@ func (c *client) tick() {
 			// The keepalive in flight looks again when it returns.
 		case !now.Before(due):
 			c.pinging, c.pinged = true, now
-			c.retain()
+			c.Ref()
 			go c.keepalive()
 		default:
 			soonest(due)
@@ -360,15 +379,15 @@ func (c *client) tick() {
 		c.timer.Reset(d)
 	}
 	c.mu.Unlock()
-	for i, g := range lost {
-		g.lost(causes[i])
+	for i, h := range lost {
+		h.Lost(causes[i])
 	}
 }
 
 // keepalive renews the lease with one sync, then looks again.
-func (c *client) keepalive() {
-	defer c.release()
-	c.sync(context.Background())
+func (c *Client) keepalive() {
+	defer c.Unref()
+	c.Sync(context.Background())
 	c.mu.Lock()
 	c.pinging = false
 	c.mu.Unlock()

@@ -1,4 +1,4 @@
-package rwlock
+package zkclient
 
 import (
 	"encoding/binary"
@@ -26,9 +26,9 @@ func handshakeAnswer(timeout time.Duration, session int64) []byte {
 // The tap reads the answer however the reads split it, passes every byte
 // through, and keeps the smallest timeout of a session.
 func TestTapReadsTheGrantedTimeout(t *testing.T) {
-	info := &dialInfo{}
+	info := &Handshakes{}
 	heard := 0
-	stop := info.onHandshake(func(int64, time.Time) { heard++ })
+	stop := info.OnHandshake(func(int64, time.Time) { heard++ })
 	defer stop()
 
 	answer := func(timeout time.Duration, session int64) {
@@ -51,19 +51,19 @@ func TestTapReadsTheGrantedTimeout(t *testing.T) {
 		require.Equal(t, want, got, "the bytes pass through untouched")
 	}
 
-	assert.Zero(t, info.timeoutOf(7), "nothing heard: unknown")
+	assert.Zero(t, info.TimeoutOf(7), "nothing heard: unknown")
 	answer(24*time.Second, 7)
-	assert.Equal(t, 24*time.Second, info.timeoutOf(7))
+	assert.Equal(t, 24*time.Second, info.TimeoutOf(7))
 	answer(3*time.Second, 7) // a reconnection granted less
-	assert.Equal(t, 3*time.Second, info.timeoutOf(7))
+	assert.Equal(t, 3*time.Second, info.TimeoutOf(7))
 	answer(24*time.Second, 7) // and then more again: the session keeps the smallest
-	assert.Equal(t, 3*time.Second, info.timeoutOf(7))
+	assert.Equal(t, 3*time.Second, info.TimeoutOf(7))
 	answer(0, 0) // the session had expired
-	assert.Equal(t, 3*time.Second, info.timeoutOf(7))
+	assert.Equal(t, 3*time.Second, info.TimeoutOf(7))
 	answer(10*time.Second, 8) // a new session starts afresh
-	assert.Zero(t, info.timeoutOf(7))
-	assert.Equal(t, 10*time.Second, info.timeoutOf(8))
-	assert.Equal(t, uint64(4), info.connectCount(), "one per answer with a session")
+	assert.Zero(t, info.TimeoutOf(7))
+	assert.Equal(t, 10*time.Second, info.TimeoutOf(8))
+	assert.Equal(t, uint64(4), info.ConnectCount(), "one per answer with a session")
 	assert.Equal(t, 4, heard, "told of each answer with a session")
 }
 
@@ -71,7 +71,7 @@ func TestTapReadsTheGrantedTimeout(t *testing.T) {
 // an unexported field, and a version that moved it must fail here, not
 // quietly leave locks without T.
 func TestTapWrapsTheCallersDialer(t *testing.T) {
-	info := &dialInfo{}
+	info := &Handshakes{}
 	dialed := make(chan struct{}, 1)
 	dialer := func(network, address string, timeout time.Duration) (net.Conn, error) {
 		server, client := net.Pipe()
@@ -108,7 +108,7 @@ func TestTapWrapsTheCallersDialer(t *testing.T) {
 		}
 	}
 	<-dialed
-	assert.Equal(t, 2*time.Second, info.timeoutOf(99), "learnt through the caller's dialer")
+	assert.Equal(t, 2*time.Second, info.TimeoutOf(99), "learnt through the caller's dialer")
 	assert.Equal(t, int64(99), conn.SessionID())
 }
 

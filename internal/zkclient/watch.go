@@ -1,4 +1,4 @@
-package rwlock
+package zkclient
 
 import (
 	"context"
@@ -35,18 +35,18 @@ type watchKey struct {
 	kind watchKind
 }
 
-// A watchEntry is one registration, shared by its callers in the session
+// A Watch is one registration, shared by its callers in the session
 // that set it. (go-zookeeper ends every watch of an expired session with an
 // EventNotWatching; a caller of the new session must not take that for the
 // end of its own.)
 //
 // go-zookeeper sends the watch's one event into raw and closes it. A
-// goroutine relays it to fired and to the subscribers; firedNow also takes
+// goroutine relays it to fired and to the subscribers; FiredNow also takes
 // it from raw if it is there, so that a caller that has just seen a later
 // event or answer of the session knows, without a request and without
 // waiting for the relay, whether this watch fired before: go-zookeeper puts
 // each event in its channel before it reads the next packet.
-type watchEntry struct {
+type Watch struct {
 	mu      sync.Mutex
 	pending bool                         // the request that sets it is under way
 	ready   chan struct{}                // closed when it is settled, set or not
@@ -60,14 +60,14 @@ type watchEntry struct {
 
 // Fired returns a channel that is closed when the watch has fired; then
 // Event tells what happened.
-func (w *watchEntry) Fired() <-chan struct{} { return w.fired }
+func (w *Watch) Fired() <-chan struct{} { return w.fired }
 
 // Event returns what fired the watch. Call it after Fired is closed.
-func (w *watchEntry) Event() zk.Event { return w.event }
+func (w *Watch) Event() zk.Event { return w.event }
 
-// firedNow reports whether the watch has fired, as of the last packet
+// FiredNow reports whether the watch has fired, as of the last packet
 // go-zookeeper has read, and publishes the event if it has.
-func (w *watchEntry) firedNow() bool {
+func (w *Watch) FiredNow() bool {
 	w.mu.Lock()
 	if w.done {
 		w.mu.Unlock()
@@ -95,14 +95,14 @@ func (w *watchEntry) firedNow() bool {
 // unfired reports whether the watch is set and has not fired: neither
 // published, nor waiting in go-zookeeper's channel (sharing one that has
 // fired would only wake the caller for nothing).
-func (w *watchEntry) unfired() bool {
+func (w *Watch) unfired() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.raw) == 0 && !w.done
 }
 
 // publishLocked records ev, closes fired, and returns the callbacks to run.
-func (w *watchEntry) publishLocked(ev zk.Event) map[*func(zk.Event)]struct{} {
+func (w *Watch) publishLocked(ev zk.Event) map[*func(zk.Event)]struct{} {
 	w.event, w.done = ev, true
 	close(w.fired)
 	subs := w.subs
@@ -116,10 +116,10 @@ func runSubs(subs map[*func(zk.Event)]struct{}, ev zk.Event) {
 	}
 }
 
-// subscribe runs fn, once, when the watch fires (at once if it has), on
+// Subscribe runs fn, once, when the watch fires (at once if it has), on
 // the goroutine that publishes the event. cancel stops that, if it has not
 // happened yet.
-func (w *watchEntry) subscribe(fn func(zk.Event)) (cancel func()) {
+func (w *Watch) Subscribe(fn func(zk.Event)) (cancel func()) {
 	w.mu.Lock()
 	if w.done {
 		w.mu.Unlock()
@@ -139,29 +139,29 @@ func (w *watchEntry) subscribe(fn func(zk.Event)) (cancel func()) {
 	}
 }
 
-// getW reads path and watches its data: the watch fires when the node's
+// GetW reads path and watches its data: the watch fires when the node's
 // data changes or the node is deleted. A data watch, unlike the exists
 // watch of ExistsW, is never set on a missing node, so a node that went
 // before we looked leaves no watch behind. The watch is nil when the read
 // failed.
-func (c *client) getW(ctx context.Context, path string) (reply[node], *watchEntry) {
+func (c *Client) GetW(ctx context.Context, path string) (Reply[Node], *Watch) {
 	type result struct {
-		node
+		Node
 		ch <-chan zk.Event
 	}
 	r, w := watchShared(c, ctx, watchKey{path, dataWatch},
 		func() (result, <-chan zk.Event, error) {
 			data, stat, ch, err := c.zk.GetW(path)
-			return result{node{data, stat}, ch}, ch, err
+			return result{Node{data, stat}, ch}, ch, err
 		},
-		func() reply[result] {
-			n := c.get(ctx, path)
-			return reply[result]{result{node: n.v}, n.session, n.err}
+		func() Reply[result] {
+			n := c.Get(ctx, path)
+			return Reply[result]{result{Node: n.V}, n.Session, n.Err}
 		})
-	return reply[node]{r.v.node, r.session, r.err}, w
+	return Reply[Node]{r.V.Node, r.Session, r.Err}, w
 }
 
-// childrenW lists path's children and watches them: the watch fires when
+// ChildrenW lists path's children and watches them: the watch fires when
 // a child is created or deleted, or when path itself is deleted (a lock
 // node has no children, so a child watch on one fires only when it goes).
 //
@@ -170,33 +170,33 @@ func (c *client) getW(ctx context.Context, path string) (reply[node], *watchEntr
 // own node goes, so it cannot pile up, while sharing it would hand the next
 // acquisition on the connection a watch that the last one's release has
 // just fired, and a wake for nothing.
-func (c *client) childrenW(ctx context.Context, path string, private bool) (reply[[]string], *watchEntry) {
+func (c *Client) ChildrenW(ctx context.Context, path string, private bool) (Reply[[]string], *Watch) {
 	op := func() ([]string, <-chan zk.Event, error) {
 		children, _, ch, err := c.zk.ChildrenW(path)
 		return children, ch, err
 	}
 	if private {
-		w := &watchEntry{fired: make(chan struct{})}
+		w := &Watch{fired: make(chan struct{})}
 		r := request(c, ctx, false, func() ([]string, error) {
 			before := c.zk.SessionID()
 			children, ch, err := op()
 			c.settle(watchKey{}, w, ch, before, err, false)
 			return children, err
-		}, func(reply[[]string]) {})
-		if r.err != nil {
+		}, func(Reply[[]string]) {})
+		if r.Err != nil {
 			return r, nil
 		}
 		return r, w
 	}
-	return watchShared(c, ctx, watchKey{path, childWatch}, op, func() reply[[]string] { return c.children(ctx, path) })
+	return watchShared(c, ctx, watchKey{path, childWatch}, op, func() Reply[[]string] { return c.Children(ctx, path) })
 }
 
 // watchShared reads and watches key's node: at most one registration per
 // node, kind and connection is ever under way or outstanding. A caller that
 // finds one being set waits for it; one that finds it set and not yet fired
 // reads the node with plain, and shares it (see the top of this file).
-func watchShared[T any](c *client, ctx context.Context, key watchKey,
-	set func() (T, <-chan zk.Event, error), plain func() reply[T]) (reply[T], *watchEntry) {
+func watchShared[T any](c *Client, ctx context.Context, key watchKey,
+	set func() (T, <-chan zk.Event, error), plain func() Reply[T]) (Reply[T], *Watch) {
 	for {
 		c.mu.Lock()
 		w := c.watches[key]
@@ -207,12 +207,12 @@ func watchShared[T any](c *client, ctx context.Context, key watchKey,
 			case <-w.ready:
 				continue
 			case <-ctx.Done():
-				return reply[T]{err: ctx.Err()}, nil
+				return Reply[T]{Err: ctx.Err()}, nil
 			}
 		case w != nil && w.unfired():
 			c.mu.Unlock()
 			r := plain()
-			if r.err != nil || r.session == w.session {
+			if r.Err != nil || r.Session == w.session {
 				return r, w
 			}
 			// The registration is of an earlier session, about to end with
@@ -224,7 +224,7 @@ func watchShared[T any](c *client, ctx context.Context, key watchKey,
 			c.mu.Unlock()
 			continue
 		}
-		w = &watchEntry{pending: true, ready: make(chan struct{}), fired: make(chan struct{})}
+		w = &Watch{pending: true, ready: make(chan struct{}), fired: make(chan struct{})}
 		c.watches[key] = w
 		c.mu.Unlock()
 		// Settled by the request itself, so that a caller that stops
@@ -234,8 +234,8 @@ func watchShared[T any](c *client, ctx context.Context, key watchKey,
 			v, ch, err := set()
 			c.settle(key, w, ch, before, err, true)
 			return v, err
-		}, func(reply[T]) {})
-		if r.err != nil {
+		}, func(Reply[T]) {})
+		if r.Err != nil {
 			return r, nil
 		}
 		return r, w
@@ -245,7 +245,7 @@ func watchShared[T any](c *client, ctx context.Context, key watchKey,
 // settle ends the pending state of w: with the watch set (err nil) in the
 // session that was before the request (if it still is), it tracks
 // go-zookeeper's channel until it fires; otherwise it forgets w.
-func (c *client) settle(key watchKey, w *watchEntry, ch <-chan zk.Event, before int64, err error, shared bool) {
+func (c *Client) settle(key watchKey, w *Watch, ch <-chan zk.Event, before int64, err error, shared bool) {
 	session := c.zk.SessionID()
 	if session != before {
 		session = 0
@@ -255,7 +255,7 @@ func (c *client) settle(key watchKey, w *watchEntry, ch <-chan zk.Event, before 
 		w.mu.Lock()
 		w.raw, w.session = ch, session
 		w.mu.Unlock()
-		c.retain()
+		c.Ref()
 		go c.relay(key, w, shared)
 	} else if shared && c.watches[key] == w {
 		delete(c.watches, key)
@@ -267,10 +267,10 @@ func (c *client) settle(key watchKey, w *watchEntry, ch <-chan zk.Event, before 
 	}
 }
 
-// relay waits for the watch's event and publishes it, unless firedNow
+// relay waits for the watch's event and publishes it, unless FiredNow
 // took it first.
-func (c *client) relay(key watchKey, w *watchEntry, shared bool) {
-	defer c.release()
+func (c *Client) relay(key watchKey, w *Watch, shared bool) {
+	defer c.Unref()
 	ev, ok := <-w.raw
 	if shared {
 		c.mu.Lock()
@@ -282,7 +282,7 @@ func (c *client) relay(key watchKey, w *watchEntry, shared bool) {
 	w.mu.Lock()
 	if !ok || w.done {
 		w.mu.Unlock()
-		return // firedNow published it
+		return // FiredNow published it
 	}
 	subs := w.publishLocked(ev)
 	w.mu.Unlock()
