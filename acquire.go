@@ -318,90 +318,6 @@ func (a *acquisition) locate(r zkclient.Reply[[]string]) (step, error) {
 	return stepWait, nil
 }
 
-// dropTwins deletes, and leaves out of children, the nodes other than ours
-// that carry our guid: a create whose answer was lost and that was carried
-// out only after the listing adopt looked at (a server slow to pass it on),
-// so that we created again. Left alone, such a twin would stand in our own
-// way, and outlive the acquisition.
-func (a *acquisition) dropTwins(children []string) []string {
-	twins := 0
-	for _, name := range children {
-		if g, ok := guidOf(name); ok && g == a.guid && name != a.node {
-			a.l.finish(a.c, a.l.path+"/"+name, "", a.session)
-			twins++
-		}
-	}
-	if twins == 0 {
-		return children
-	}
-	return slices.DeleteFunc(slices.Clone(children), func(name string) bool {
-		g, ok := guidOf(name)
-		return ok && g == a.guid && name != a.node
-	})
-}
-
-// adopt settles a create whose outcome we did not learn: the node that
-// carries our guid is ours if the session we have now owns it (its
-// ephemeral owner says so, read with the data watch we need anyway). If
-// a lost create was retried and both happened, the first is kept and the
-// others are deleted. With no such node, we create again.
-func (a *acquisition) adopt(ctx context.Context, r zkclient.Reply[[]string]) (step, error) {
-	a.unsure = false
-	var mine []lockNode
-	for _, name := range r.V {
-		if g, ok := guidOf(name); ok && g == a.guid {
-			if n, ok := parseNode(name); ok {
-				mine = append(mine, n)
-			}
-		}
-	}
-	slices.SortFunc(mine, queueOrder)
-	for i, n := range mine {
-		path := a.l.path + "/" + n.name
-		if i > 0 {
-			a.l.finish(a.c, path, "", r.Session)
-			continue
-		}
-		w, err := a.watchOwn(ctx, path)
-		switch {
-		case errors.Is(err, zk.ErrNoNode):
-		case err != nil:
-			a.unsure = true
-			return a.after(err)
-		case w.stat.EphemeralOwner != w.session || w.session == 0:
-			// A node of a session that is gone, and takes it along.
-		default:
-			a.node, a.path, a.session, a.own, a.tok = n.name, path, w.session, w.watch, w.stat.Czxid
-			a.l.debug("found the node of a create whose answer was lost", path)
-			return stepList, nil
-		}
-	}
-	return stepCreate, nil
-}
-
-type ownWatch struct {
-	stat    *zk.Stat
-	watch   *zkclient.Watch
-	session int64
-}
-
-// watchOwn sets the data watch on our own node. Its fire is read without
-// a request at the moment we are cleared (see firedNow), which keeps
-// go-zookeeper's ordering of events.
-func (a *acquisition) watchOwn(ctx context.Context, path string) (ownWatch, error) {
-	r, w := a.c.GetW(ctx, path)
-	return ownWatch{stat: r.V.Stat, watch: w, session: r.Session}, r.Err
-}
-
-// ownGone reports, without a request, whether an event about our node has
-// come: it was deleted (or the session ended) since we set the watch.
-func (a *acquisition) ownGone() (zk.Event, bool) {
-	if a.own.FiredNow() {
-		return a.own.Event(), true
-	}
-	return zk.Event{}, false
-}
-
 // grant turns the acquisition into a Grant, unless ctx ended meanwhile:
 // then, as a cancelled call promises, the node goes and ctx's error
 // returns. A grant starts with more than its head start to run on the
@@ -462,15 +378,6 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 		a.removeCreatedDirs() // made, and never used: a container that never had a child stays
 	}
 	return cause
-}
-
-func (a *acquisition) isShared(name string) bool { return a.shared[name] }
-
-func (a *acquisition) markShared(name string) {
-	if a.shared == nil {
-		a.shared = make(map[string]bool)
-	}
-	a.shared[name] = true
 }
 
 // verb names an acquisition in errors: "lock", "rlock", "trylock", "tryrlock".

@@ -192,3 +192,64 @@ func worldCanDelete(acl []zk.ACL) bool {
 		return a.Scheme == "world" && a.ID == "anyone" && a.Perms&zk.PermDelete != 0
 	})
 }
+
+// dropTwins deletes, and leaves out of children, the nodes other than ours
+// that carry our guid: a create whose answer was lost and that was carried
+// out only after the listing adopt looked at (a server slow to pass it on),
+// so that we created again. Left alone, such a twin would stand in our own
+// way, and outlive the acquisition.
+func (a *acquisition) dropTwins(children []string) []string {
+	twins := 0
+	for _, name := range children {
+		if g, ok := guidOf(name); ok && g == a.guid && name != a.node {
+			a.l.finish(a.c, a.l.path+"/"+name, "", a.session)
+			twins++
+		}
+	}
+	if twins == 0 {
+		return children
+	}
+	return slices.DeleteFunc(slices.Clone(children), func(name string) bool {
+		g, ok := guidOf(name)
+		return ok && g == a.guid && name != a.node
+	})
+}
+
+// adopt settles a create whose outcome we did not learn: the node that
+// carries our guid is ours if the session we have now owns it (its
+// ephemeral owner says so, read with the data watch we need anyway). If
+// a lost create was retried and both happened, the first is kept and the
+// others are deleted. With no such node, we create again.
+func (a *acquisition) adopt(ctx context.Context, r zkclient.Reply[[]string]) (step, error) {
+	a.unsure = false
+	var mine []lockNode
+	for _, name := range r.V {
+		if g, ok := guidOf(name); ok && g == a.guid {
+			if n, ok := parseNode(name); ok {
+				mine = append(mine, n)
+			}
+		}
+	}
+	slices.SortFunc(mine, queueOrder)
+	for i, n := range mine {
+		path := a.l.path + "/" + n.name
+		if i > 0 {
+			a.l.finish(a.c, path, "", r.Session)
+			continue
+		}
+		w, err := a.watchOwn(ctx, path)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+		case err != nil:
+			a.unsure = true
+			return a.after(err)
+		case w.stat.EphemeralOwner != w.session || w.session == 0:
+			// A node of a session that is gone, and takes it along.
+		default:
+			a.node, a.path, a.session, a.own, a.tok = n.name, path, w.session, w.watch, w.stat.Czxid
+			a.l.debug("found the node of a create whose answer was lost", path)
+			return stepList, nil
+		}
+	}
+	return stepCreate, nil
+}

@@ -296,3 +296,35 @@ func (a *acquisition) gone(name string) (relist bool) {
 	_, blocked := a.snap.blocker(a.isShared)
 	return blocked
 }
+
+type ownWatch struct {
+	stat    *zk.Stat
+	watch   *zkclient.Watch
+	session int64
+}
+
+// watchOwn sets the data watch on our own node. Its fire is read without
+// a request at the moment we are cleared (see firedNow), which keeps
+// go-zookeeper's ordering of events.
+func (a *acquisition) watchOwn(ctx context.Context, path string) (ownWatch, error) {
+	r, w := a.c.GetW(ctx, path)
+	return ownWatch{stat: r.V.Stat, watch: w, session: r.Session}, r.Err
+}
+
+// ownGone reports, without a request, whether an event about our node has
+// come: it was deleted (or the session ended) since we set the watch.
+func (a *acquisition) ownGone() (zk.Event, bool) {
+	if a.own.FiredNow() {
+		return a.own.Event(), true
+	}
+	return zk.Event{}, false
+}
+
+func (a *acquisition) isShared(name string) bool { return a.shared[name] }
+
+func (a *acquisition) markShared(name string) {
+	if a.shared == nil {
+		a.shared = make(map[string]bool)
+	}
+	a.shared[name] = true
+}
