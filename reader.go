@@ -27,11 +27,11 @@ func readBlocker(before []lockNode, shared func(name string) bool) (lockNode, bo
 // [errgroup.Group]: the first error cancels the group's context and is
 // what Wait returns. A lost grant counts as an error wrapping ErrLost.
 type Group struct {
-	eg      *errgroup.Group
-	grant   *Grant
-	cancel  context.CancelCauseFunc
-	stop    func()
-	release context.Context
+	eg         *errgroup.Group
+	grant      *Grant
+	cancel     context.CancelCauseFunc
+	stop       func()
+	releaseCtx context.Context
 
 	mu     sync.Mutex
 	err    error // the first error
@@ -48,7 +48,7 @@ func (l *RWLock) ReadGroup(ctx context.Context) (*Group, context.Context, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	gr := &Group{grant: g, release: context.WithoutCancel(ctx)}
+	gr := &Group{grant: g, releaseCtx: context.WithoutCancel(ctx)}
 	gctx, cancel, stop := guard(ctx, g, gr.fail)
 	var ectx context.Context
 	gr.eg, ectx = errgroup.WithContext(gctx)
@@ -96,7 +96,7 @@ func (gr *Group) Wait() error {
 	// Before the release: a goroutine a function left running must see its
 	// context end before the next holder can be granted.
 	gr.cancel(context.Canceled)
-	ctx, cancel := context.WithTimeout(gr.release, gr.grant.l.releaseTimeout())
+	ctx, cancel := context.WithTimeout(gr.releaseCtx, gr.grant.l.releaseTimeout())
 	defer cancel()
 	rerr := gr.grant.Release(ctx)
 	gr.mu.Lock()

@@ -43,7 +43,7 @@ func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string
 	var r zkclient.Reply[struct{}]
 	if markHeld {
 		r = c.SetAndDelete(ctx, path, encodeNodeData(l.owner, true, false), late)
-		if r.Err != nil && !gone(r.Err) && !zkclient.ConnectionLoss(r.Err) && ctx.Err() == nil {
+		if r.Err != nil && !nodeGone(r.Err) && !zkclient.ConnectionLoss(r.Err) && ctx.Err() == nil {
 			r = c.Delete(ctx, path, late) // an ACL that forbids writing data: just delete it
 		}
 	} else {
@@ -53,7 +53,7 @@ func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string
 	case r.Err == nil:
 		l.debug("deleted", path)
 		return nil
-	case gone(r.Err):
+	case nodeGone(r.Err):
 		return nil
 	case zkclient.ConnectionLoss(r.Err):
 		l.finish(c, path, "", session)
@@ -64,8 +64,8 @@ func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string
 	return fmt.Errorf("delete %s: %w", path, r.Err)
 }
 
-// gone reports errors after which a node of ours is surely gone.
-func gone(err error) bool { return errors.Is(err, zk.ErrNoNode) || zkclient.SessionGone(err) }
+// nodeGone reports errors after which a node of ours is surely gone.
+func nodeGone(err error) bool { return errors.Is(err, zk.ErrNoNode) || zkclient.SessionGone(err) }
 
 // finish deletes path, or, when path is empty, every node carrying guid (a
 // create whose outcome we never learned), in the background, while session
@@ -128,7 +128,7 @@ func (l *RWLock) finishNow(c *zkclient.Client, path, guid string, session int64)
 		}
 		err := l.deleteMine(c, path, guid)
 		switch {
-		case err == nil, gone(err):
+		case err == nil, nodeGone(err):
 			l.debug("finished deleting in the background", path+guid)
 			return
 		case !zkclient.ConnectionLoss(err):
