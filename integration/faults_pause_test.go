@@ -47,32 +47,10 @@ func TestHelperPausedHolder(t *testing.T) {
 	if os.Getenv(pausedEnv) == "" {
 		return
 	}
-	fail := func(err error) {
-		fmt.Fprintln(os.Stderr, "paused holder:", err)
-		os.Exit(2)
-	}
-	timeout, err := time.ParseDuration(os.Getenv(holderEnvTimeout))
-	if err != nil {
-		fail(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := rwlock.Dial(ctx, []string{os.Getenv(holderEnvServer)}, timeout)
-	if err != nil {
-		fail(err)
-	}
-	l, err := rwlock.New(conn, os.Getenv(holderEnvPath))
-	if err != nil {
-		fail(err)
-	}
-	g, err := l.Lock(ctx)
-	if err != nil {
-		fail(err)
-	}
+	_, g, timeout, fail := helperHold("paused holder")
 	if err := g.Err(); err != nil { // also starts watching the grant
 		fail(err)
 	}
-	fmt.Printf("held %s\n", g.Node())
 
 	var r pauseReport
 	var resumed time.Time // end of the pause, as far as this process can tell
@@ -183,6 +161,35 @@ func errText(s string) string {
 		return "nil"
 	}
 	return fmt.Sprintf("%q", s)
+}
+
+// helperHold is the start of a helper process that holds the write lock:
+// it dials the server in holderEnvServer with rwlock.Dial and the session
+// timeout in holderEnvTimeout, takes the lock at holderEnvPath and prints
+// "held <node>". fail reports an error as name's and exits.
+func helperHold(name string) (l *rwlock.RWLock, g *rwlock.Grant, timeout time.Duration, fail func(error)) {
+	fail = func(err error) {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(2)
+	}
+	timeout, err := time.ParseDuration(os.Getenv(holderEnvTimeout))
+	if err != nil {
+		fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := rwlock.Dial(ctx, []string{os.Getenv(holderEnvServer)}, timeout)
+	if err != nil {
+		fail(err)
+	}
+	if l, err = rwlock.New(conn, os.Getenv(holderEnvPath)); err != nil {
+		fail(err)
+	}
+	if g, err = l.Lock(ctx); err != nil {
+		fail(err)
+	}
+	fmt.Printf("held %s\n", g.Node())
+	return l, g, timeout, fail
 }
 
 // helperProcess is the test binary run again as a helper process.
