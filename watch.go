@@ -61,7 +61,7 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 		}
 		switch {
 		case errors.Is(r.Err, zk.ErrNoNode):
-			if a.gone(b.name) {
+			if a.forget(b.name) {
 				return stepList, nil
 			}
 			continue // the answer came after any event about our own node: looked at above
@@ -83,11 +83,11 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 		}
 		a.waited = true
 		a.l.debug("waiting for", path)
-		gone, next, err := a.await(ctx, b, data, deleted)
+		bGone, next, err := a.await(ctx, b, data, deleted)
 		switch {
 		case err != nil || next != stepWait:
 			return next, err
-		case gone && a.gone(b.name):
+		case bGone && a.forget(b.name):
 			return stepList, nil
 		}
 		// Look again: at our node, at b's data, or at what blocks us now.
@@ -288,10 +288,10 @@ func (a *acquisition) tryPass(ctx context.Context) (step, error) {
 	return 0, ErrWouldBlock
 }
 
-// gone removes a deleted node from the snapshot and reports whether a
+// forget removes a deleted node from the snapshot and reports whether a
 // candidate blocker remains, so that we must list again to learn which
 // nodes still exist.
-func (a *acquisition) gone(name string) (relist bool) {
+func (a *acquisition) forget(name string) (relist bool) {
 	a.snap.remove(name)
 	_, blocked := a.snap.blocker(a.isShared)
 	return blocked
