@@ -112,7 +112,7 @@ func (r *chaosRun) startClient() *chaosProc {
 	p.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperChaosClient$", "-test.timeout=0")
 	p.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", chaosEnv, id), chaosEnvServers+"="+strings.Join(addrs, ","),
 		chaosEnvPath+"="+r.path, chaosEnvTimeout+"="+p.timeout.String(), fmt.Sprintf("%s=%d", chaosEnvSeed, r.seed))
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd.SysProcAttr = childAttr()
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	require.NoError(t, err)

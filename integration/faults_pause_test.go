@@ -209,7 +209,7 @@ func startHelper(t *testing.T, name string, env ...string) *helperProcess {
 	runtime.LockOSThread() // Pdeathsig is per thread
 	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.timeout=2m")
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr()
 	h := &helperProcess{cmd: cmd, lines: make(chan string, 16), stderr: &bytes.Buffer{}}
 	cmd.Stderr = h.stderr
 	stdout, err := cmd.StdoutPipe()

@@ -80,7 +80,7 @@ func TestFaultHolderKilled(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.timeout=2m")
 	cmd.Env = append(os.Environ(),
 		holderEnvServer+"="+srv.Addr(0), holderEnvPath+"="+path, holderEnvTimeout+"="+timeout.String())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()

@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
@@ -77,18 +76,6 @@ func removeJavaBuild() {
 	if javaBuild.dir != "" {
 		os.RemoveAll(javaBuild.dir)
 	}
-}
-
-// monotonic reads CLOCK_MONOTONIC, the clock Java's System.nanoTime and
-// Python's time.monotonic_ns read on Linux: Go's own monotonic readings
-// count from the start of the process, so they cannot be compared.
-func monotonic() int64 {
-	var ts syscall.Timespec
-	const clockMonotonic = 1
-	if _, _, e := syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, clockMonotonic, uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
-		panic(e)
-	}
-	return ts.Nano()
 }
 
 // grant is one hold of the lock by one contender, as it logged it.
@@ -214,7 +201,7 @@ func startPeer(t *testing.T, rec *record, name, prog string, args []string, serv
 	}
 	runtime.LockOSThread() // Pdeathsig is per thread
 	cmd := exec.Command(prog, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr()
 	p := &peerProc{name: name, specs: specs, cmd: cmd, lines: make(chan string, 256), stderr: &zktest.SyncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
