@@ -9,7 +9,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,7 +154,12 @@ func TestNoGrantOnANodeDeletedDuringAReconnection(t *testing.T) {
 		}()
 		q := waitQueue(t, lB, 2)
 		nodeA := q[1].Node
-		time.Sleep(300 * time.Millisecond) // A has set its watches: own node and B
+		// A has set its watches, on its own node and on B's: the server says so.
+		sessA := sessionHex(aConn.SessionID())
+		zktest.WaitFor(t, 20*time.Second, func() bool {
+			w := lockWatchers(t, cl, path)
+			return slices.Contains(w[nodeA], sessA) && slices.Contains(w[gB.Node()], sessA)
+		}, "A (%s) should watch its own node and B's: %v", sessA, lazyText(func() string { return fmt.Sprint(lockWatchers(t, cl, path)) }))
 
 		// C queues behind A on a client of its own.
 		cConn := dialZK(t, cl.Addrs(), T, nil, nil)
