@@ -1,18 +1,21 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
@@ -181,73 +184,146 @@ func TestFaultGrantedAskedMoreThanMax(t *testing.T) {
 	}
 }
 
-// nestedEnv makes TestHelperNestedAfterPause run, with the server, lock
+// nestedEnv makes TestHelperGrantedNested run, with the server, lock
 // path and session timeout in holderEnvServer, holderEnvPath,
-// holderEnvTimeout.
-const nestedEnv = "ZKRWLOCK_FAULT_NESTED_HOLDER"
+// holderEnvTimeout; its value is the order of the calls to make after the
+// pause, comma-separated names from nestedCalls.
+const nestedEnv = "ZKRWLOCK_FAULT_GRANTED_NESTED"
 
-// nestedReport is what the paused holder prints, after "resumed ": the
-// errors of what it tried first after its pause ("" for nil), and whether
-// each wraps rwlock.ErrLost.
-type nestedReport struct {
-	Lock, RLock, Downgrade             string
-	LockLost, RLockLost, DowngradeLost bool
+// nestedCalls are the checks of a grant that TestHelperGrantedNested makes
+// after its pause, by name.
+var nestedCalls = map[string]func(ctx context.Context, l *rwlock.RWLock, g *rwlock.Grant) (*rwlock.Grant, error){
+	"Lock": func(ctx context.Context, l *rwlock.RWLock, _ *rwlock.Grant) (*rwlock.Grant, error) {
+		return l.Lock(ctx)
+	},
+	"RLock": func(ctx context.Context, l *rwlock.RWLock, _ *rwlock.Grant) (*rwlock.Grant, error) {
+		return l.RLock(ctx)
+	},
+	"Downgrade": func(ctx context.Context, _ *rwlock.RWLock, g *rwlock.Grant) (*rwlock.Grant, error) {
+		return g.Downgrade(ctx)
+	},
 }
 
-// TestHelperNestedAfterPause is not a test: TestFaultGrantedNestedAfterPause
-// runs the test binary again as a process that takes the write lock on a
-// connection made by Dial, prints "held <node>", and sleeps a millisecond
-// at a time, asking nothing of the lock, until it sees a gap of more than
-// half the session timeout (it was stopped). Then it asks, at once, for a
-// nested Lock and RLock under its grant and for a Downgrade, prints a
-// nestedReport and exits.
-func TestHelperNestedAfterPause(t *testing.T) {
-	if os.Getenv(nestedEnv) == "" {
+// nestedReport is what TestHelperGrantedNested prints, after "nested ".
+type nestedReport struct {
+	Slept time.Duration // the holder's sleep, the pause included
+	Calls []nestedCall  // in the order made
+}
+
+type nestedCall struct {
+	Name  string
+	Err   string        // "" for nil
+	Lost  bool          // Err wraps rwlock.ErrLost
+	After time.Duration // from the end of the sleep to the call's return
+}
+
+// nestedSleep is how long TestHelperGrantedNested sleeps across its pause,
+// for a session timeout t: longer than go-zookeeper's read deadline (2t/3)
+// and the lease clock's next look (t/16 at most), so that the holder's own
+// timer is the last of its timers due when the pause ends; shorter than the
+// pause (see TestFaultGrantedNestedAfterPause).
+func nestedSleep(t time.Duration) time.Duration { return t * 17 / 20 }
+
+// TestHelperGrantedNested is not a test: TestFaultGrantedNestedAfterPause
+// runs the test binary again, with GOMAXPROCS=1, as a process that takes the
+// write lock on a connection made by rwlock.Dial, checks it once (Err),
+// prints "held <node>" and waits for SIGUSR1. Then it stops itself
+// (SIGSTOP, from a goroutine of its own) while its main goroutine sleeps
+// (nestedSleep); once continued, it makes the calls named in its
+// environment, with a context carrying the grant, prints a nestedReport and
+// exits. Without the environment it returns at once.
+//
+// Why it is built so: with one P, when the process continues, the runtime
+// runs every timer that came due during the pause in the order they were
+// due, and the goroutine readied last runs first. The main goroutine's
+// sleep ends after every other timer of the process (the lease clock's
+// next look, go-zookeeper's ping and read deadline), so it runs before the
+// lease clock's timer has had a chance to judge the grant: the calls see
+// the loss only if they consult the clock themselves, as Err and Done do.
+// (The race detector shuffles the scheduler's choice between the two, so
+// under -race that order is only likely.)
+func TestHelperGrantedNested(t *testing.T) {
+	order := os.Getenv(nestedEnv)
+	if order == "" {
 		return
 	}
-	l, g, timeout, _ := helperHold("nested holder")
-	ctx := context.Background()
-	for prev := time.Now(); ; {
-		time.Sleep(time.Millisecond)
-		if now := time.Now(); now.Sub(prev) <= timeout/2 {
-			prev = now
-			continue
-		}
-		break
+	l, g, timeout, fail := helperHold("nested holder")
+	if err := g.Err(); err != nil {
+		fail(err)
 	}
-	inner := rwlock.ContextWithGrant(ctx, g)
-	var r nestedReport
-	_, err := l.Lock(inner)
-	r.Lock, r.LockLost = errString(err), errors.Is(err, rwlock.ErrLost)
-	_, err = l.RLock(inner)
-	r.RLock, r.RLockLost = errString(err), errors.Is(err, rwlock.ErrLost)
-	_, err = g.Downgrade(ctx)
-	r.Downgrade, r.DowngradeLost = errString(err), errors.Is(err, rwlock.ErrLost)
+
+	// Everything the calls need is made before the pause, so that the first
+	// call after it is the first thing the holder does.
+	gctx, gcancel := context.WithCancel(rwlock.ContextWithGrant(context.Background(), g)) // no timer either
+	defer gcancel()
+	names := strings.Split(order, ",")
+	calls := make([]func() (*rwlock.Grant, error), len(names))
+	for k, name := range names {
+		call := nestedCalls[name]
+		if call == nil {
+			fail(fmt.Errorf("no call %q", name))
+		}
+		calls[k] = func() (*rwlock.Grant, error) { return call(gctx, l, g) }
+	}
+	errs := make([]error, len(calls))
+	returned := make([]time.Time, len(calls))
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+
+	fmt.Printf("held %s\n", g.Node())
+	wait := time.NewTimer(time.Minute)
+	select {
+	case <-usr1:
+		wait.Stop()
+	case <-wait.C:
+		fail(errors.New("no SIGUSR1 within a minute"))
+	}
+	sleep := nestedSleep(timeout)
+	asleep := time.Now()
+	go syscall.Kill(os.Getpid(), syscall.SIGSTOP) // runs once main sleeps
+	time.Sleep(sleep)
+	resumed := time.Now()
+	for k, call := range calls {
+		_, errs[k] = call()
+		returned[k] = time.Now()
+	}
+
+	r := nestedReport{Slept: resumed.Sub(asleep)}
+	for k, err := range errs {
+		c := nestedCall{Name: names[k], Lost: errors.Is(err, rwlock.ErrLost), After: returned[k].Sub(resumed)}
+		if err != nil {
+			c.Err = err.Error()
+		}
+		r.Calls = append(r.Calls, c)
+	}
 	b, _ := json.Marshal(r)
-	fmt.Printf("resumed %s\n", b)
+	fmt.Printf("nested %s\n", b)
 	os.Exit(0) // not return: TestMain would count go-zookeeper's goroutines as leaks
 }
 
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-// A holder process is paused (SIGSTOP) until another client has been
-// granted the lock, then resumed. The first thing it asks for, a nested
-// grant or a Downgrade, must fail with ErrLost: they consult the lease
-// clock as Err does, and must not wait for the clock's timer.
+// A holder process (session timeout 2s, learnt by rwlock.Dial) holds a write
+// grant and is stopped (SIGSTOP) until its session has expired and another
+// client has been granted the lock, and for longer than the session
+// timeout; continued (SIGCONT), it at once calls Lock and RLock with a
+// context carrying its grant, and Downgrade. Each must fail with an error
+// wrapping ErrLost: like Err and Done, they consult the lease clock, and do
+// not rely on a goroutine of the library to have noticed first (the helper
+// makes sure none has had the chance: see TestHelperGrantedNested). Each
+// trial puts another of the three calls first (after the first, the grant
+// has ended whoever noticed), each in a process of its own.
 func TestFaultGrantedNestedAfterPause(t *testing.T) {
 	const timeout = 2 * time.Second
 	srv := faultServer(t, 1)
-	for i := range *grantedTrials {
-		t.Run(fmt.Sprint("trial", i), func(t *testing.T) {
+	orders := []string{"Lock,RLock,Downgrade", "RLock,Downgrade,Lock", "Downgrade,Lock,RLock"}
+	var firsts []string
+	for n := range *grantedTrials {
+		t.Run(fmt.Sprint("trial", n), func(t *testing.T) {
+			order := orders[n%len(orders)]
 			path := zktest.LockPath(t, "/it")
 			ctx := t.Context()
-			child := startHelper(t, "TestHelperNestedAfterPause",
-				nestedEnv+"=1", holderEnvServer+"="+srv.Addr(0), holderEnvPath+"="+path, holderEnvTimeout+"="+timeout.String())
+			child := startHelper(t, "TestHelperGrantedNested",
+				nestedEnv+"="+order, holderEnvServer+"="+srv.Addr(0), holderEnvPath+"="+path,
+				holderEnvTimeout+"="+timeout.String(), "GOMAXPROCS=1")
 			node, _ := strings.CutPrefix(child.line(t, 60*time.Second, "held "), "held ")
 
 			other := connect(t, srv.Addr(0), 0)
@@ -256,19 +332,51 @@ func TestFaultGrantedNestedAfterPause(t *testing.T) {
 			require.Contains(t, nodes, nodeName(node))
 			requireStillWaiting(t, w, "the holder process holds the lock")
 
-			require.NoError(t, syscall.Kill(child.pid(), syscall.SIGSTOP))
+			require.NoError(t, syscall.Kill(child.pid(), syscall.SIGUSR1))
+			stopped := waitStopped(t, child.pid(), 10*time.Second)
 			r := waitGranted(t, w, timeout+2*faultTick+10*time.Second)
+			// The pause lasts the session timeout and a tick at least, past
+			// the holder's sleep, which must end within it.
+			time.Sleep(time.Until(stopped.Add(timeout + faultTick)))
 			require.NoError(t, syscall.Kill(child.pid(), syscall.SIGCONT))
+			resumed := time.Since(stopped)
 
-			line := child.line(t, 30*time.Second, "resumed ")
+			line := child.line(t, 30*time.Second, "nested ")
 			var rep nestedReport
-			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "resumed ")), &rep), "report %q", line)
+			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "nested ")), &rep), "report %q", line)
 			child.wait(t)
-			t.Logf("after the pause: Lock %s, RLock %s, Downgrade %s", errText(rep.Lock), errText(rep.RLock), errText(rep.Downgrade))
-			require.True(t, rep.LockLost, "a nested Lock after the pause returned %s, not ErrLost", errText(rep.Lock))
-			require.True(t, rep.RLockLost, "a nested RLock after the pause returned %s, not ErrLost", errText(rep.RLock))
-			require.True(t, rep.DowngradeLost, "a Downgrade after the pause returned %s, not ErrLost", errText(rep.Downgrade))
+			var calls []string
+			for _, c := range rep.Calls {
+				calls = append(calls, fmt.Sprintf("%s → %s after %v", c.Name, errText(c.Err), msec(c.After)))
+			}
+			t.Logf("holder stopped → other client granted %v, → SIGCONT %v; the holder slept %v (%v asked); then %s",
+				msec(r.at.Sub(stopped)), msec(resumed), msec(rep.Slept), nestedSleep(timeout), strings.Join(calls, "; "))
+			require.GreaterOrEqual(t, rep.Slept, resumed-50*time.Millisecond, "the holder slept through the whole pause")
+			require.Len(t, rep.Calls, 3)
+			firsts = append(firsts, fmt.Sprintf("%s lost %v", rep.Calls[0].Name, rep.Calls[0].Lost))
+			for _, c := range rep.Calls {
+				assert.True(t, c.Lost, "after the pause, %s with the grant returned %s, not ErrLost, though another client had been granted the lock",
+					c.Name, errText(c.Err))
+			}
 			mustRelease(t, r.g)
 		})
 	}
+	t.Logf("the first call after each pause: %v", firsts)
+}
+
+// waitStopped waits until process pid is stopped (state T in
+// /proc/<pid>/stat), and returns when it saw it so.
+func waitStopped(t *testing.T, pid int, timeout time.Duration) time.Time {
+	t.Helper()
+	stat := fmt.Sprintf("/proc/%d/stat", pid)
+	var state string
+	zktest.WaitFor(t, timeout, func() bool {
+		b, err := os.ReadFile(stat)
+		require.NoError(t, err)
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		_, rest, _ := strings.Cut(string(b[bytes.LastIndexByte(b, ')')+1:]), " ")
+		state, _, _ = strings.Cut(rest, " ")
+		return state == "T"
+	}, "process %d should stop (state %q)", pid, lazyText(func() string { return state }))
+	return time.Now()
 }

@@ -51,6 +51,7 @@ func TestHelperPausedHolder(t *testing.T) {
 	if err := g.Err(); err != nil { // also starts watching the grant
 		fail(err)
 	}
+	fmt.Printf("held %s\n", g.Node())
 
 	var r pauseReport
 	var resumed time.Time // end of the pause, as far as this process can tell
@@ -165,8 +166,9 @@ func errText(s string) string {
 
 // helperHold is the start of a helper process that holds the write lock:
 // it dials the server in holderEnvServer with rwlock.Dial and the session
-// timeout in holderEnvTimeout, takes the lock at holderEnvPath and prints
-// "held <node>". fail reports an error as name's and exits.
+// timeout in holderEnvTimeout, and takes the lock at holderEnvPath; the
+// caller prints "held <node>" once it is ready. fail reports an error as
+// name's and exits.
 func helperHold(name string) (l *rwlock.RWLock, g *rwlock.Grant, timeout time.Duration, fail func(error)) {
 	fail = func(err error) {
 		fmt.Fprintln(os.Stderr, name+":", err)
@@ -188,7 +190,6 @@ func helperHold(name string) (l *rwlock.RWLock, g *rwlock.Grant, timeout time.Du
 	if g, err = l.Lock(ctx); err != nil {
 		fail(err)
 	}
-	fmt.Printf("held %s\n", g.Node())
 	return l, g, timeout, fail
 }
 
