@@ -10,7 +10,7 @@ export ZKRWLOCK_REQUIRE_ZK ?= 1
 MODULES := lockprof otelrwlock
 
 # The oldest Go the library supports: go.mod's go directive. make check vets
-# with it and make test runs the root package's tests with it too
+# with it and make test runs the root package's unit tests with it too
 # (downloaded through the module proxy the first time).
 GO_FLOOR ?= go1.25.0
 
@@ -43,7 +43,10 @@ test: zookeeper peers check
 	@# Built without the race detector only: see integration/faults_ensemble_mixed_test.go.
 	$(GO) test -count=1 -timeout 10m -run 'TestFaultEnsembleLeaderKillMixedRun$$|TestChaos$$' -v ./integration/
 	$(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' -sim.schedules=100000 -v .
-	GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -count=1 -timeout 10m .
+	@# The mutants run above, with the current Go only: Go 1.25's synctest can leave
+	@# a mutant's schedule waiting forever on a WaitGroup it does not count as
+	@# durably blocked.
+	GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -count=1 -skip 'TestSimulationCatchesMutants' -timeout 10m .
 
 ## chaos: the randomized fault run (integration/chaos_test.go) for MINUTES minutes: a
 ## 3-node ensemble, client processes, a nemesis of server kills and restarts with other
