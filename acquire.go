@@ -89,7 +89,7 @@ type acquisition struct {
 	ownConnects      uint64 // the connection's session count when own was set
 	ownConnectsKnown bool   // the connection counts them (see confirmOwn)
 
-	acqStats // for the lock's Stats (stats.go)
+	acqStats // for its event (observer.go)
 }
 
 // acquire runs the protocol for ctx's caller.
@@ -275,7 +275,6 @@ func (a *acquisition) listBehind(ctx context.Context, sending <-chan struct{}) <
 // grant's watch for its node's deletion, if we are granted at once (see
 // Grant.watchFrom).
 func (a *acquisition) list(ctx context.Context) (step, error) {
-	a.lists++
 	var r zkclient.Reply[[]string]
 	if a.dir == nil {
 		r, a.dir = a.c.ChildrenW(ctx, a.l.path, true)

@@ -3,6 +3,7 @@ package rwlock_test
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -65,11 +66,10 @@ var (
 	_ rw.Entry    = rw.Entry{Family: rw.DialectKazoo, Peer: true}
 
 	// Statistics and observation.
-	_ func(*rw.RWLock) rw.Stats                 = (*rw.RWLock).Stats
-	_ func(rw.Observer) rw.Option               = rw.WithObserver
-	_ func(int) int                             = rw.SetContentionProfileRate
-	_ func() []rw.ContentionRecord              = rw.ContentionRecords
-	_ func(rw.Histogram, float64) time.Duration = rw.Histogram.Quantile
+	_ func(rw.Observer) rw.Option  = rw.WithObserver
+	_ func(int) int                = rw.SetContentionProfileRate
+	_ func() []rw.ContentionRecord = rw.ContentionRecords
+	_ []runtime.Frame              = rw.ContentionRecord{}.Frames
 
 	_ []error = []error{rw.ErrWouldBlock, rw.ErrLost, rw.ErrReleased, rw.ErrInvalidPath, rw.ErrUpgrade,
 		rw.ErrInvalidArgument, rw.ErrSequenceExhausted}

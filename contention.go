@@ -49,14 +49,18 @@ const maxContentionStack = 32
 // acquisitions of one lock path, in one mode, with one outcome, made from
 // one call stack.
 type ContentionRecord struct {
-	Lock    string  // the lock's path
-	Mode    Mode    // Read or Write
-	Outcome Outcome // how the acquisitions ended
+	Lock    string // the lock's path
+	Mode    Mode   // Read or Write
+	Outcome string // how the acquisitions ended (see AcquireEvent.Outcome)
 	// Stack is the call stack of the acquisitions, as program counters in
 	// the form runtime.Callers returns them (leaf first): it starts with the
 	// public entry point (Lock, RLock, WithRead, ReadBatch, ...), and goes
-	// on with its callers. Frames turns it into functions and lines.
+	// on with its callers.
 	Stack []uintptr
+	// Frames are the functions and lines of Stack, leaf first: the public
+	// entry point of the lock, then its callers. Frames inside the lock
+	// below the entry point are left out.
+	Frames []runtime.Frame
 	// Count estimates the number of these acquisitions, and Delay the
 	// total time they took, from call to return: each sampled acquisition
 	// counts for rate acquisitions, at the rate in force when it was
@@ -65,12 +69,11 @@ type ContentionRecord struct {
 	Delay time.Duration
 }
 
-// Frames returns the functions and lines of r.Stack, leaf first: the
-// public entry point of the lock, then its callers. Frames inside the
-// lock below the entry point are left out.
-func (r ContentionRecord) Frames() []runtime.Frame {
+// framesOf returns the functions and lines of stack, from the lock's
+// entry point (see ContentionRecord.Frames).
+func framesOf(stack []uintptr) []runtime.Frame {
 	var out []runtime.Frame
-	frames := runtime.CallersFrames(r.Stack)
+	frames := runtime.CallersFrames(stack)
 	for {
 		f, more := frames.Next()
 		out = append(out, f)
@@ -94,7 +97,7 @@ func (r ContentionRecord) Frames() []runtime.Frame {
 type contentionKey struct {
 	lock    string
 	mode    Mode
-	outcome Outcome
+	outcome string
 	depth   int
 	stack   [maxContentionStack]uintptr
 }
@@ -114,7 +117,7 @@ var contention struct {
 // recordContention adds one sampled acquisition. It is called by
 // RWLock.acquired, from acquire, from the entry point: the stack is taken
 // from here, and cut at the caller's end of the lock's frames.
-func recordContention(lock string, mode Mode, outcome Outcome, wait time.Duration, rate int64) {
+func recordContention(lock string, mode Mode, outcome string, wait time.Duration, rate int64) {
 	var pcs [maxContentionStack + 16]uintptr
 	n := runtime.Callers(3, pcs[:]) // from acquired's caller, acquire
 	k := contentionKey{lock: lock, mode: mode, outcome: outcome}
@@ -175,9 +178,10 @@ func ContentionRecords() []ContentionRecord {
 	defer contention.mu.Unlock()
 	out := make([]ContentionRecord, 0, len(contention.m))
 	for k, v := range contention.m {
+		stack := slices.Clone(k.stack[:k.depth])
 		out = append(out, ContentionRecord{
 			Lock: k.lock, Mode: k.mode, Outcome: k.outcome,
-			Stack: slices.Clone(k.stack[:k.depth]),
+			Stack: stack, Frames: framesOf(stack),
 			Count: v.count, Delay: v.delay,
 		})
 	}

@@ -47,13 +47,13 @@
 // its node, and a deletion interrupted by a connection failure, or a create
 // whose response was lost, is finished once the client reconnects.
 //
-// Every lock keeps its figures, always and at no allocation per
-// acquisition: acquisitions by mode and outcome, wait and hold histograms,
-// grants lost by cause, requests ([RWLock.Stats]). The package rwlocktest
-// reports them from a benchmark through testing.B.ReportMetric. Like Go's
-// mutex profile, a sampled contention profile records where the program
-// waited ([SetContentionProfileRate]); the module
-// github.com/zkrwlock/rwlock/lockprof writes it for go tool pprof, and
-// github.com/zkrwlock/rwlock/otelrwlock exports the figures to
-// OpenTelemetry through an [Observer].
+// An [Observer] hears of every acquisition and grant as it ends. The
+// package github.com/zkrwlock/rwlock/stats adds them up (acquisitions by
+// mode and outcome, wait and hold histograms, grants lost by cause,
+// requests), and the package rwlocktest reports those from a benchmark
+// through testing.B.ReportMetric; the module
+// github.com/zkrwlock/rwlock/otelrwlock exports them to OpenTelemetry. Like
+// Go's mutex profile, a sampled contention profile records where the
+// program waited ([SetContentionProfileRate]); the module
+// github.com/zkrwlock/rwlock/lockprof writes it for go tool pprof.
 package rwlock

@@ -50,7 +50,7 @@ type Grant struct {
 	released  bool       // guarded by ops: Release or Downgrade has run
 	successor *Grant     // guarded by ops: the read grant a Downgrade made of this one
 
-	grantStats // for the lock's Stats (stats.go)
+	grantStats // for its event (observer.go)
 }
 
 // newGrant makes the grant of a node, and puts it under the lease clock.
@@ -361,7 +361,7 @@ func (g *Grant) end(cause error) bool {
 	}
 	var ev GrantEvent
 	if g.outer == nil {
-		ev = g.l.countEnd(g, cause) // before Done closes: whoever sees the end sees it counted
+		ev = g.l.endEvent(g, cause)
 	}
 	g.cancel(cause)
 	hooks, unwatch, unnest := g.onEnd, g.unwatch, g.unnest

@@ -2,13 +2,21 @@ package rwlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
 	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // An Observer hears of every acquisition and every grant of a lock as it
-// ends: the events that [RWLock.Stats] adds up, one by one, for exports
-// that want them so (OpenTelemetry histograms and spans: see the module
-// github.com/zkrwlock/rwlock/otelrwlock). Set one with [WithObserver].
+// ends. The package github.com/zkrwlock/rwlock/stats has one that adds
+// them up (wait and hold histograms, outcomes, losses, requests); the
+// module github.com/zkrwlock/rwlock/otelrwlock has one that feeds
+// OpenTelemetry. Set one with [WithObserver].
 //
 // Its methods run on the goroutine that ends the acquisition or the
 // grant, inside the lock's call, so they must be quick and must not block
@@ -20,40 +28,216 @@ type Observer interface {
 	ObserveAcquire(ctx context.Context, e AcquireEvent)
 	// ObserveGrant is called as a grant ends: released, downgraded or
 	// lost. It is called after the grant's Done closes, so that an
-	// observer never delays the news of a loss; Stats count the end
-	// before Done closes.
+	// observer never delays the news of a loss.
 	ObserveGrant(e GrantEvent)
 }
 
 // An AcquireEvent is one acquisition: a call of Lock, RLock, TryLock or
 // TryRLock, or the one that WithRead, WithWrite, ReadGroup or ReadBatch
-// makes. Nested grants (see [ContextWithGrant]) are none.
+// makes. Nested grants (see [ContextWithGrant]) are none: they make no
+// request and never wait.
 type AcquireEvent struct {
-	Lock         string        // the lock's path
-	Mode         Mode          // Read or Write
-	Try          bool          // TryLock or TryRLock
-	Outcome      Outcome       // granted, would block, cancelled, failed
-	Start        time.Time     // when the call began
-	Wait         time.Duration // how long it took
-	Requests     int           // the requests it sent to ZooKeeper
-	OneRoundTrip bool          // granted from its first listing, without waiting (see ModeStats.OneRoundTrip)
-	Err          error         // why it failed (the call returns it wrapped); nil when granted
+	Lock string // the lock's path
+	Mode Mode   // Read or Write
+	Try  bool   // TryLock or TryRLock
+	// Outcome is how the call ended, in words fit for a metric's label:
+	// "granted"; "would_block" (TryLock or TryRLock found the lock
+	// taken); "cancelled" (the call's context ended first); "failed" (any
+	// other error: a closed connection, a refused request, the node
+	// deleted while waiting, ...).
+	Outcome  string
+	Start    time.Time     // when the call began
+	Wait     time.Duration // how long it took
+	Requests int           // the requests it sent to ZooKeeper
+	// OneRoundTrip: granted from its first listing, which rode behind its
+	// create, without waiting for anyone (the uncontended case).
+	OneRoundTrip bool
+	Err          error // why it failed (the call returns it wrapped); nil when granted
 }
 
 // A GrantEvent is the end of a grant.
 type GrantEvent struct {
-	Lock     string        // the lock's path
-	Node     string        // the grant's node, full path
-	Mode     Mode          // Read or Write
-	Hold     time.Duration // from the grant (or the downgrade that made it) to its end
-	Cause    LossCause     // NotLost for a release or downgrade
-	Requests int           // the requests the grant sent: its release, Token, watch, Downgrade
-	Err      error         // ErrReleased, or an error wrapping ErrLost
+	Lock string        // the lock's path
+	Node string        // the grant's node, full path
+	Mode Mode          // Read or Write
+	Hold time.Duration // from the grant (or the downgrade that made it) to its end
+	// Loss is why the grant was lost, in words fit for a metric's label:
+	// "node_deleted" (someone else deleted its node); "session_expired"
+	// (the session expired, or was replaced); "lease_lapsed" (the lease
+	// clock ran out: the connection was silent for too long for the
+	// session to be shown alive, see Grant.Done); "disconnected" (the
+	// connection dropped, and the lock does not know the session
+	// timeout); "other" (a closed connection, a downgrade whose outcome is
+	// unknown, ...). It is "" for a release or a downgrade.
+	Loss     string
+	Requests int   // the requests the grant sent: its release, Token, watch, Downgrade
+	Err      error // ErrReleased, or an error wrapping ErrLost
 }
 
 // WithObserver makes the lock tell o of every acquisition and grant (see
-// [Observer]). The lock's own figures ([RWLock.Stats]) are kept with or
-// without one.
+// [Observer]). Each WithObserver adds one: observers hear every event, in
+// the order they were given.
 func WithObserver(o Observer) Option {
-	return func(opts *options) { opts.observer = o }
+	return func(opts *options) {
+		if o == nil {
+			opts.err = fmt.Errorf("%w: nil Observer", ErrInvalidArgument)
+			return
+		}
+		opts.observers = append(opts.observers, o)
+	}
+}
+
+// The rest of this file is how the lock makes the events. It counts the
+// requests of every acquisition and grant as they are sent (tally), and
+// makes an event only where there is an observer to hear it, so a lock
+// without one pays a few atomic adds and two readings of the clock per
+// acquisition, against round trips of hundreds of microseconds.
+
+// outcomeOf says how an acquisition ended (see AcquireEvent.Outcome).
+func outcomeOf(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return "granted"
+	case errors.Is(err, ErrWouldBlock):
+		return "would_block"
+	case ctx.Err() != nil:
+		return "cancelled"
+	}
+	return "failed"
+}
+
+// lossOf says why a grant ended with cause (see GrantEvent.Loss).
+func lossOf(cause error) string {
+	switch {
+	case !errors.Is(cause, ErrLost):
+		return ""
+	case errors.Is(cause, errNodeDeleted):
+		return "node_deleted"
+	case errors.Is(cause, zk.ErrSessionExpired):
+		return "session_expired"
+	case leaseLapsed(cause):
+		return "lease_lapsed"
+	case errors.Is(cause, zkclient.ErrDisconnected):
+		return "disconnected"
+	}
+	return "other"
+}
+
+// leaseLapsed reports whether err wraps an *zkclient.LeaseLapsedError. It is a
+// function of its own because errors.As's target escapes to the heap:
+// a release, which never gets this far, must not pay for it.
+func leaseLapsed(err error) bool {
+	var lapsed *zkclient.LeaseLapsedError
+	return errors.As(err, &lapsed)
+}
+
+// oneRoundTrip reports whether a granted acquisition took a single round
+// trip: its create and the listing sent right behind it (listBehind), and
+// no other request. Change the definition here: it is the only place that
+// makes it.
+func oneRoundTrip(a *acquisition) bool { return a.oneTrip && !a.waited && a.requests.Load() == 2 }
+
+// acquired ends an acquisition's figures as it returns: the contention
+// profile's sample, and the observers' event. It runs on the caller's
+// goroutine, inside the public entry point, so that the profile can take
+// the caller's stack.
+func (l *RWLock) acquired(ctx context.Context, a *acquisition, start time.Time, err error) {
+	rate := contentionRate.Load()
+	if rate <= 0 && len(l.observers) == 0 {
+		return
+	}
+	wait := time.Since(start)
+	outcome := outcomeOf(ctx, err)
+	if rate > 0 && sampled(rate) {
+		recordContention(l.path, a.mode, outcome, wait, rate)
+	}
+	if len(l.observers) == 0 {
+		return
+	}
+	ev := AcquireEvent{
+		Lock: l.path, Mode: a.mode, Try: !a.block, Outcome: outcome,
+		Start: start, Wait: wait, Requests: int(a.requests.Load()), Err: err,
+	}
+	ev.OneRoundTrip = err == nil && oneRoundTrip(a)
+	for _, o := range l.observers {
+		o.ObserveAcquire(ctx, ev)
+	}
+}
+
+// endEvent is the event of g, a grant that owns its node, ending with
+// cause: made as it ends, so that its hold is exact, and told (observeEnd)
+// once it has ended.
+func (l *RWLock) endEvent(g *Grant, cause error) GrantEvent {
+	if len(l.observers) == 0 {
+		return GrantEvent{}
+	}
+	return GrantEvent{
+		Lock: l.path, Node: g.node, Mode: g.mode, Hold: time.Since(g.since), Loss: lossOf(cause),
+		Requests: int(g.requests.Load()), Err: cause,
+	}
+}
+
+func (l *RWLock) observeEnd(ev GrantEvent) {
+	for _, o := range l.observers {
+		o.ObserveGrant(ev)
+	}
+}
+
+// A tally is the context an acquisition or a grant sends its requests
+// with: its caller's context, and where to count them (see
+// zkclient.Counter). It lives inside the acquisition or the grant, so
+// that counting costs no allocation; it carries no values of its own to
+// the caller's code.
+type tally struct {
+	context.Context
+	n *atomic.Int64 // the acquisition's or the grant's own count
+}
+
+// Value makes t the context's zkclient.Counter: the client counts each
+// request made with it.
+func (t *tally) Value(key any) any {
+	if key == zkclient.CounterKey {
+		return t
+	}
+	return t.Context.Value(key)
+}
+
+// CountRequest is zkclient.Counter's method.
+func (t *tally) CountRequest() { t.n.Add(1) }
+
+// counting returns the acquisition's context for its requests: ctx, with
+// its tally.
+func (a *acquisition) counting(ctx context.Context) context.Context {
+	a.tally = tally{Context: ctx, n: &a.requests}
+	return &a.tally
+}
+
+// counting returns a context for a request g makes on its caller's
+// behalf (Release, Downgrade) with ctx. It is g's one tally for them,
+// so the caller holds g.ops.
+func (g *Grant) counting(ctx context.Context) context.Context {
+	g.opTally = tally{Context: ctx, n: &g.requests}
+	return &g.opTally
+}
+
+// initContext makes g's own context, which ends when g does; the
+// requests g makes with it (Token, its node watch) are counted for g.
+func (g *Grant) initContext() {
+	g.tally = tally{Context: context.Background(), n: &g.requests}
+	g.since = time.Now()
+	g.ctx, g.cancel = context.WithCancelCause(&g.tally)
+}
+
+// acqStats are an acquisition's own figures, for its event.
+type acqStats struct {
+	tally    tally        // its context for requests (see counting)
+	requests atomic.Int64 // the requests it sent
+}
+
+// grantStats are a grant's own figures, for its event.
+type grantStats struct {
+	since    time.Time    // when it was granted
+	requests atomic.Int64 // the requests it sent
+	tally    tally        // the parent of its context (see initContext)
+	opTally  tally        // Release's and Downgrade's (see counting); guarded by ops
 }

@@ -18,7 +18,7 @@ type options struct {
 	log            *slog.Logger
 	sessionTimeout time.Duration
 	cleanupTimeout time.Duration
-	observer       Observer
+	observers      []Observer
 	dialect        Dialect
 	err            error
 }

@@ -90,8 +90,7 @@ type RWLock struct {
 	cleanup time.Duration
 	dialect Dialect
 
-	obs   Observer  // from WithObserver; nil if none
-	stats lockStats // for Stats (stats.go)
+	observers []Observer // from WithObserver
 
 	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
 	noContainers atomic.Bool    // the server refused container nodes
@@ -122,16 +121,16 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		return nil, err
 	}
 	return &RWLock{
-		conn:    conn,
-		path:    path,
-		acl:     o.acl,
-		data:    encodeNodeData(o.owner, false, false),
-		owner:   o.owner,
-		log:     o.log,
-		timeout: o.sessionTimeout,
-		cleanup: o.cleanupTimeout,
-		obs:     o.observer,
-		dialect: o.dialect,
+		conn:      conn,
+		path:      path,
+		acl:       o.acl,
+		data:      encodeNodeData(o.owner, false, false),
+		owner:     o.owner,
+		log:       o.log,
+		timeout:   o.sessionTimeout,
+		cleanup:   o.cleanupTimeout,
+		observers: o.observers,
+		dialect:   o.dialect,
 	}, nil
 }
 

@@ -230,9 +230,9 @@ func (ss *sessions) close() {
 }
 
 // lock returns the lock at path on session i.
-func (ss *sessions) lock(b *testing.B, i int, path string) *rwlock.RWLock {
+func (ss *sessions) lock(b *testing.B, i int, path string, opts ...rwlock.Option) *rwlock.RWLock {
 	b.Helper()
-	l, err := rwlock.New(ss.conns[i], path)
+	l, err := rwlock.New(ss.conns[i], path, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

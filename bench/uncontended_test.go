@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/stats"
 )
 
 // W1 and W2: one client, acquire/release cycles without contention.
@@ -29,7 +30,8 @@ func benchUncontended(b *testing.B, name string, mode rwlock.Mode) {
 func runUncontended(b *testing.B, s *servers, p sizes, name string, mode rwlock.Mode, m *metrics) *record {
 	ss := s.dial(b, 1)
 	defer ss.close()
-	l := ss.lock(b, 0, lockPath(name))
+	var rec stats.Recorder
+	l := ss.lock(b, 0, lockPath(name), rwlock.WithObserver(&rec))
 	acquire := l.Lock
 	if mode == rwlock.Read {
 		acquire = l.RLock
@@ -46,7 +48,7 @@ func runUncontended(b *testing.B, s *servers, p sizes, name string, mode rwlock.
 	}
 
 	acq, rel := make([]time.Duration, p.ops), make([]time.Duration, p.ops)
-	st0 := l.Stats()
+	st0 := rec.Stats()
 	p0 := s.mustMntr(b, "zk_packets_received")
 	use := startUsage()
 	b.StartTimer()
@@ -68,7 +70,7 @@ func runUncontended(b *testing.B, s *servers, p sizes, name string, mode rwlock.
 	b.StopTimer()
 	spent := use.since()
 	p1 := s.mustMntr(b, "zk_packets_received")
-	st := l.Stats().Sub(st0)
+	st := rec.Stats().Sub(st0)
 	oneTrip := float64(st.Read.OneRoundTrip+st.Write.OneRoundTrip) / float64(st.Granted())
 
 	r := newRecord(name)
@@ -82,7 +84,7 @@ func runUncontended(b *testing.B, s *servers, p sizes, name string, mode rwlock.
 	r.put("rel_p50_us", pct(rel, 50))
 	r.put("rel_p99_us", pct(rel, 99))
 	req := r.reqPerAcq(s, p0, p1, 0, int64(p.ops))
-	r.put("one_round_trip_share", oneTrip) // from the lock's own counter (Stats)
+	r.put("one_round_trip_share", oneTrip) // from the lock's events (stats.Recorder)
 	r.usagePerAcq(m, spent, int64(p.ops))
 
 	m.add("cycles/s", float64(p.ops)/elapsed.Seconds())

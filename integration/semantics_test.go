@@ -19,6 +19,7 @@ import (
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
+	"github.com/zkrwlock/rwlock/stats"
 )
 
 // The lock's core contract, on a real server: who may hold the lock
@@ -624,7 +625,8 @@ func TestRequestCosts(t *testing.T) {
 	connected := time.Now()
 	_, _, granted, _ := a.session.Session()
 	require.Equal(t, timeout, granted)
-	l := a.lock(t, "/costs/lock")
+	var rec stats.Recorder
+	l := a.lock(t, "/costs/lock", rwlock.WithObserver(&rec))
 	ctx := testContext(t)
 	warm, err := l.Lock(ctx) // creates /costs and /costs/lock
 	require.NoError(t, err)
@@ -643,12 +645,12 @@ func TestRequestCosts(t *testing.T) {
 	// whose first listing overtook its create: go-zookeeper does not
 	// promise the order of the two, and an acquisition that finds its own
 	// node missing from a listing lists again, as it must (acquire.go).
-	// Rare (the lock's counter says: not granted in one round trip), but
+	// Rare (the lock's events say: not granted in one round trip), but
 	// seen under -race with the package's tests running in parallel.
 	costOf := func(fn func()) int64 {
-		st0 := l.Stats()
+		st0 := rec.Stats()
 		n := requestCount(t, srv, fn)
-		st := l.Stats().Sub(st0)
+		st := rec.Stats().Sub(st0)
 		if relisted := int64(st.Granted() - st.Read.OneRoundTrip - st.Write.OneRoundTrip); relisted > 0 {
 			t.Logf("%d acquisition(s) listed again: the listing overtook the create", relisted)
 			n -= relisted
@@ -667,10 +669,10 @@ func TestRequestCosts(t *testing.T) {
 	// The holder's new watch goes out on its own goroutine, after the
 	// notification: wait for it. A TryLock whose listing overtook its
 	// create lists again (see costOf); its own count tells.
-	st0 := l.Stats()
+	st0 := rec.Stats()
 	var own int64
 	n := requestCountAwaiting(t, srv, func() int64 {
-		own = int64(l.Stats().Sub(st0).Requests)
+		own = int64(rec.Stats().Sub(st0).Requests)
 		return own + 1
 	}, func() {
 		_, err := l.TryLock(ctx)

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
+	"github.com/zkrwlock/rwlock/stats"
 )
 
 // The lock's request count is what the server received: on a server of
@@ -21,7 +23,8 @@ func TestStatsCountTheRequestsTheServerReceives(t *testing.T) {
 	zk := zkserver.StartStandalone(t)
 	a, b := connect(t, zk.ConnectString(), 0), connect(t, zk.ConnectString(), 0)
 	path := zktest.LockPath(t, "/it")
-	la, lb := a.lock(t, path), b.lock(t, path)
+	var rec stats.Recorder // of both locks
+	la, lb := a.lock(t, path, rwlock.WithObserver(&rec)), b.lock(t, path, rwlock.WithObserver(&rec))
 	ctx := t.Context()
 	g, err := la.Lock(ctx) // the directory, and the ACL check of each lock, before measuring
 	require.NoError(t, err)
@@ -35,7 +38,7 @@ func TestStatsCountTheRequestsTheServerReceives(t *testing.T) {
 		require.NoError(t, err)
 		return n
 	}
-	before, p0 := la.Stats().Add(lb.Stats()), packets()
+	before, p0 := rec.Stats(), packets()
 	for range 20 {
 		g, err := la.Lock(ctx)
 		require.NoError(t, err)
@@ -66,7 +69,7 @@ func TestStatsCountTheRequestsTheServerReceives(t *testing.T) {
 	require.NoError(t, g.Release(ctx))
 	p2 := packets()
 
-	d := la.Stats().Add(lb.Stats()).Sub(before)
+	d := rec.Stats().Sub(before)
 	got := int64(d.Requests)
 	server := p2 - p0 - 1 - polls // the second mntr exchange counts as a packet
 	t.Logf("the lock counted %d requests, the server %d packets", got, server)
@@ -88,7 +91,8 @@ func TestStatsOfALossAndATimeout(t *testing.T) {
 	srv := sharedServer(t)
 	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	path := zktest.LockPath(t, "/it")
-	la, lb := a.lock(t, path), b.lock(t, path)
+	var ra, rb stats.Recorder
+	la, lb := a.lock(t, path, rwlock.WithObserver(&ra)), b.lock(t, path, rwlock.WithObserver(&rb))
 	ctx := t.Context()
 	g, err := la.Lock(ctx)
 	require.NoError(t, err)
@@ -98,9 +102,13 @@ func TestStatsOfALossAndATimeout(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, b.conn.Delete(g.Node(), -1))
 	<-g.Done()
+	// The observer hears of the end just after Done closes, on the
+	// goroutine that ended the grant.
+	zktest.Poll(t, 10*time.Second, func() bool { return ra.Stats().Lost.Total() == 1 },
+		func() string { return fmt.Sprintf("losses counted: %+v", ra.Stats().Lost) })
 
-	sa, sb := la.Stats(), lb.Stats()
-	assert.Equal(t, rwlock.LostStats{NodeDeleted: 1}, sa.Lost)
+	sa, sb := ra.Stats(), rb.Stats()
+	assert.Equal(t, stats.LostStats{NodeDeleted: 1}, sa.Lost)
 	assert.Equal(t, uint64(1), sa.Write.Hold.Count())
 	assert.Equal(t, uint64(1), sb.Read.Cancelled)
 	assert.Zero(t, sb.Read.Wait.Count(), "the wait histogram has the grants only")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/rwlocktest"
+	"github.com/zkrwlock/rwlock/stats"
 )
 
 // BenchmarkDemo is cmd/demo's workload in a loop, for the contention profile in
@@ -20,8 +21,10 @@ import (
 //	go tool pprof -top demo.pprof
 func BenchmarkDemo(b *testing.B) {
 	path := lockPath(b)
-	readers := []*rwlock.RWLock{newLock(b, path), newLock(b, path), newLock(b, path)}
-	job := newLock(b, path)
+	var rec stats.Recorder // of every lock
+	counted := rwlock.WithObserver(&rec)
+	readers := []*rwlock.RWLock{newLock(b, path, counted), newLock(b, path, counted), newLock(b, path, counted)}
+	job := newLock(b, path, counted)
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	errs := make(chan error, len(readers))
@@ -43,7 +46,7 @@ func BenchmarkDemo(b *testing.B) {
 	for err := range errs {
 		b.Error(err)
 	}
-	rwlocktest.ReportMetrics(b, append(readers, job)...)
+	rwlocktest.ReportMetrics(b, rec.Stats())
 }
 
 // configReader reads the config under the shared lock, again and again.

@@ -68,10 +68,10 @@ func Profile() *profile.Profile {
 			Label: map[string][]string{
 				"lock":    {r.Lock},
 				"mode":    {r.Mode.String()},
-				"outcome": {r.Outcome.String()},
+				"outcome": {r.Outcome},
 			},
 		}
-		for _, f := range r.Frames() {
+		for _, f := range r.Frames {
 			s.Location = append(s.Location, b.location(f))
 		}
 		b.p.Sample = append(b.p.Sample, s)

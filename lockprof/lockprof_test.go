@@ -22,10 +22,10 @@ import (
 )
 
 // newLock returns a lock at path on a session of its own.
-func newLock(t testing.TB, path string) *rwlock.RWLock {
+func newLock(t testing.TB, path string, opts ...rwlock.Option) *rwlock.RWLock {
 	t.Helper()
 	conn, _ := zkserver.Connect(t, shared.Get(t).Addrs(), sessionTimeout)
-	l, err := rwlock.New(conn, path, rwlock.WithSessionTimeout(sessionTimeout))
+	l, err := rwlock.New(conn, path, append([]rwlock.Option{rwlock.WithSessionTimeout(sessionTimeout)}, opts...)...)
 	require.NoError(t, err)
 	return l
 }

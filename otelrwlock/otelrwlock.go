@@ -1,6 +1,6 @@
 // Package otelrwlock exports zkrwlock's figures as OpenTelemetry metrics,
-// and each wait for a lock as a span: the figures of [rwlock.RWLock.Stats],
-// event by event, as the instruments that a Go service's dashboards and
+// and each wait for a lock as a span: the figures of package stats, event
+// by event, as the instruments that a Go service's dashboards and
 // alerts already read.
 //
 //	obs, err := otelrwlock.NewObserver() // the global MeterProvider and TracerProvider
@@ -18,7 +18,7 @@
 // rwlock.outcome is granted, would_block, cancelled or failed;
 // rwlock.loss_cause is node_deleted, session_expired, lease_lapsed,
 // disconnected or other. The wait histogram has every acquisition, by
-// outcome (Stats' has the granted ones); its buckets run from 100 µs to
+// outcome (the stats package's has the granted ones); its buckets run from 100 µs to
 // 60 s. The spans (tracer of the same name) are named rwlock.Lock,
 // rwlock.RLock, rwlock.TryLock and rwlock.TryRLock, are children of the
 // span in the caller's context, run from the call to its return, and carry
@@ -171,11 +171,11 @@ func (o *Observer) span(ctx context.Context, e rwlock.AcquireEvent) {
 	if span.IsRecording() {
 		span.SetAttributes(
 			KeyPath.String(e.Lock), KeyMode.String(e.Mode.String()),
-			KeyOutcome.String(e.Outcome.String()), KeyRequests.Int(e.Requests),
+			KeyOutcome.String(e.Outcome), KeyRequests.Int(e.Requests),
 		)
-		if e.Outcome == rwlock.OutcomeFailed || e.Outcome == rwlock.OutcomeCancelled {
+		if e.Outcome == "failed" || e.Outcome == "cancelled" {
 			span.RecordError(e.Err)
-			span.SetStatus(codes.Error, e.Outcome.String())
+			span.SetStatus(codes.Error, e.Outcome)
 		}
 	}
 	span.End(trace.WithTimestamp(e.Start.Add(e.Wait)))
@@ -197,8 +197,8 @@ func spanName(e rwlock.AcquireEvent) string {
 func (o *Observer) ObserveGrant(e rwlock.GrantEvent) {
 	ctx := context.Background()
 	o.hold.Record(ctx, e.Hold.Seconds(), o.attributes(attrKey{lock: e.Lock, mode: e.Mode, kind: byMode}))
-	if e.Cause != rwlock.NotLost {
-		o.lost.Add(ctx, 1, o.attributes(attrKey{lock: e.Lock, mode: e.Mode, cause: e.Cause, kind: byCause}))
+	if e.Loss != "" {
+		o.lost.Add(ctx, 1, o.attributes(attrKey{lock: e.Lock, mode: e.Mode, loss: e.Loss, kind: byLoss}))
 	}
 	if e.Requests > 0 {
 		o.requests.Add(ctx, int64(e.Requests), o.attributes(attrKey{lock: e.Lock, kind: byLock}))
@@ -211,14 +211,14 @@ const (
 	byLock attrKind = iota
 	byMode
 	byOutcome
-	byCause
+	byLoss
 )
 
 type attrKey struct {
 	lock    string
 	mode    rwlock.Mode
-	outcome rwlock.Outcome
-	cause   rwlock.LossCause
+	outcome string
+	loss    string
 	kind    attrKind
 }
 
@@ -235,9 +235,9 @@ func (o *Observer) attributes(k attrKey) metric.MeasurementOption {
 	}
 	switch k.kind {
 	case byOutcome:
-		kvs = append(kvs, KeyOutcome.String(k.outcome.String()))
-	case byCause:
-		kvs = append(kvs, KeyLossCause.String(k.cause.String()))
+		kvs = append(kvs, KeyOutcome.String(k.outcome))
+	case byLoss:
+		kvs = append(kvs, KeyLossCause.String(k.loss))
 	}
 	opt, _ := o.attrs.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kvs...)))
 	return opt.(metric.MeasurementOption)

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/stats"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/otelrwlock"
 )
@@ -113,7 +114,7 @@ type signalLoss struct {
 
 func (o signalLoss) ObserveGrant(e rwlock.GrantEvent) {
 	o.Observer.ObserveGrant(e)
-	if e.Cause != rwlock.NotLost {
+	if e.Loss != "" {
 		close(o.lost)
 	}
 }
@@ -124,10 +125,11 @@ func TestObserverExportsTheLocksFigures(t *testing.T) {
 	require.NoError(t, err)
 	path := lockPath(t)
 	conn := connect(t)
-	l, err := rwlock.New(conn, path, rwlock.WithSessionTimeout(sessionTimeout), rwlock.WithObserver(obs))
+	var ours, theirs stats.Recorder // what the metrics must say
+	l, err := rwlock.New(conn, path, rwlock.WithSessionTimeout(sessionTimeout), rwlock.WithObserver(obs), rwlock.WithObserver(&ours))
 	require.NoError(t, err)
 	lossSeen := make(chan struct{})
-	other, err := rwlock.New(connect(t), path, rwlock.WithObserver(signalLoss{obs, lossSeen}))
+	other, err := rwlock.New(connect(t), path, rwlock.WithObserver(&theirs), rwlock.WithObserver(signalLoss{obs, lossSeen}))
 	require.NoError(t, err)
 
 	ctx, parent := s.tp.Tracer("test").Start(t.Context(), "parent")
@@ -150,7 +152,7 @@ func TestObserverExportsTheLocksFigures(t *testing.T) {
 	parent.End()
 
 	m := s.metrics(t)
-	st, ost := l.Stats(), other.Stats()
+	st, ost := ours.Stats(), theirs.Stats()
 	p := otelrwlock.KeyPath.String(path)
 	read, write := otelrwlock.KeyMode.String("read"), otelrwlock.KeyMode.String("write")
 	granted := otelrwlock.KeyOutcome.String("granted")

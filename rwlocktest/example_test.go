@@ -7,9 +7,10 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/rwlocktest"
+	"github.com/zkrwlock/rwlock/stats"
 )
 
-// A benchmark of your own code reports the lock's figures after its loop:
+// A benchmark of your own code reports the lock's figures after its loop (a stats.Recorder observes it):
 // go test -bench prints p50-ns/acquire, p99-ns/acquire, req/acquire and
 // lost/grant beside ns/op, and benchstat compares them.
 func ExampleReportMetrics() {
@@ -20,7 +21,8 @@ func ExampleReportMetrics() {
 			b.Fatal(err)
 		}
 		defer conn.Close()
-		lock, err := rwlock.New(conn, "/locks/config")
+		var rec stats.Recorder
+		lock, err := rwlock.New(conn, "/locks/config", rwlock.WithObserver(&rec))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -32,22 +34,22 @@ func ExampleReportMetrics() {
 				b.Fatal(err)
 			}
 		}
-		rwlocktest.ReportMetrics(b, lock)
+		rwlocktest.ReportMetrics(b, rec.Stats())
 	}
 	_ = benchmarkConfigReload // func BenchmarkConfigReload(b *testing.B) in a _test.go file
 }
 
 // For the loop alone, leave out what came before it (here, a warm-up):
 // report the difference of two snapshots.
-func ExampleReportStats() {
-	benchmarkMigration := func(b *testing.B, lock *rwlock.RWLock) {
+func ExampleReportMetrics_loop() {
+	benchmarkMigration := func(b *testing.B, lock *rwlock.RWLock, rec *stats.Recorder) {
 		ctx := context.Background()
 		for range 10 { // warm-up, not measured
 			if err := lock.WithWrite(ctx, func(context.Context) error { return nil }); err != nil {
 				b.Fatal(err)
 			}
 		}
-		before := lock.Stats()
+		before := rec.Stats()
 		for b.Loop() {
 			g, err := lock.Lock(ctx)
 			if err != nil {
@@ -58,7 +60,7 @@ func ExampleReportStats() {
 				b.Fatal(err)
 			}
 		}
-		rwlocktest.ReportStats(b, lock.Stats().Sub(before))
+		rwlocktest.ReportMetrics(b, rec.Stats().Sub(before))
 	}
 	_ = benchmarkMigration
 }

@@ -1,15 +1,16 @@
-// Package rwlocktest reports a lock's figures from a benchmark, the Go
-// way: through [testing.B.ReportMetric], so that go test -bench prints them
+// Package rwlocktest reports locks' figures (see package stats) from a
+// benchmark, the Go way: through [testing.B.ReportMetric], so that go test -bench prints them
 // beside ns/op and benchstat compares them between two runs of your code.
 //
 // After the benchmark's loop, one call:
 //
 //	func BenchmarkConfigReload(b *testing.B) {
-//		lock, _ := rwlock.New(conn, "/locks/config")
+//		var rec stats.Recorder
+//		lock, _ := rwlock.New(conn, "/locks/config", rwlock.WithObserver(&rec))
 //		for b.Loop() {
 //			reload(ctx, lock)
 //		}
-//		rwlocktest.ReportMetrics(b, lock)
+//		rwlocktest.ReportMetrics(b, rec.Stats())
 //	}
 //
 // prints lines such as this one, of the module lockprof's BenchmarkDemo
@@ -25,7 +26,7 @@ package rwlocktest
 import (
 	"testing"
 
-	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/stats"
 )
 
 // The metrics' units. Latencies are of the acquisitions that were granted,
@@ -37,28 +38,17 @@ const (
 	UnitLostByGrant = "lost/grant"     // the share of grants that were lost, not released
 )
 
-// ReportMetrics reports the figures of locks, added up, over their whole
-// life (see [rwlock.RWLock.Stats]): the median and 99th percentile wait of
-// the grants, requests per acquisition, and the share of grants lost. Make
-// the locks in the benchmark function, or use ReportStats for a part of
-// their life. It reports nothing if the locks made no acquisition.
-func ReportMetrics(b *testing.B, locks ...*rwlock.RWLock) {
-	b.Helper()
-	var s rwlock.Stats
-	for _, l := range locks {
-		s = s.Add(l.Stats())
-	}
-	ReportStats(b, s)
-}
-
-// ReportStats reports s as ReportMetrics does. For the figures of the
-// benchmark's loop alone, take a snapshot before it and pass the
-// difference:
+// ReportMetrics reports s (see package stats): the median and 99th
+// percentile wait of the grants, requests per acquisition, and the share of
+// grants lost. For the figures of the benchmark's loop alone, take a
+// snapshot before it and pass the difference:
 //
-//	before := lock.Stats()
+//	before := rec.Stats()
 //	for b.Loop() { ... }
-//	rwlocktest.ReportStats(b, lock.Stats().Sub(before))
-func ReportStats(b *testing.B, s rwlock.Stats) {
+//	rwlocktest.ReportMetrics(b, rec.Stats().Sub(before))
+//
+// It reports nothing if s counts no acquisition.
+func ReportMetrics(b *testing.B, s stats.Stats) {
 	b.Helper()
 	acquisitions := s.Acquisitions()
 	if acquisitions == 0 {

@@ -11,16 +11,17 @@ import (
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/rwlocktest"
+	"github.com/zkrwlock/rwlock/stats"
 )
 
 // A benchmark run with testing.Benchmark hands back what it reported.
 func TestReportMetrics(t *testing.T) {
 	zk := zkserver.StartStandalone(t)
 	conn, _ := zkserver.Connect(t, zk.Addrs(), 10*time.Second)
-	var lock *rwlock.RWLock
+	var rec *stats.Recorder
 	res := testing.Benchmark(func(b *testing.B) {
-		var err error
-		lock, err = rwlock.New(conn, "/rwlocktest/report")
+		rec = new(stats.Recorder)
+		lock, err := rwlock.New(conn, "/rwlocktest/report", rwlock.WithObserver(rec))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -34,11 +35,11 @@ func TestReportMetrics(t *testing.T) {
 				b.Fatal(err)
 			}
 		}
-		rwlocktest.ReportMetrics(b, lock)
+		rwlocktest.ReportMetrics(b, rec.Stats())
 	})
 	require.Positive(t, res.N)
-	st := lock.Stats()
-	assert.Equal(t, uint64(res.N), st.Read.Granted, "the lock of the last run")
+	st := rec.Stats()
+	assert.Equal(t, uint64(res.N), st.Read.Granted, "the Recorder of the last run")
 	for _, unit := range []string{rwlocktest.UnitWaitP50, rwlocktest.UnitWaitP99, rwlocktest.UnitRequests, rwlocktest.UnitLostByGrant} {
 		assert.Contains(t, res.Extra, unit)
 	}
@@ -53,7 +54,7 @@ func TestReportStatsOfNothingReportsNothing(t *testing.T) {
 	res := testing.Benchmark(func(b *testing.B) {
 		for b.Loop() {
 		}
-		rwlocktest.ReportStats(b, rwlock.Stats{})
+		rwlocktest.ReportMetrics(b, stats.Stats{})
 	})
 	assert.Empty(t, res.Extra)
 }

@@ -9,32 +9,6 @@ import (
 	"github.com/zkrwlock/rwlock"
 )
 
-// A lock counts what its acquisitions and grants did, always: a service
-// can log it, or compare two snapshots to see a stretch of time.
-func ExampleRWLock_Stats() {
-	ctx := context.Background()
-	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer conn.Close()
-	lock, err := rwlock.New(conn, "/locks/schema")
-	if err != nil {
-		log.Fatal(err)
-	}
-
-	before := lock.Stats()
-	for range 100 {
-		if err := lock.WithRead(ctx, func(context.Context) error { return nil }); err != nil {
-			log.Fatal(err)
-		}
-	}
-	s := lock.Stats().Sub(before)
-	fmt.Printf("%d reads, wait p50 %v p99 %v, %.1f requests each, %d uncontended, %d grants lost\n",
-		s.Read.Granted, s.Read.Wait.Quantile(0.5), s.Read.Wait.Quantile(0.99),
-		float64(s.Requests)/float64(s.Acquisitions()), s.Read.OneRoundTrip, s.Lost.Total())
-}
-
 // The contention profile, like the mutex profile, is off until a rate is
 // set. The module github.com/zkrwlock/rwlock/lockprof writes it for go tool
 // pprof; the records can also be read as they are.
@@ -44,7 +18,7 @@ func ExampleSetContentionProfileRate() {
 	// ... the program takes its locks ...
 
 	for _, r := range rwlock.ContentionRecords() { // the longest delay first
-		caller := r.Frames()[1] // [0] is the lock's entry point: Lock, RLock, WithRead, ...
+		caller := r.Frames[1] // [0] is the lock's entry point: Lock, RLock, WithRead, ...
 		fmt.Printf("%s %s: %d waits, %v in all, from %s (%s:%d)\n",
 			r.Lock, r.Mode, r.Count, r.Delay, caller.Function, caller.File, caller.Line)
 	}
@@ -60,7 +34,7 @@ func (w waitLogger) ObserveAcquire(ctx context.Context, e rwlock.AcquireEvent) {
 }
 
 func (w waitLogger) ObserveGrant(e rwlock.GrantEvent) {
-	if e.Cause != rwlock.NotLost {
+	if e.Loss != "" {
 		log.Printf("%s: grant of %s lost after %v: %v", e.Lock, e.Node, e.Hold, e.Err)
 	}
 }

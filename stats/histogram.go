@@ -1,4 +1,4 @@
-package rwlock
+package stats
 
 import (
 	"math/bits"
@@ -46,7 +46,7 @@ func histBounds(i int) (lo, hi int64) {
 	return (histSub + sub) << (e - 2), (histSub + sub + 1) << (e - 2)
 }
 
-// histogram is the recording side: a lock's wait or hold times.
+// histogram is the recording side: a wait or hold histogram of a Recorder.
 type histogram struct {
 	sum    atomic.Int64 // nanoseconds
 	counts [histBuckets]atomic.Uint64

@@ -1,0 +1,260 @@
+package rwlock
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// recorder is an Observer that keeps what it hears.
+type recorder struct {
+	mu       sync.Mutex
+	acquires []AcquireEvent
+	grants   []GrantEvent
+}
+
+func (r *recorder) ObserveAcquire(_ context.Context, e AcquireEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acquires = append(r.acquires, e)
+}
+
+func (r *recorder) ObserveGrant(e GrantEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.grants = append(r.grants, e)
+}
+
+// requests adds up the requests of every event heard.
+func (r *recorder) requests() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, e := range r.acquires {
+		n += int64(e.Requests)
+	}
+	for _, e := range r.grants {
+		n += int64(e.Requests)
+	}
+	return n
+}
+
+func (r *recorder) events() ([]AcquireEvent, []GrantEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]AcquireEvent(nil), r.acquires...), append([]GrantEvent(nil), r.grants...)
+}
+
+func TestObserverHearsEveryAcquisitionAndGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		var rec recorder
+		c := s.conn()
+		l := newLock(t, c, WithObserver(&rec))
+		ctx := t.Context()
+		g, err := l.Lock(ctx) // makes the directory
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		assert.Equal(t, c.calls.Load(), rec.requests(), "every request is counted, the directory's too")
+
+		calls := c.calls.Load()
+		start := time.Now()
+		g, err = l.RLock(ctx)
+		require.NoError(t, err)
+		time.Sleep(time.Second) // the fake clock of the bubble: exactly a second
+		require.NoError(t, g.Release(ctx))
+		holder, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		_, err = l.TryRLock(ctx)
+		require.ErrorIs(t, err, ErrWouldBlock)
+		require.NoError(t, holder.Release(ctx))
+
+		acquires, grants := rec.events()
+		require.Len(t, acquires, 3)
+		assert.Equal(t, AcquireEvent{
+			Lock: dir, Mode: Read, Outcome: "granted", Start: start, Requests: 2, OneRoundTrip: true,
+		}, acquires[1], "create and list")
+		try := acquires[2]
+		assert.True(t, try.Try)
+		assert.Equal(t, "would_block", try.Outcome)
+		assert.ErrorIs(t, try.Err, ErrWouldBlock)
+		assert.Equal(t, 4, try.Requests, "create, list, a read of the writer in its way, the delete of its node")
+
+		require.Len(t, grants, 2)
+		assert.Equal(t, GrantEvent{
+			Lock: dir, Node: g.Node(), Mode: Read, Hold: time.Second, Requests: 1, Err: ErrReleased,
+		}, grants[1])
+		assert.Equal(t, c.calls.Load()-calls, rec.requests()-int64(acquires[0].Requests+grants[0].Requests))
+	})
+}
+
+func TestEventsOfContendedAcquisitions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		holder, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		c := s.conn()
+		var rec recorder
+		l := newLock(t, c, WithObserver(&rec))
+
+		_, err = l.TryLock(ctx)
+		require.ErrorIs(t, err, ErrWouldBlock)
+
+		cctx, cancel := context.WithCancel(ctx)
+		r := start(cctx, l.RLock)
+		time.Sleep(time.Second)
+		cancel()
+		require.ErrorIs(t, (<-r).err, context.Canceled)
+
+		w := start(ctx, l.Lock)
+		time.Sleep(2 * time.Second)
+		require.NoError(t, holder.Release(ctx))
+		synctest.Wait()
+		g := granted(t, w)
+		require.NoError(t, g.Release(ctx))
+
+		acquires, grants := rec.events()
+		require.Len(t, acquires, 3)
+		outcomes := []string{acquires[0].Outcome, acquires[1].Outcome, acquires[2].Outcome}
+		assert.Equal(t, []string{"would_block", "cancelled", "granted"}, outcomes)
+		assert.Equal(t, time.Second, acquires[1].Wait)
+		assert.ErrorIs(t, acquires[1].Err, context.Canceled)
+		assert.Equal(t, 2*time.Second, acquires[2].Wait)
+		assert.False(t, acquires[2].OneRoundTrip, "it waited")
+		require.Len(t, grants, 1)
+		assert.Equal(t, c.calls.Load(), rec.requests())
+	})
+}
+
+func TestEventOfAFailedAcquisition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		other := s.conn()
+		g, err := newLock(t, other).Lock(t.Context()) // makes the directory
+		require.NoError(t, err)
+		require.NoError(t, g.Release(t.Context()))
+		c := s.conn()
+		deleteOwnNodeBeforeListing(c, s, other, dir)
+		var rec recorder
+		l := newLock(t, c, WithObserver(&rec))
+		_, err = l.Lock(t.Context())
+		require.ErrorIs(t, err, ErrLost)
+		acquires, grants := rec.events()
+		require.Len(t, acquires, 1)
+		assert.Equal(t, "failed", acquires[0].Outcome)
+		assert.ErrorIs(t, acquires[0].Err, ErrLost)
+		assert.Empty(t, grants, "no grant was lost: there was none")
+	})
+}
+
+func TestEventsOfLostGrants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		lost := func(l *RWLock, rec *recorder) GrantEvent {
+			t.Helper()
+			synctest.Wait() // the observer hears after Done closes
+			_, grants := rec.events()
+			require.Len(t, grants, 1)
+			assert.ErrorIs(t, grants[0].Err, ErrLost)
+			return grants[0]
+		}
+
+		var deleted recorder
+		l := newLock(t, s.conn(), WithObserver(&deleted))
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		require.NoError(t, s.conn().Delete(g.Node(), -1))
+		<-g.Done()
+		ev := lost(l, &deleted)
+		assert.Equal(t, "node_deleted", ev.Loss)
+		assert.Equal(t, time.Second, ev.Hold, "a lost grant's hold")
+
+		c := s.conn()
+		var expired recorder
+		l = newLock(t, c, WithObserver(&expired))
+		g, err = l.Lock(ctx)
+		require.NoError(t, err)
+		synctest.Wait()
+		c.expire()
+		<-g.Done()
+		assert.Equal(t, "session_expired", lost(l, &expired).Loss)
+
+		c = s.conn()
+		var cut recorder
+		l = newLock(t, c, WithObserver(&cut))
+		g, err = l.Lock(ctx)
+		require.NoError(t, err)
+		c.disconnect()
+		<-g.Done()
+		c.reconnect()
+		assert.Equal(t, "disconnected", lost(l, &cut).Loss)
+	})
+}
+
+// Nested grants make no request and never wait: they are no events.
+func TestNestedGrantsAreNoEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		var rec recorder
+		l := newLock(t, s.conn(), WithObserver(&rec))
+		err := l.WithWrite(t.Context(), func(ctx context.Context) error {
+			return l.WithRead(ctx, func(context.Context) error { return nil })
+		})
+		require.NoError(t, err)
+		acquires, grants := rec.events()
+		require.Len(t, acquires, 1)
+		require.Len(t, grants, 1)
+		assert.Equal(t, Write, grants[0].Mode)
+	})
+}
+
+// A downgrade ends the write grant's hold and starts the read grant's.
+func TestEventsOfADowngrade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		var rec recorder
+		l := newLock(t, s.conn(), WithObserver(&rec))
+		ctx := t.Context()
+		w, err := l.Lock(ctx)
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		r, err := w.Downgrade(ctx)
+		require.NoError(t, err)
+		time.Sleep(3 * time.Second)
+		require.NoError(t, r.Release(ctx))
+		acquires, grants := rec.events()
+		assert.Len(t, acquires, 1, "a downgrade is no acquisition")
+		require.Len(t, grants, 2)
+		assert.Equal(t, Write, grants[0].Mode)
+		assert.Equal(t, time.Second, grants[0].Hold)
+		assert.Empty(t, grants[0].Loss)
+		assert.Equal(t, Read, grants[1].Mode)
+		assert.Equal(t, 3*time.Second, grants[1].Hold)
+	})
+}
+
+// Each WithObserver adds one; a nil one is refused.
+func TestObservers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		var a, b recorder
+		l := newLock(t, s.conn(), WithObserver(&a), WithObserver(&b))
+		require.NoError(t, l.WithRead(t.Context(), func(context.Context) error { return nil }))
+		for _, rec := range []*recorder{&a, &b} {
+			acquires, grants := rec.events()
+			assert.Len(t, acquires, 1)
+			assert.Len(t, grants, 1)
+		}
+		_, err := newRWLock(s.conn(), dir, WithObserver(nil))
+		require.ErrorIs(t, err, ErrInvalidArgument)
+	})
+}

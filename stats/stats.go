@@ -1,0 +1,214 @@
+// Package stats adds up what locks do: a [Recorder] is an
+// [rwlock.Observer] that counts the acquisitions and grants of the locks
+// it observes, and [Recorder.Stats] reads the figures at any time.
+//
+//	var rec stats.Recorder
+//	lock, err := rwlock.New(conn, "/locks/schema", rwlock.WithObserver(&rec))
+//	...
+//	s := rec.Stats()
+//	log.Printf("%d reads, p99 wait %v, %d lost", s.Read.Granted, s.Read.Wait.Quantile(0.99), s.Lost.Total())
+//
+// Recording costs a few atomic adds and no allocation; the package
+// rwlocktest reports the figures from a benchmark.
+package stats
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+// A Recorder adds up the events of the locks that it observes: give it to
+// one lock, or to several to count them together. The zero value is ready
+// to use; a Recorder must not be copied after first use.
+type Recorder struct {
+	modes    [2]modeRecord // Read, Write
+	lost     lostRecord
+	requests atomic.Uint64
+}
+
+type modeRecord struct {
+	granted, wouldBlock, cancelled, failed, oneRoundTrip atomic.Uint64
+
+	wait, hold histogram
+}
+
+type lostRecord struct {
+	nodeDeleted, sessionExpired, leaseLapsed, disconnected, other atomic.Uint64
+}
+
+func (r *Recorder) mode(m rwlock.Mode) *modeRecord {
+	if m == rwlock.Read {
+		return &r.modes[0]
+	}
+	return &r.modes[1]
+}
+
+// ObserveAcquire counts an acquisition: its outcome, its requests and, if
+// granted, its wait.
+func (r *Recorder) ObserveAcquire(_ context.Context, e rwlock.AcquireEvent) {
+	m := r.mode(e.Mode)
+	r.requests.Add(uint64(e.Requests))
+	switch e.Outcome {
+	case "granted":
+		m.granted.Add(1)
+		m.wait.record(e.Wait)
+		if e.OneRoundTrip {
+			m.oneRoundTrip.Add(1)
+		}
+	case "would_block":
+		m.wouldBlock.Add(1)
+	case "cancelled":
+		m.cancelled.Add(1)
+	default:
+		m.failed.Add(1)
+	}
+}
+
+// ObserveGrant counts the end of a grant: its hold, its requests and, if
+// it was lost, its cause.
+func (r *Recorder) ObserveGrant(e rwlock.GrantEvent) {
+	r.mode(e.Mode).hold.record(e.Hold)
+	r.requests.Add(uint64(e.Requests))
+	switch e.Loss {
+	case "":
+	case "node_deleted":
+		r.lost.nodeDeleted.Add(1)
+	case "session_expired":
+		r.lost.sessionExpired.Add(1)
+	case "lease_lapsed":
+		r.lost.leaseLapsed.Add(1)
+	case "disconnected":
+		r.lost.disconnected.Add(1)
+	default:
+		r.lost.other.Add(1)
+	}
+}
+
+// Stats returns a snapshot of the figures. It is cheap enough to call at
+// any time, and safe to call concurrently with everything else; the
+// figures are read one at a time, so a snapshot taken while locks are
+// busy may count an event in some figures and not yet in others.
+func (r *Recorder) Stats() Stats {
+	var s Stats
+	for i, m := range []*ModeStats{&s.Read, &s.Write} {
+		rec := &r.modes[i]
+		m.Granted, m.WouldBlock = rec.granted.Load(), rec.wouldBlock.Load()
+		m.Cancelled, m.Failed = rec.cancelled.Load(), rec.failed.Load()
+		m.OneRoundTrip = rec.oneRoundTrip.Load()
+		m.Wait, m.Hold = rec.wait.snapshot(), rec.hold.snapshot()
+	}
+	s.Lost = LostStats{
+		NodeDeleted: r.lost.nodeDeleted.Load(), SessionExpired: r.lost.sessionExpired.Load(),
+		LeaseLapsed: r.lost.leaseLapsed.Load(), Disconnected: r.lost.disconnected.Load(),
+		Other: r.lost.other.Load(),
+	}
+	s.Requests = r.requests.Load()
+	return s
+}
+
+// Stats are the figures of what the observed locks' acquisitions and
+// grants did. They only grow, so the figures of a stretch of time are the
+// difference of two snapshots ([Stats.Sub]).
+type Stats struct {
+	Read, Write ModeStats
+	Lost        LostStats
+	// Requests counts the requests the acquisitions and the ended grants
+	// sent to ZooKeeper: creates, listings, reads and watches, releases,
+	// Token's read, Downgrade's write, including those of failed and
+	// cancelled acquisitions. A grant's are counted when it ends. Not
+	// counted: the lease's keepalives (one per connection, whatever the
+	// locks on it), Queue, and deletions that finish in the background
+	// after a connection loss.
+	Requests uint64
+}
+
+// ModeStats are the figures of one mode's acquisitions and grants.
+type ModeStats struct {
+	// The acquisitions (Lock or RLock, TryLock or TryRLock, and those of
+	// WithRead, WithWrite, ReadGroup and ReadBatch) by outcome (see
+	// rwlock.AcquireEvent.Outcome).
+	Granted, WouldBlock, Cancelled, Failed uint64
+	// OneRoundTrip counts the grants that the first listing of the
+	// directory, sent right behind the create, proved without waiting for
+	// anyone: the uncontended acquisitions.
+	OneRoundTrip uint64
+	// Wait is the time the granted acquisitions took, from the call to
+	// the grant. (The time spent by the others is in the contention
+	// profile and the events.)
+	Wait Histogram
+	// Hold is the time grants were held, from the grant to its release,
+	// downgrade or loss.
+	Hold Histogram
+}
+
+// Acquisitions returns the number of acquisitions, whatever their outcome.
+func (m ModeStats) Acquisitions() uint64 { return m.Granted + m.WouldBlock + m.Cancelled + m.Failed }
+
+// LostStats count the grants lost, by cause (see rwlock.GrantEvent.Loss).
+type LostStats struct {
+	NodeDeleted, SessionExpired, LeaseLapsed, Disconnected, Other uint64
+}
+
+// Total returns the number of grants lost.
+func (l LostStats) Total() uint64 {
+	return l.NodeDeleted + l.SessionExpired + l.LeaseLapsed + l.Disconnected + l.Other
+}
+
+// Acquisitions returns the number of acquisitions of both modes, whatever
+// their outcome.
+func (s Stats) Acquisitions() uint64 { return s.Read.Acquisitions() + s.Write.Acquisitions() }
+
+// Granted returns the number of grants of both modes.
+func (s Stats) Granted() uint64 { return s.Read.Granted + s.Write.Granted }
+
+// Wait returns the wait histogram of both modes together.
+func (s Stats) Wait() Histogram { return s.Read.Wait.Add(s.Write.Wait) }
+
+// Add returns the figures of s and o together: of two Recorders, say.
+func (s Stats) Add(o Stats) Stats {
+	return Stats{
+		Read:     s.Read.combine(o.Read, 1),
+		Write:    s.Write.combine(o.Write, 1),
+		Lost:     s.Lost.combine(o.Lost, 1),
+		Requests: s.Requests + o.Requests,
+	}
+}
+
+// Sub returns the figures of what happened since o, an earlier snapshot of
+// the same Recorder.
+func (s Stats) Sub(o Stats) Stats {
+	return Stats{
+		Read:     s.Read.combine(o.Read, -1),
+		Write:    s.Write.combine(o.Write, -1),
+		Lost:     s.Lost.combine(o.Lost, -1),
+		Requests: s.Requests - o.Requests,
+	}
+}
+
+// combine adds (sign 1) or subtracts (sign -1) o; unsigned arithmetic
+// wraps, so subtracting is adding the negation.
+func (m ModeStats) combine(o ModeStats, sign int) ModeStats {
+	f := func(a, b uint64) uint64 { return a + uint64(sign)*b }
+	r := ModeStats{
+		Granted: f(m.Granted, o.Granted), WouldBlock: f(m.WouldBlock, o.WouldBlock),
+		Cancelled: f(m.Cancelled, o.Cancelled), Failed: f(m.Failed, o.Failed),
+		OneRoundTrip: f(m.OneRoundTrip, o.OneRoundTrip),
+	}
+	if sign > 0 {
+		r.Wait, r.Hold = m.Wait.Add(o.Wait), m.Hold.Add(o.Hold)
+	} else {
+		r.Wait, r.Hold = m.Wait.Sub(o.Wait), m.Hold.Sub(o.Hold)
+	}
+	return r
+}
+
+func (l LostStats) combine(o LostStats, sign int) LostStats {
+	f := func(a, b uint64) uint64 { return a + uint64(sign)*b }
+	return LostStats{
+		NodeDeleted: f(l.NodeDeleted, o.NodeDeleted), SessionExpired: f(l.SessionExpired, o.SessionExpired),
+		LeaseLapsed: f(l.LeaseLapsed, o.LeaseLapsed), Disconnected: f(l.Disconnected, o.Disconnected),
+		Other: f(l.Other, o.Other),
+	}
+}
