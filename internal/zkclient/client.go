@@ -271,6 +271,13 @@ func (c *Client) SetAndDelete(ctx context.Context, path string, data []byte, lat
 	}, late)
 }
 
+// Multi runs ops in one transaction: all commit, or none. A failed
+// transaction reports the failing operation's error, and each operation's
+// in the replies.
+func (c *Client) Multi(ctx context.Context, ops []any) Reply[[]zk.MultiResponse] {
+	return request(c, ctx, true, func() ([]zk.MultiResponse, error) { return c.zk.Multi(ops...) }, nil)
+}
+
 // Sync is the lease's keepalive: the cheapest request that a follower must
 // pass on to the leader (see lease.go).
 func (c *Client) Sync(ctx context.Context) Reply[struct{}] {

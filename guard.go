@@ -1,0 +1,111 @@
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Guarded writes close, for data kept in ZooKeeper itself, the gap that no
+// head start can: a holder paused past its lease, or a node deleted by
+// hand, may still believe it holds the lock when it writes. Multi puts a
+// check that the grant's node exists in front of the caller's operations,
+// in one transaction: the leader applies the transaction only if the node
+// exists at that point in the ensemble's order, and while it exists no
+// conflicting grant can exist (a writer's successors wait for its
+// deletion; a reader's, if writers, too). A node exists only in its own
+// session, so the check also proves the session alive. Check is the same
+// transaction with nothing else in it: a write-path request, so it is
+// ordered through the leader, as a read from a follower is not.
+
+// Multi runs ops (*zk.CreateRequest, *zk.SetDataRequest, *zk.DeleteRequest,
+// *zk.CheckVersionRequest) in one transaction that commits only while the
+// grant's node exists: all of them commit, or none. It returns one
+// response per op, as (*zk.Conn).Multi does.
+//
+// If the node is gone, nothing commits, the grant ends (Done closes) and
+// the error wraps ErrLost. If the grant had already ended, Multi sends
+// nothing and returns an error wrapping Err's. An op that fails on its own
+// (a version mismatch, a missing parent) fails the transaction, and the
+// error is that op's, as go-zookeeper reports it; the grant is unchanged.
+// Ops on the lock's own nodes, and ops of other types, are refused with an
+// error wrapping ErrInvalidArgument. If ctx ends or the connection fails
+// before the answer, the outcome is unknown, as for any ZooKeeper write.
+func (g *Grant) Multi(ctx context.Context, ops ...any) ([]zk.MultiResponse, error) {
+	r := g.root()
+	for i, op := range ops {
+		if err := r.guardable(op); err != nil {
+			return nil, fmt.Errorf("rwlock: multi on %s: op %d: %w", r.node, i, err)
+		}
+	}
+	if err := g.Err(); err != nil {
+		return nil, fmt.Errorf("rwlock: multi on %s: %w", r.node, err)
+	}
+	all := make([]any, 0, 1+len(ops))
+	all = append(all, &zk.CheckVersionRequest{Path: r.node, Version: -1}) // -1: any version, so: it exists
+	all = append(all, ops...)
+	reply := r.c.Multi(&tally{Context: ctx, n: &r.requests}, all)
+	if len(reply.V) > 0 && errors.Is(reply.V[0].Error, zk.ErrNoNode) {
+		r.deletedUnderGuard()
+		return nil, fmt.Errorf("rwlock: multi on %s: %w", r.node, g.Err())
+	}
+	if reply.Err != nil {
+		return reply.V[min(1, len(reply.V)):], fmt.Errorf("rwlock: multi on %s: %w", r.node, reply.Err)
+	}
+	return reply.V[1:], nil
+}
+
+// Check returns nil if the grant's node exists now, as the leader orders
+// it: a transaction that only checks the node (see Multi). If the node is
+// gone, the grant ends and the error wraps ErrLost; an ended grant's Check
+// sends nothing and returns an error wrapping Err's.
+func (g *Grant) Check(ctx context.Context) error {
+	_, err := g.Multi(ctx)
+	return err
+}
+
+// guardable says why op cannot run in a guarded transaction, if it cannot.
+func (g *Grant) guardable(op any) error {
+	var path string
+	switch op := op.(type) {
+	case *zk.CreateRequest:
+		if op != nil {
+			path = op.Path
+		}
+	case *zk.SetDataRequest:
+		if op != nil {
+			path = op.Path
+		}
+	case *zk.DeleteRequest:
+		if op != nil {
+			path = op.Path
+		}
+	case *zk.CheckVersionRequest:
+		if op != nil {
+			path = op.Path
+		}
+	default:
+		return fmt.Errorf("%w: %T is not a create, set, delete or check", ErrInvalidArgument, op)
+	}
+	if path == "" {
+		return fmt.Errorf("%w: %T without a path", ErrInvalidArgument, op)
+	}
+	if path == g.l.path || strings.HasPrefix(path, g.l.path+"/") {
+		return fmt.Errorf("%w: %s is the lock's own", ErrInvalidArgument, path)
+	}
+	return nil
+}
+
+// deletedUnderGuard ends the grant whose node a guarded transaction found
+// gone, unless our own release deleted it.
+func (g *Grant) deletedUnderGuard() {
+	g.mu.Lock()
+	releasing := g.releasing
+	g.mu.Unlock()
+	if !releasing {
+		g.lost(g.whyDeleted())
+	}
+}
