@@ -346,6 +346,9 @@ func (a *acquisition) grant(ctx context.Context) (*Grant, step, error) {
 	a.l.debug("granted", a.path)
 	g := newGrant(a.l, a.c, a.mode, a.path, a.session)
 	g.token.Store(a.tok)
+	if a.l.maxHold > 0 {
+		g.limitHold(g.since.Add(a.l.maxHold))
+	}
 	// A writer that waited behind writers may be followed by a waiter whose
 	// listing still shows them: its release mark spares that waiter a
 	// listing (see Grant.Release). Behind readers only, it would spare no

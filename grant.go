@@ -43,6 +43,9 @@ type Grant struct {
 	unwatch   func()                    // stops the node watch's callback; guarded by mu
 	unnest    func()                    // for a nested grant: stops the outer's hook; guarded by mu
 
+	holdEnd    time.Time // WithMaxHold: when the node goes; zero for no limit
+	holdNotice time.Time // WithMaxHold: when the grant ends (see holdlimit.go)
+
 	token       atomic.Int64 // czxid of node; 0 until read
 	markRelease bool         // release marks the node held (see Release)
 
@@ -132,6 +135,10 @@ func (g *Grant) judge() {
 	if r.ctx.Err() == nil {
 		r.c.Judge((*holder)(r))
 	}
+	// mutant: hold-limit-on-timer-only
+	if r.ctx.Err() == nil && r.overHold() {
+		r.holdLimitReached()
+	}
 }
 
 // Deadline returns the earliest time at which the server may expire the
@@ -141,8 +148,10 @@ func (g *Grant) judge() {
 // which the holder must have stopped (at once for a deleted node or an
 // expired session). It counts the worst case of an ensemble (see
 // [Grant.Done]); it moves earlier when a reconnection is granted a shorter
-// session timeout. ok is false while the grant is held on a connection whose
-// session timeout the lock does not know, and after Release.
+// session timeout. With a hold limit (WithMaxHold) it is never later than
+// the limit. ok is false while the grant is held, without a hold limit, on
+// a connection whose session timeout the lock does not know, and after
+// Release.
 func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 	r := g.root()
 	r.judge()
@@ -151,7 +160,11 @@ func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 	if r.ctx.Err() != nil {
 		return r.deadline, !r.deadline.IsZero()
 	}
-	return r.c.Deadline((*holder)(r))
+	deadline, ok = r.c.Deadline((*holder)(r))
+	if !r.holdEnd.IsZero() && (!ok || r.holdEnd.Before(deadline)) {
+		return r.holdEnd, true
+	}
+	return deadline, ok
 }
 
 // Token returns the fencing token of the grant: the czxid of its node. For
@@ -324,6 +337,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	}
 	d.initContext()
 	d.token.Store(g.token.Load())
+	d.limitHold(g.holdEnd)
 	g.released, g.successor = true, d
 	g.c.Ref() // the read grant's own use of the client
 	g.c.Hold((*holder)(d))

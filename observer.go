@@ -67,8 +67,9 @@ type GrantEvent struct {
 	// clock ran out: the connection was silent for too long for the
 	// session to be shown alive, see Grant.Done); "disconnected" (the
 	// connection dropped, and the lock does not know the session
-	// timeout); "other" (a closed connection, a downgrade whose outcome is
-	// unknown, ...). It is "" for a release or a downgrade.
+	// timeout); "hold_limit" (see WithMaxHold); "other" (a closed
+	// connection, a downgrade whose outcome is unknown, ...). It is "" for
+	// a release or a downgrade.
 	Loss     string
 	Requests int   // the requests the grant sent: its release, Token, watch, Downgrade
 	Err      error // ErrReleased, or an error wrapping ErrLost
@@ -113,6 +114,8 @@ func lossOf(cause error) string {
 		return ""
 	case errors.Is(cause, errNodeDeleted):
 		return "node_deleted"
+	case errors.Is(cause, ErrHoldLimit):
+		return "hold_limit"
 	case errors.Is(cause, zk.ErrSessionExpired):
 		return "session_expired"
 	case leaseLapsed(cause):

@@ -18,6 +18,7 @@ type options struct {
 	log            *slog.Logger
 	sessionTimeout time.Duration
 	cleanupTimeout time.Duration
+	maxHold        time.Duration
 	observers      []Observer
 	dialect        Dialect
 	err            error

@@ -47,6 +47,9 @@ var (
 	// remedy is a fresh lock directory: a new path, or this one deleted
 	// and created again while nobody uses it.
 	ErrSequenceExhausted = errors.New("rwlock: the lock directory's sequence numbers are exhausted")
+	// ErrHoldLimit is, with ErrLost, the cause of a grant that reached the
+	// lock's hold limit (see WithMaxHold).
+	ErrHoldLimit = errors.New("rwlock: hold limit reached")
 )
 
 // Mode says whether a grant is shared or exclusive.
@@ -88,6 +91,7 @@ type RWLock struct {
 	log     *slog.Logger
 	timeout time.Duration // from WithSessionTimeout; 0 when not given
 	cleanup time.Duration
+	maxHold time.Duration // from WithMaxHold; 0 for none
 	dialect Dialect
 
 	observers []Observer // from WithObserver
@@ -129,6 +133,7 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		log:       o.log,
 		timeout:   o.sessionTimeout,
 		cleanup:   o.cleanupTimeout,
+		maxHold:   o.maxHold,
 		observers: o.observers,
 		dialect:   o.dialect,
 	}, nil

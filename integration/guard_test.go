@@ -63,7 +63,7 @@ func TestGuardedWritesCommitWhileHeld(t *testing.T) {
 
 	for _, op := range []any{
 		&zk.SetDataRequest{Path: g.Node(), Data: []byte("x"), Version: -1}, // the lock's own node
-		&zk.CreateRequest{Path: lock.Path() + "/x"},                         // a child in the lock's directory
+		&zk.CreateRequest{Path: lock.Path() + "/x"},                        // a child in the lock's directory
 		(*zk.DeleteRequest)(nil),
 		"a string",
 	} {

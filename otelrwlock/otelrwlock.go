@@ -17,9 +17,9 @@
 //
 // rwlock.outcome is granted, would_block, cancelled or failed;
 // rwlock.loss_cause is node_deleted, session_expired, lease_lapsed,
-// disconnected or other. The wait histogram has every acquisition, by
-// outcome (the stats package's has the granted ones); its buckets run from 100 µs to
-// 60 s. The spans (tracer of the same name) are named rwlock.Lock,
+// disconnected, hold_limit or other. The wait histogram has every
+// acquisition, by outcome (the stats package's has the granted ones); its
+// buckets run from 100 µs to 60 s. The spans (tracer of the same name) are named rwlock.Lock,
 // rwlock.RLock, rwlock.TryLock and rwlock.TryRLock, are children of the
 // span in the caller's context, run from the call to its return, and carry
 // the same attributes plus rwlock.requests; a failed or cancelled

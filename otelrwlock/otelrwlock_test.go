@@ -20,9 +20,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/zkrwlock/rwlock"
-	"github.com/zkrwlock/rwlock/stats"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/otelrwlock"
+	"github.com/zkrwlock/rwlock/stats"
 )
 
 const sessionTimeout = 10 * time.Second

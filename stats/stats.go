@@ -35,7 +35,7 @@ type modeRecord struct {
 }
 
 type lostRecord struct {
-	nodeDeleted, sessionExpired, leaseLapsed, disconnected, other atomic.Uint64
+	nodeDeleted, sessionExpired, leaseLapsed, disconnected, holdLimit, other atomic.Uint64
 }
 
 func (r *Recorder) mode(m rwlock.Mode) *modeRecord {
@@ -81,6 +81,8 @@ func (r *Recorder) ObserveGrant(e rwlock.GrantEvent) {
 		r.lost.leaseLapsed.Add(1)
 	case "disconnected":
 		r.lost.disconnected.Add(1)
+	case "hold_limit":
+		r.lost.holdLimit.Add(1)
 	default:
 		r.lost.other.Add(1)
 	}
@@ -102,7 +104,7 @@ func (r *Recorder) Stats() Stats {
 	s.Lost = LostStats{
 		NodeDeleted: r.lost.nodeDeleted.Load(), SessionExpired: r.lost.sessionExpired.Load(),
 		LeaseLapsed: r.lost.leaseLapsed.Load(), Disconnected: r.lost.disconnected.Load(),
-		Other: r.lost.other.Load(),
+		HoldLimit: r.lost.holdLimit.Load(), Other: r.lost.other.Load(),
 	}
 	s.Requests = r.requests.Load()
 	return s
@@ -148,12 +150,12 @@ func (m ModeStats) Acquisitions() uint64 { return m.Granted + m.WouldBlock + m.C
 
 // LostStats count the grants lost, by cause (see rwlock.GrantEvent.Loss).
 type LostStats struct {
-	NodeDeleted, SessionExpired, LeaseLapsed, Disconnected, Other uint64
+	NodeDeleted, SessionExpired, LeaseLapsed, Disconnected, HoldLimit, Other uint64
 }
 
 // Total returns the number of grants lost.
 func (l LostStats) Total() uint64 {
-	return l.NodeDeleted + l.SessionExpired + l.LeaseLapsed + l.Disconnected + l.Other
+	return l.NodeDeleted + l.SessionExpired + l.LeaseLapsed + l.Disconnected + l.HoldLimit + l.Other
 }
 
 // Acquisitions returns the number of acquisitions of both modes, whatever
@@ -209,6 +211,6 @@ func (l LostStats) combine(o LostStats, sign int) LostStats {
 	return LostStats{
 		NodeDeleted: f(l.NodeDeleted, o.NodeDeleted), SessionExpired: f(l.SessionExpired, o.SessionExpired),
 		LeaseLapsed: f(l.LeaseLapsed, o.LeaseLapsed), Disconnected: f(l.Disconnected, o.Disconnected),
-		Other: f(l.Other, o.Other),
+		HoldLimit: f(l.HoldLimit, o.HoldLimit), Other: f(l.Other, o.Other),
 	}
 }
