@@ -3,17 +3,18 @@
 //
 // A lock is a directory: each acquisition creates an ephemeral sequential
 // child, _c_<guid>-read-<seq> or _c_<guid>-write-<seq>, and the sequence
-// numbers are the queue. A reader holds the lock when no writer precedes it, and otherwise watches
-// the nearest preceding writer; a writer holds it when nothing precedes it,
-// and otherwise watches its immediate predecessor. So the lock is FIFO, a
+// numbers are the queue. A reader holds the lock when no writer precedes
+// it, and otherwise watches the nearest preceding writer; a writer holds it
+// when nothing precedes it, and otherwise watches its immediate
+// predecessor. So the lock is FIFO, a
 // waiting writer blocks later readers, every waiter watches one node (no
 // herd effect), and a dead client's nodes vanish with its session.
 //
 // An acquisition that finds nobody in its way takes one round trip: the
 // listing goes out right behind the create. When a watched node goes, the
 // listing taken after our own create usually proves the way clear without
-// another request. Where it cannot (a
-// writer with more nodes ahead than its predecessor), the predecessor tells:
+// another request. Where it cannot (a writer with more nodes ahead than its
+// predecessor), the predecessor tells:
 // a writer that waited marks its node held in the transaction that deletes
 // it, which proves that nothing before it is left, so a queue of writers
 // drains in constant time per handoff instead of listing the queue each time.
@@ -30,7 +31,10 @@
 // [Grant.Done] closes, and [Grant.Err] fails, before another client could be
 // granted the lock; [RWLock.WithWrite] and [RWLock.WithRead] cancel their
 // function's context then. The [Grant.Token] (the node's czxid) lets the
-// store a lock protects turn away a holder that missed it.
+// store a lock protects turn away a holder that missed it; for data kept
+// in ZooKeeper itself, [Grant.Multi] commits writes only while the grant's
+// node exists. [WithMaxHold] ends every grant by itself after a limit,
+// telling its holder first.
 //
 // Reentrancy travels in the context, since Go has no goroutine identity:
 // the contexts handed out by WithRead, WithWrite and ReadGroup, or made by
