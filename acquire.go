@@ -86,6 +86,8 @@ type acquisition struct {
 	tok     int64           // our node's czxid, when read
 	oneTrip bool            // the listing sent behind the create showed our node
 
+	member bool // one of a set's acquisitions (see multi.go)
+
 	ownConnects      uint64 // the connection's session count when own was set
 	ownConnectsKnown bool   // the connection counts them (see confirmOwn)
 
@@ -112,27 +114,45 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 }
 
 func (a *acquisition) run(ctx context.Context) (*Grant, error) {
-	next := stepCreate
 	if err := a.l.checkDeletable(ctx, a.c); err != nil {
 		return nil, err
 	}
+	next := stepCreate
+	for {
+		var err error
+		if next, err = a.advance(ctx, next); err == nil {
+			if next, err = a.ready(ctx); err == nil && next == stepGrant {
+				return a.newGrant(), nil
+			}
+		}
+		if err != nil {
+			return nil, a.abort(ctx, err)
+		}
+	}
+}
+
+// advance takes the steps from next until nothing is in our way
+// (stepGrant), or an error. A member of a set (see multi.go) stops instead
+// where it would make a node of its own (stepCreate, stepRequeue): its
+// set makes the nodes of all its members together.
+func (a *acquisition) advance(ctx context.Context, next step) (step, error) {
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, a.abort(ctx, err)
+			return next, err
 		}
 		var err error
 		switch next {
 		case stepCreate:
+			if a.member {
+				return next, nil
+			}
 			next, err = a.create(ctx)
 		case stepList:
 			next, err = a.list(ctx)
 		case stepWait:
 			next, err = a.wait(ctx)
 		case stepGrant:
-			var g *Grant
-			if g, next, err = a.grant(ctx); g != nil {
-				return g, nil
-			}
+			return next, nil
 		case stepReconnect:
 			if err = a.retry.Wait(ctx, a.c.Conn()); err == nil {
 				next = stepCreate
@@ -141,12 +161,15 @@ func (a *acquisition) run(ctx context.Context) (*Grant, error) {
 				}
 			}
 		case stepRequeue:
+			if a.member {
+				return next, nil
+			}
 			a.l.debug("session replaced while waiting; queueing again", a.node)
-			a.requeue()
+			a.requeue(newGUID())
 			next = stepCreate // go-zookeeper has opened the new session, or the create finds out
 		}
 		if err != nil {
-			return nil, a.abort(ctx, err)
+			return next, err
 		}
 	}
 }
@@ -168,8 +191,8 @@ func (a *acquisition) after(err error) (step, error) {
 // node; if not, the session was replaced, and our node went with it.
 func (a *acquisition) ours(session int64) bool { return session == a.session && session != 0 }
 
-func (a *acquisition) requeue() {
-	a.guid = newGUID()
+func (a *acquisition) requeue(guid string) {
+	a.guid = guid
 	a.node, a.path, a.session, a.unsure = "", "", 0, false
 	a.snap, a.dir, a.own, a.tok = snapshot{}, nil, nil, 0
 }
@@ -317,32 +340,37 @@ func (a *acquisition) locate(r zkclient.Reply[[]string]) (step, error) {
 	return stepWait, nil
 }
 
-// grant turns the acquisition into a Grant, unless ctx ended meanwhile:
-// then, as a cancelled call promises, the node goes and ctx's error
-// returns. A grant starts with more than its head start to run on the
-// lease: after a long wait, one sync renews it first, and if that fails,
-// the acquisition goes on as after any failed request (our place in the
-// queue is kept; a later listing proves it again).
-func (a *acquisition) grant(ctx context.Context) (*Grant, step, error) {
+// ready checks, once nothing is in our way, that the grant can be made,
+// unless ctx ended meanwhile: then, as a cancelled call promises, the node
+// goes and ctx's error returns. A grant starts with more than its head
+// start to run on the lease: after a long wait, one sync renews it first,
+// and if that fails, the acquisition goes on as after any failed request
+// (our place in the queue is kept; a later listing proves it again). It
+// returns stepGrant when newGrant may follow.
+func (a *acquisition) ready(ctx context.Context) (step, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	t := a.c.Timeout(a.l.timeout, a.session)
 	if t <= 0 && a.c.Conn().State() != zk.StateHasSession {
 		// Without T, a disconnection is a loss: the grant's first Err
 		// would report it. Wait for the session, and prove our place again.
-		return nil, stepReconnect, nil
+		return stepReconnect, nil
 	}
 	if t > 0 && !a.c.Fresh(a.session, t, zkclient.RenewInterval(t)) {
 		r := a.c.Sync(ctx)
 		switch {
 		case r.Err != nil:
-			next, err := a.after(r.Err)
-			return nil, next, err
+			return a.after(r.Err)
 		case !a.ours(r.Session):
-			return nil, stepRequeue, nil
+			return stepRequeue, nil
 		}
 	}
+	return stepGrant, nil
+}
+
+// newGrant turns the acquisition, found ready, into a Grant.
+func (a *acquisition) newGrant() *Grant {
 	a.l.debug("granted", a.path)
 	g := newGrant(a.l, a.c, a.mode, a.path, a.session)
 	g.token.Store(a.tok)
@@ -355,7 +383,7 @@ func (a *acquisition) grant(ctx context.Context) (*Grant, step, error) {
 	// reader anything, and cost a reader waiting on us a request.
 	g.markRelease = a.mode == Write && a.waited && a.writers
 	g.watchFrom(a.own, a.dir)
-	return g, 0, nil
+	return g
 }
 
 // abort deletes whatever node the acquisition made, with a fresh bounded

@@ -47,7 +47,7 @@ func (g *Grant) Multi(ctx context.Context, ops ...any) ([]zk.MultiResponse, erro
 	all := make([]any, 0, 1+len(ops))
 	all = append(all, &zk.CheckVersionRequest{Path: r.node, Version: -1}) // -1: any version, so: it exists
 	all = append(all, ops...)
-	reply := r.c.Multi(&tally{Context: ctx, n: &r.requests}, all)
+	reply := r.c.Multi(&tally{Context: ctx, n: &r.requests}, all, nil, nil)
 	if len(reply.V) > 0 && errors.Is(reply.V[0].Error, zk.ErrNoNode) {
 		r.deletedUnderGuard()
 		return nil, fmt.Errorf("rwlock: multi on %s: %w", r.node, g.Err())

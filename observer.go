@@ -138,7 +138,7 @@ func leaseLapsed(err error) bool {
 // trip: its create and the listing sent right behind it (listBehind), and
 // no other request. Change the definition here: it is the only place that
 // makes it.
-func oneRoundTrip(a *acquisition) bool { return a.oneTrip && !a.waited && a.requests.Load() == 2 }
+func oneRoundTrip(a *acquisition) bool { return a.oneTrip && !a.waited && a.requests.Load() <= 2 }
 
 // acquired ends an acquisition's figures as it returns: the contention
 // profile's sample, and the observers' event. It runs on the caller's

@@ -273,9 +273,14 @@ func (c *Client) SetAndDelete(ctx context.Context, path string, data []byte, lat
 
 // Multi runs ops in one transaction: all commit, or none. A failed
 // transaction reports the failing operation's error, and each operation's
-// in the replies.
-func (c *Client) Multi(ctx context.Context, ops []any) Reply[[]zk.MultiResponse] {
-	return request(c, ctx, true, func() ([]zk.MultiResponse, error) { return c.zk.Multi(ops...) }, nil)
+// in the replies. sending and late are Create's.
+func (c *Client) Multi(ctx context.Context, ops []any, sending chan struct{}, late func(Reply[[]zk.MultiResponse])) Reply[[]zk.MultiResponse] {
+	return request(c, ctx, true, func() ([]zk.MultiResponse, error) {
+		if sending != nil {
+			close(sending)
+		}
+		return c.zk.Multi(ops...)
+	}, late)
 }
 
 // Sync is the lease's keepalive: the cheapest request that a follower must

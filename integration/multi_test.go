@@ -1,0 +1,272 @@
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
+	"github.com/zkrwlock/rwlock/stats"
+)
+
+var setsFor = flag.Duration("sets.for", 15*time.Second, "how long TestLockAllRandomOrders runs")
+
+// Four locks, mixed modes, two of their directories missing: one
+// transaction and the listings behind it; one token; nothing left after.
+func TestLockAllUncontended(t *testing.T) {
+	srv := zkserver.StartStandalone(t) // of its own: the server's request count is the set's
+	a := connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	root := zktest.LockPath(t, "/multi")
+	var rec stats.Recorder
+	locks := make([]*rwlock.RWLock, 4)
+	for i := range locks {
+		locks[i] = a.lock(t, fmt.Sprintf("%s/%d", root, i), rwlock.WithObserver(&rec))
+	}
+	reqs := []rwlock.Request{{Lock: locks[0], Mode: rwlock.Write}, {Lock: locks[1], Mode: rwlock.Read}, {Lock: locks[2], Mode: rwlock.Write}, {Lock: locks[3], Mode: rwlock.Read}}
+	grants, err := rwlock.LockAll(ctx, reqs...) // makes the directories
+	require.NoError(t, err)
+	for i, g := range grants {
+		assert.Equal(t, reqs[i].Mode, g.Mode())
+		require.NoError(t, g.Release(ctx))
+	}
+
+	before := rec.Stats()
+	packets := func() int64 {
+		n, err := srv.SumMntr(ctx, "zk_packets_received")
+		require.NoError(t, err)
+		return n
+	}
+	p0 := packets()
+	grants, err = rwlock.LockAll(ctx, reqs...)
+	require.NoError(t, err)
+	p1 := packets()
+	d := rec.Stats().Sub(before)
+	assert.Equal(t, uint64(5), d.Requests, "one multi, four listings behind it")
+	assert.Equal(t, int64(5), p1-p0-1, "what the server received (the mntr exchange aside)")
+	assert.Equal(t, uint64(4), d.Read.OneRoundTrip+d.Write.OneRoundTrip, "every member from its first listing")
+	token := grants[0].Token()
+	require.NotZero(t, token)
+	for i, g := range grants {
+		assert.Equal(t, token, g.Token(), "one transaction, one token")
+		assert.Len(t, lockNodes(t, a.conn, locks[i].Path()), 1)
+		require.NoError(t, g.Release(ctx))
+		assert.Empty(t, lockNodes(t, a.conn, locks[i].Path()))
+	}
+}
+
+func TestLockAllRefusesBadSets(t *testing.T) {
+	srv := sharedServer(t)
+	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	p := zktest.LockPath(t, "/multi")
+	la, la2, lb := a.lock(t, p+"/x"), a.lock(t, p+"/x"), b.lock(t, p+"/y")
+	for name, reqs := range map[string][]rwlock.Request{
+		"two connections": {{Lock: la, Mode: rwlock.Write}, {Lock: lb, Mode: rwlock.Write}},
+		"a path twice":    {{Lock: la, Mode: rwlock.Write}, {Lock: la2, Mode: rwlock.Read}},
+		"a nil lock":      {{Lock: la, Mode: rwlock.Write}, {Lock: nil, Mode: rwlock.Read}},
+		"no mode":         {{Lock: la, Mode: 0}},
+	} {
+		_, err := rwlock.LockAll(ctx, reqs...)
+		require.ErrorIs(t, err, rwlock.ErrInvalidArgument, name)
+	}
+	err := la.WithWrite(ctx, func(ctx context.Context) error {
+		_, err := rwlock.LockAll(ctx, rwlock.Request{Lock: la, Mode: rwlock.Write})
+		return err
+	})
+	require.ErrorIs(t, err, rwlock.ErrInvalidArgument, "a context carrying a grant of one of the locks")
+	grants, err := rwlock.LockAll(ctx)
+	require.NoError(t, err)
+	require.Empty(t, grants)
+	assert.Empty(t, lockNodes(t, a.conn, p+"/x"))
+}
+
+// Two jobs that take the same two locks in opposite orders: one at a time,
+// each gets its first lock and waits for the other's forever (shown with a
+// timeout); with LockAll, both finish.
+func TestLockAllDoesNotDeadlockWhereOneByOneDoes(t *testing.T) {
+	srv := sharedServer(t)
+	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	root := zktest.LockPath(t, "/multi")
+	pathX, pathY := root+"/x", root+"/y"
+
+	t.Run("one by one", func(t *testing.T) {
+		firsts := make(chan struct{}, 2)
+		both := make(chan struct{})
+		job := func(c *client, first, second string) error {
+			g, err := c.lock(t, first).Lock(ctx)
+			if err != nil {
+				return err
+			}
+			defer g.Release(ctx)
+			firsts <- struct{}{}
+			<-both // each holds its first lock before asking for the second
+			tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			h, err := c.lock(t, second).Lock(tctx)
+			if err == nil {
+				h.Release(ctx)
+			}
+			return err
+		}
+		errs := make(chan error, 2)
+		go func() { errs <- job(a, pathX, pathY) }()
+		go func() { errs <- job(b, pathY, pathX) }()
+		<-firsts
+		<-firsts
+		close(both)
+		require.ErrorIs(t, <-errs, context.DeadlineExceeded, "deadlocked")
+		require.ErrorIs(t, <-errs, context.DeadlineExceeded, "deadlocked")
+	})
+
+	t.Run("LockAll", func(t *testing.T) {
+		job := func(c *client, first, second string) error {
+			tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			grants, err := rwlock.LockAll(tctx, rwlock.Request{Lock: c.lock(t, first), Mode: rwlock.Write}, rwlock.Request{Lock: c.lock(t, second), Mode: rwlock.Write})
+			if err != nil {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond) // the hold that made the others wait, not a synchronisation
+			for _, g := range grants {
+				if err := g.Release(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		errs := make(chan error, 2)
+		for range 10 {
+			go func() { errs <- job(a, pathX, pathY) }()
+			go func() { errs <- job(b, pathY, pathX) }()
+			require.NoError(t, <-errs)
+			require.NoError(t, <-errs)
+		}
+	})
+	assert.Empty(t, lockNodes(t, a.conn, pathX))
+	assert.Empty(t, lockNodes(t, a.conn, pathY))
+}
+
+// Clients take random subsets of overlapping locks, in random orders and
+// modes, for sets.for: every set is granted (a deadlock would show as a
+// timeout), no two conflicting grants of a path overlap, and no node is
+// left.
+func TestLockAllRandomOrders(t *testing.T) {
+	srv := sharedServer(t)
+	ctx := testContext(t)
+	root := zktest.LockPath(t, "/multi")
+	const nPaths, nClients = 5, 6
+	paths := make([]string, nPaths)
+	excl := make([]exclusion, nPaths)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("%s/%d", root, i)
+	}
+	var sets atomic.Int64
+	deadline := time.Now().Add(*setsFor)
+	var wg sync.WaitGroup
+	for c := range nClients {
+		cl := connect(t, srv.ConnectString(), 0)
+		locks := make([]*rwlock.RWLock, nPaths)
+		for i := range locks {
+			locks[i] = cl.lock(t, paths[i])
+		}
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(c), 7))
+			for time.Now().Before(deadline) && !t.Failed() {
+				idx := rnd.Perm(nPaths)[:2+rnd.IntN(nPaths-1)]
+				reqs := make([]rwlock.Request, len(idx))
+				for j, i := range idx {
+					reqs[j] = rwlock.Request{Lock: locks[i], Mode: []rwlock.Mode{rwlock.Read, rwlock.Write}[rnd.IntN(2)]}
+				}
+				tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				grants, err := rwlock.LockAll(tctx, reqs...)
+				cancel()
+				if !assert.NoError(t, err, "a set not granted in 30 s: deadlock?") {
+					return
+				}
+				for j, i := range idx {
+					excl[i].enter(reqs[j].Mode)
+				}
+				time.Sleep(time.Duration(rnd.IntN(3)) * time.Millisecond) // the work under the locks
+				for j, i := range idx {
+					excl[i].leave(reqs[j].Mode)
+					assert.NoError(t, grants[j].Err())
+					assert.NoError(t, grants[j].Release(ctx))
+				}
+				sets.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d sets of 2-%d locks granted by %d clients in %v", sets.Load(), nPaths, nClients, *setsFor)
+	for i := range excl {
+		assert.Zero(t, excl[i].violations.Load(), "exclusion on %s", paths[i])
+	}
+	checker := connect(t, srv.ConnectString(), 0)
+	for _, p := range paths {
+		assert.Empty(t, lockNodes(t, checker.conn, p))
+	}
+}
+
+// A set that waits is cancelled: every node it made goes before LockAll
+// returns, including those of locks it would have had at once.
+func TestLockAllCancelledLeavesNothing(t *testing.T) {
+	srv := sharedServer(t)
+	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	root := zktest.LockPath(t, "/multi")
+	holder, err := b.lock(t, root+"/busy").Lock(ctx)
+	require.NoError(t, err)
+	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = rwlock.LockAll(tctx, rwlock.Request{Lock: a.lock(t, root+"/free"), Mode: rwlock.Write}, rwlock.Request{Lock: a.lock(t, root+"/busy"), Mode: rwlock.Read})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Empty(t, lockNodes(t, a.conn, root+"/free"))
+	assert.Len(t, lockNodes(t, a.conn, root+"/busy"), 1, "the holder's only")
+	require.NoError(t, holder.Release(ctx))
+}
+
+// The session of a waiting set expires: the set queues again in a new
+// session, in one transaction, and is granted once the holder releases.
+func TestLockAllAfterExpiry(t *testing.T) {
+	srv := sharedServer(t)
+	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	root := zktest.LockPath(t, "/multi")
+	holder, err := b.lock(t, root+"/busy").Lock(ctx)
+	require.NoError(t, err)
+	la, lb := a.lock(t, root+"/free"), a.lock(t, root+"/busy")
+	done := make(chan error, 1)
+	var grants []*rwlock.Grant
+	go func() {
+		var err error
+		grants, err = rwlock.LockAll(ctx, rwlock.Request{Lock: la, Mode: rwlock.Write}, rwlock.Request{Lock: lb, Mode: rwlock.Write})
+		done <- err
+	}()
+	zktest.Poll(t, 10*time.Second, func() bool { return len(lockNodes(t, b.conn, root+"/busy")) == 2 },
+		func() string { return "the set's node never queued" })
+	old := a.conn.SessionID()
+	a.expire(t, srv.Addr(0))
+	zktest.Poll(t, 20*time.Second, func() bool { return a.conn.SessionID() != old && len(lockNodes(t, b.conn, root+"/busy")) == 2 },
+		func() string { return "the set did not queue again in a new session" })
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-done)
+	require.Len(t, grants, 2)
+	assert.Equal(t, grants[0].Token(), grants[1].Token())
+	for _, g := range grants {
+		require.NoError(t, g.Release(ctx))
+	}
+	assert.Empty(t, lockNodes(t, b.conn, root+"/free"))
+	assert.Empty(t, lockNodes(t, b.conn, root+"/busy"))
+}

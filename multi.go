@@ -1,0 +1,383 @@
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
+)
+
+// Several locks in one transaction. One multi creates the nodes of every
+// lock of a set, so they share one zxid, and the set is granted once every
+// member is.
+//
+// Why no deadlock: in every directory, sequence numbers follow the order
+// in which the leader applied the creates, so a node of an earlier
+// transaction precedes a node of a later one. A member waits only for
+// nodes before its own (a reader for the nearest writer, a writer for its
+// predecessor): nodes of earlier transactions. So every wait points from a
+// later transaction to an earlier one, and a cycle of waits would need a
+// transaction earlier than itself. This holds for every caller that takes
+// all of its locks in one call (Lock is a set of one); it does not hold for
+// a caller that holds a grant and then asks for more, nor for peers that
+// take the same paths one by one: they can still deadlock, as with any
+// lock.
+//
+// Everything else is the single acquisition's, member by member: each
+// waits as Lock or RLock waits, with the same proofs before its grant.
+// Only making nodes is the set's: a member that would create a node of its
+// own (after the session was replaced, or a create's answer lost and no
+// node found) stops, and the set makes every member's node again in one
+// transaction, after deleting what is left of the old ones. A lost answer
+// to the multi is settled by the guid the set's nodes share, member by
+// member, as for a lost create. A failed or cancelled set deletes every
+// node it made before it returns.
+
+// A Request asks LockAll for one lock, in one mode.
+type Request struct {
+	Lock *RWLock
+	Mode Mode // Read or Write
+}
+
+// LockAll blocks until it holds every lock of reqs in its mode, or ctx
+// ends, and returns the grants in the order asked. The nodes of every lock
+// are created in one ZooKeeper transaction, so callers that take their
+// locks with LockAll cannot deadlock, whatever the order of their
+// requests (a caller that holds a grant and then asks for more still can).
+// When nothing is in the way it takes one round trip. The grants are
+// ordinary grants (Release each, or let each be lost alone) and share one
+// token, the transaction's zxid.
+//
+// Every lock must use the same *zk.Conn, and no path may appear twice;
+// otherwise LockAll returns an error wrapping ErrInvalidArgument, as it
+// does for a context that carries a grant of one of the locks (LockAll does
+// not nest). If ctx ends, or the set fails, LockAll deletes every node it
+// made before it returns the error, as Lock does.
+func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
+	s, err := newSet(ctx, reqs)
+	if err != nil {
+		return nil, fmt.Errorf("rwlock: lockall: %w", err)
+	}
+	if len(s.members) == 0 {
+		return nil, nil
+	}
+	start := time.Now()
+	grants, err := s.run(ctx)
+	for _, a := range s.members {
+		a.l.acquired(ctx, a, start, err)
+	}
+	if err != nil {
+		for _, a := range s.members {
+			a.c.Unref()
+		}
+		return nil, fmt.Errorf("rwlock: lockall %s: %w", s, err)
+	}
+	return grants, nil
+}
+
+// set is one LockAll call in progress: an acquisition per lock, in the
+// order asked, on one client, with one guid.
+type set struct {
+	members []*acquisition
+	c       *zkclient.Client
+	guid    string
+}
+
+func newSet(ctx context.Context, reqs []Request) (*set, error) {
+	s := &set{guid: newGUID()}
+	carried, _ := ctx.Value(grantKey{}).(*Grant)
+	for i, r := range reqs {
+		switch {
+		case r.Lock == nil || r.Lock.conn == nil:
+			return nil, fmt.Errorf("%w: request %d: an RWLock not made by New", ErrInvalidArgument, i)
+		case r.Mode != Read && r.Mode != Write:
+			return nil, fmt.Errorf("%w: request %d: mode %v", ErrInvalidArgument, i, r.Mode)
+		case r.Lock.conn != reqs[0].Lock.conn:
+			return nil, fmt.Errorf("%w: %s and %s are on different connections", ErrInvalidArgument, reqs[0].Lock.path, r.Lock.path)
+		case slices.ContainsFunc(reqs[:i], func(o Request) bool { return o.Lock.path == r.Lock.path }):
+			return nil, fmt.Errorf("%w: %s is asked for twice", ErrInvalidArgument, r.Lock.path)
+		case carried != nil && carried.root().l.path == r.Lock.path:
+			return nil, fmt.Errorf("%w: the context carries a grant of %s", ErrInvalidArgument, r.Lock.path)
+		}
+	}
+	for _, r := range reqs {
+		a := &acquisition{l: r.Lock, c: zkclient.For(r.Lock.conn), want: want{mode: r.Mode, block: true}, guid: s.guid, member: true}
+		s.members = append(s.members, a)
+	}
+	if len(s.members) > 0 {
+		s.c = s.members[0].c
+	}
+	return s, nil
+}
+
+// String names the set's locks, for errors.
+func (s *set) String() string {
+	paths := make([]string, len(s.members))
+	for i, a := range s.members {
+		paths[i] = a.l.path
+	}
+	return fmt.Sprint(paths)
+}
+
+func (s *set) run(ctx context.Context) ([]*Grant, error) {
+	for _, a := range s.members {
+		if err := a.l.checkDeletable(a.counting(ctx), a.c); err != nil {
+			return nil, err
+		}
+	}
+	next := slices.Repeat([]step{stepCreate}, len(s.members))
+	for {
+		var err error
+		if next[0] == stepCreate {
+			next, err = s.create(ctx)
+		}
+		if err == nil {
+			next, err = s.advance(ctx, next)
+		}
+		if err == nil && !slices.ContainsFunc(next, func(n step) bool { return n != stepGrant }) {
+			if next, err = s.ready(ctx); err == nil && next == nil {
+				return s.grant(ctx)
+			}
+		}
+		if err != nil {
+			return nil, s.abort(ctx, err)
+		}
+	}
+}
+
+// create makes every member's node in one transaction, and the lock
+// directories that are missing; each member's first listing goes out
+// right behind it (see acquisition.listBehind). It returns each member's
+// next step.
+func (s *set) create(ctx context.Context) ([]step, error) {
+	for tries := 0; ; tries++ {
+		sending := make(chan struct{})
+		behind := make([]<-chan listing, len(s.members))
+		ops := make([]any, len(s.members))
+		counted := make([]context.Context, len(s.members))
+		for i, a := range s.members {
+			l := a.l
+			ops[i] = &zk.CreateRequest{
+				Path: nodePrefix(l.path, s.guid, a.mode, l.dialect), Data: l.data, Acl: l.acl,
+				Flags: zk.FlagEphemeral | zk.FlagSequence,
+			}
+			counted[i] = a.counting(ctx)
+			behind[i] = a.listBehind(counted[i], sending)
+		}
+		r := s.c.Multi(counted[0], ops, sending, s.finishCreate)
+		firsts := make([]listing, len(s.members))
+		for i, ch := range behind {
+			firsts[i] = <-ch
+		}
+		// The failing op carries the transaction's error; the others, none
+		// or a "runtime inconsistency".
+		failed := slices.IndexFunc(r.V, func(m zk.MultiResponse) bool { return r.Err != nil && errors.Is(m.Error, r.Err) })
+		switch {
+		case r.Err == nil && r.Session == 0:
+			// Made, but the session changed while we waited: the nodes are
+			// ours only if the session that has them now made them.
+			return s.unsure(stepList), nil
+		case r.Err == nil:
+			next := make([]step, len(s.members))
+			for i, a := range s.members {
+				l := a.l
+				a.path, a.node, a.session = r.V[i].String, r.V[i].String[len(l.path)+1:], r.Session
+				l.debug("created in a set", a.path)
+				first := firsts[i]
+				if first.Err == nil && first.Session == a.session && slices.Contains(first.V, a.node) {
+					a.dir, a.oneTrip = first.watch, true
+					var err error
+					if next[i], err = a.locate(first.Reply); err != nil {
+						return nil, err
+					}
+					continue
+				}
+				next[i] = stepList // the listing overtook the multi, or failed: list again
+			}
+			return next, nil
+		case errors.Is(r.Err, zk.ErrNoNode) && failed >= 0 && tries < 5:
+			// A lock directory is missing (or was reaped): make it, as the
+			// create of a single acquisition does, and try again.
+			a := s.members[failed]
+			if err := a.mkdirs(counted[failed]); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return s.after(err)
+			}
+			if err := a.recheckDeletable(counted[failed]); err != nil {
+				return nil, err
+			}
+		case errors.Is(r.Err, zk.ErrNoAuth) && failed >= 0:
+			return nil, fmt.Errorf("create a node in %s: %w (the directory's ACL does not let this client create; see WithACL)",
+				s.members[failed].l.path, r.Err)
+		case zkclient.ConnectionLoss(r.Err):
+			return s.unsure(stepReconnect), nil // look for the nodes by guid once we can list again
+		default:
+			return s.after(r.Err)
+		}
+	}
+}
+
+// unsure marks every member's create of unknown outcome: a node with the
+// set's guid may exist in every directory, or in none.
+func (s *set) unsure(next step) []step {
+	for _, a := range s.members {
+		a.unsure = true
+	}
+	return slices.Repeat([]step{next}, len(s.members))
+}
+
+// after maps a failed request to every member's next step.
+func (s *set) after(err error) ([]step, error) {
+	next, err := s.members[0].after(err)
+	return slices.Repeat([]step{next}, len(s.members)), err
+}
+
+// finishCreate receives the outcome of a multi its caller stopped waiting
+// for, and makes sure no node outlives the call (see RWLock.finishCreate).
+func (s *set) finishCreate(r zkclient.Reply[[]zk.MultiResponse]) {
+	for i, a := range s.members {
+		one := zkclient.Reply[string]{Session: r.Session, Err: r.Err}
+		if r.Err == nil {
+			one.V = r.V[i].String
+		}
+		a.l.finishCreate(a.c, one, s.guid)
+	}
+}
+
+// advance runs every member's steps at once, from next, until each has
+// nothing in its way (stepGrant), one must make a node (stepCreate: the
+// set makes them all again), or one fails: the others then stop where
+// they are.
+func (s *set) advance(ctx context.Context, next []step) ([]step, error) {
+	members, stop := context.WithCancel(ctx)
+	defer stop()
+	errs := make([]error, len(s.members))
+	var wg sync.WaitGroup
+	for i, a := range s.members {
+		wg.Go(func() {
+			next[i], errs[i] = a.advance(a.counting(members), next[i])
+			if errs[i] != nil || next[i] == stepCreate || next[i] == stepRequeue {
+				stop()
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return next, err
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) { // not the stop above
+			return next, err
+		}
+	}
+	if slices.Contains(next, stepCreate) || slices.Contains(next, stepRequeue) {
+		s.requeue()
+		return slices.Repeat([]step{stepCreate}, len(s.members)), nil
+	}
+	return next, nil
+}
+
+// ready checks that every member, with nothing in its way, can be granted
+// (see acquisition.ready: the first may renew the session's lease, the
+// others then need no request). It returns nil if so, or the members' next
+// steps: all of them prove their place again after a reconnection.
+func (s *set) ready(ctx context.Context) ([]step, error) {
+	for _, a := range s.members {
+		next, err := a.ready(a.counting(ctx))
+		switch {
+		case err != nil:
+			return nil, err
+		case next == stepRequeue:
+			s.requeue()
+			return slices.Repeat([]step{stepCreate}, len(s.members)), nil
+		case next != stepGrant:
+			return slices.Repeat([]step{next}, len(s.members)), nil
+		}
+	}
+	return nil, nil
+}
+
+// grant makes every member's grant. They share the token of the set's
+// transaction. A member already known lost (its node went between its
+// proof and now) fails the set: every grant is released.
+func (s *set) grant(ctx context.Context) ([]*Grant, error) {
+	var tok int64
+	for _, a := range s.members {
+		tok = max(tok, a.tok)
+	}
+	grants := make([]*Grant, len(s.members))
+	for i, a := range s.members {
+		a.tok = tok
+		grants[i] = a.newGrant()
+	}
+	for _, g := range grants {
+		if err := g.Err(); err != nil {
+			for _, g := range grants {
+				g.Release(context.WithoutCancel(ctx))
+			}
+			return nil, err
+		}
+	}
+	return grants, nil
+}
+
+// requeue deletes what is left of the members' nodes (they are of a
+// session that is gone, or one was deleted by hand) and readies the set
+// for a new transaction, with a new guid.
+func (s *set) requeue() {
+	for _, a := range s.members {
+		if a.node != "" && a.session == a.c.Conn().SessionID() {
+			a.l.finish(a.c, a.path, "", a.session)
+		}
+	}
+	s.guid = newGUID()
+	for _, a := range s.members {
+		a.requeue(s.guid)
+	}
+}
+
+// abort deletes every node the set made, in one transaction when it can,
+// and returns cause joined with a failed deletion's error.
+func (s *set) abort(ctx context.Context, cause error) error {
+	if zkclient.SessionGone(cause) {
+		return cause // the nodes went with the session
+	}
+	var ops []any
+	for _, a := range s.members {
+		if a.node == "" || a.unsure {
+			ops = nil
+			break
+		}
+		ops = append(ops, &zk.DeleteRequest{Path: a.path, Version: -1})
+	}
+	if len(ops) == len(s.members) {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.members[0].l.cleanup)
+		r := s.c.Multi(s.members[0].counting(dctx), ops, nil, nil)
+		cancel()
+		if r.Err == nil && r.Session == s.members[0].session {
+			for _, a := range s.members {
+				a.node = ""
+			}
+			return cause
+		}
+	}
+	// Some node is not known, or the transaction failed: each member
+	// deletes its own, as a single acquisition does.
+	errs := make([]error, len(s.members))
+	var wg sync.WaitGroup
+	for i, a := range s.members {
+		wg.Go(func() { errs[i] = a.abort(ctx, cause) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != cause {
+			return err // cause, joined with the deletion's error
+		}
+	}
+	return cause
+}
