@@ -52,6 +52,12 @@ type ContentionRecord struct {
 	Lock    string // the lock's path
 	Mode    Mode   // Read or Write
 	Outcome string // how the acquisitions ended (see AcquireEvent.Outcome)
+	// Contended: the acquisitions found another node in their way (they
+	// waited, or TryLock or TryRLock found the lock taken). Uncontended
+	// ones are recorded too, with their round trips as delay, so that a
+	// profile shows both; pprof's -tagfocus contended=true keeps only the
+	// waits behind another holder, as Go's mutex profile does.
+	Contended bool
 	// Stack is the call stack of the acquisitions, as program counters in
 	// the form runtime.Callers returns them (leaf first): it starts with the
 	// public entry point (Lock, RLock, WithRead, ReadBatch, ...), and goes
@@ -95,11 +101,12 @@ func framesOf(stack []uintptr) []runtime.Frame {
 }
 
 type contentionKey struct {
-	lock    string
-	mode    Mode
-	outcome string
-	depth   int
-	stack   [maxContentionStack]uintptr
+	lock      string
+	mode      Mode
+	outcome   string
+	contended bool
+	depth     int
+	stack     [maxContentionStack]uintptr
 }
 
 type contentionValue struct {
@@ -117,10 +124,10 @@ var contention struct {
 // recordContention adds one sampled acquisition. It is called by
 // RWLock.acquired, from acquire, from the entry point: the stack is taken
 // from here, and cut at the caller's end of the lock's frames.
-func recordContention(lock string, mode Mode, outcome string, wait time.Duration, rate int64) {
+func recordContention(lock string, mode Mode, outcome string, contended bool, wait time.Duration, rate int64) {
 	var pcs [maxContentionStack + 16]uintptr
 	n := runtime.Callers(3, pcs[:]) // from acquired's caller, acquire
-	k := contentionKey{lock: lock, mode: mode, outcome: outcome}
+	k := contentionKey{lock: lock, mode: mode, outcome: outcome, contended: contended}
 	k.depth = copy(k.stack[:], callerStack(pcs[:n]))
 	contention.mu.Lock()
 	defer contention.mu.Unlock()
@@ -180,7 +187,7 @@ func ContentionRecords() []ContentionRecord {
 	for k, v := range contention.m {
 		stack := slices.Clone(k.stack[:k.depth])
 		out = append(out, ContentionRecord{
-			Lock: k.lock, Mode: k.mode, Outcome: k.outcome,
+			Lock: k.lock, Mode: k.mode, Outcome: k.outcome, Contended: k.contended,
 			Stack: stack, Frames: framesOf(stack),
 			Count: v.count, Delay: v.delay,
 		})

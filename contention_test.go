@@ -72,15 +72,16 @@ func TestContentionProfileNamesTheCaller(t *testing.T) {
 	require.NoError(t, g.Release(ctx))
 
 	want := map[string]struct {
-		mode    rwlock.Mode
-		outcome string
-		count   int64
+		mode      rwlock.Mode
+		outcome   string
+		contended bool
+		count     int64
 	}{
-		"rwlock.(*RWLock).Lock rwlock_test.lockHere":                                {rwlock.Write, "granted", 3},
-		"rwlock.(*RWLock).WithRead rwlock_test.readHere":                            {rwlock.Read, "granted", 1},
-		"rwlock.(*RWLock).ReadBatch rwlock_test.batchHere":                          {rwlock.Read, "granted", 1},
-		"rwlock.(*RWLock).Lock rwlock_test.TestContentionProfileNamesTheCaller":     {rwlock.Write, "granted", 1},
-		"rwlock.(*RWLock).TryRLock rwlock_test.TestContentionProfileNamesTheCaller": {rwlock.Read, "would_block", 1},
+		"rwlock.(*RWLock).Lock rwlock_test.lockHere":                                {rwlock.Write, "granted", false, 3},
+		"rwlock.(*RWLock).WithRead rwlock_test.readHere":                            {rwlock.Read, "granted", false, 1},
+		"rwlock.(*RWLock).ReadBatch rwlock_test.batchHere":                          {rwlock.Read, "granted", false, 1},
+		"rwlock.(*RWLock).Lock rwlock_test.TestContentionProfileNamesTheCaller":     {rwlock.Write, "granted", false, 1},
+		"rwlock.(*RWLock).TryRLock rwlock_test.TestContentionProfileNamesTheCaller": {rwlock.Read, "would_block", true, 1},
 	}
 	rs := records(path)
 	require.Len(t, rs, len(want))
@@ -92,6 +93,7 @@ func TestContentionProfileNamesTheCaller(t *testing.T) {
 		require.True(t, ok, "unexpected call site %q (stack %v)", site, fs)
 		assert.Equal(t, w.mode, r.Mode, site)
 		assert.Equal(t, w.outcome, r.Outcome, site)
+		assert.Equal(t, w.contended, r.Contended, site)
 		assert.Equal(t, w.count, r.Count, site)
 		assert.Positive(t, r.Delay, site)
 		assert.True(t, slices.Contains(fs, "rwlock_test.TestContentionProfileNamesTheCaller"), "the whole stack: %v", fs)

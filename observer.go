@@ -152,7 +152,7 @@ func (l *RWLock) acquired(ctx context.Context, a *acquisition, start time.Time, 
 	wait := time.Since(start)
 	outcome := outcomeOf(ctx, err)
 	if rate > 0 && sampled(rate) {
-		recordContention(l.path, a.mode, outcome, wait, rate)
+		recordContention(l.path, a.mode, outcome, a.waited || outcome == "would_block", wait, rate)
 	}
 	if len(l.observers) == 0 {
 		return

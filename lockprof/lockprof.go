@@ -29,6 +29,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -68,7 +69,7 @@ func Profile() *profile.Profile {
 			Label: map[string][]string{
 				"lock":    {r.Lock},
 				"mode":    {r.Mode.String()},
-				"outcome": {r.Outcome},
+				"outcome": {r.Outcome}, "contended": {strconv.FormatBool(r.Contended)},
 			},
 		}
 		for _, f := range r.Frames {
