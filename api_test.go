@@ -71,6 +71,13 @@ var (
 	_ func() []rw.ContentionRecord = rw.ContentionRecords
 	_ []runtime.Frame              = rw.ContentionRecord{}.Frames
 
+	// Capabilities on the same queue.
+	_ func(context.Context, ...rw.Request) ([]*rw.Grant, error)            = rw.LockAll
+	_                                                                      = rw.Request{Lock: (*rw.RWLock)(nil), Mode: rw.Write}
+	_ func(time.Duration) rw.Option                                        = rw.WithMaxHold
+	_ func(*rw.Grant, context.Context, ...any) ([]zk.MultiResponse, error) = (*rw.Grant).Multi
+	_ func(*rw.Grant, context.Context) error                               = (*rw.Grant).Check
+
 	_ []error = []error{rw.ErrWouldBlock, rw.ErrLost, rw.ErrReleased, rw.ErrInvalidPath, rw.ErrUpgrade,
-		rw.ErrInvalidArgument, rw.ErrSequenceExhausted}
+		rw.ErrInvalidArgument, rw.ErrSequenceExhausted, rw.ErrHoldLimit}
 )
