@@ -61,7 +61,7 @@ sim:
 
 ## fuzz: fuzz the lock node name parser
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParseNode -fuzztime 60s .
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/lockname
 
 ## bench: the workloads of bench/peers/README.md (W1-W6r), the drain scale series and
 ## ReadBatch, each run once against a throwaway ZooKeeper (or ZKRWLOCK_BENCH_SERVERS).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -75,11 +76,11 @@ type acquisition struct {
 	unsure  bool   // a create's outcome is unknown: a node with guid may exist
 	created []string
 
-	snap    snapshot
-	shared  map[string]bool // writers seen downgraded (readers only)
-	waited  bool            // we watched a node before being granted
-	writers bool            // a listing showed a writer before ours
-	retry   zkclient.Backoff
+	snap       snapshot
+	downgraded map[string]bool // writers seen downgraded (readers only)
+	waited     bool            // we watched a node before being granted
+	writers    bool            // a listing showed a writer before ours
+	retry      zkclient.Backoff
 
 	dir     *zkclient.Watch // child watch on the directory, from our first listing
 	own     *zkclient.Watch // data watch on our own node, set before we wait
@@ -102,7 +103,7 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if g, err, ok := l.nested(ctx, w); ok {
 		return g, err
 	}
-	a := &acquisition{l: l, c: zkclient.For(l.conn), want: w, guid: newGUID()}
+	a := &acquisition{l: l, c: zkclient.For(l.conn), want: w, guid: lockname.NewGUID()}
 	start := time.Now()
 	g, err := a.run(a.counting(ctx))
 	l.acquired(ctx, a, start, err)
@@ -165,7 +166,7 @@ func (a *acquisition) advance(ctx context.Context, next step) (step, error) {
 				return next, nil
 			}
 			a.l.debug("session replaced while waiting; queueing again", a.node)
-			a.requeue(newGUID())
+			a.requeue(lockname.NewGUID())
 			next = stepCreate // go-zookeeper has opened the new session, or the create finds out
 		}
 		if err != nil {
@@ -334,7 +335,7 @@ func (a *acquisition) locate(r zkclient.Reply[[]string]) (step, error) {
 	a.snap = snap
 	a.l.notePeers(snap.peers)
 	a.writers = a.writers || slices.ContainsFunc(snap.before, func(n lockNode) bool { return n.mode == Write })
-	if _, blocked := a.snap.blocker(a.isShared); !blocked {
+	if _, blocked := a.snap.blocker(a.isDowngraded); !blocked {
 		return stepGrant, nil // the listing is the proof: our node, and nothing in our way
 	}
 	return stepWait, nil

@@ -52,7 +52,6 @@ var (
 	_ []rw.Mode                                             = []rw.Mode{rw.Read, rw.Write}
 
 	_ func(context.Context, []string, time.Duration, ...func(*zk.Conn)) (*zk.Conn, error) = rw.Dial
-	_ func(string) error                                                                  = rw.ValidatePath
 
 	// Dialects: the zero Dialect is the native one (iota order), so that a
 	// lock made without WithDialect names its nodes as before.

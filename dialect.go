@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/zkrwlock/rwlock/internal/lockname"
 )
 
 // A Dialect is the set of names an RWLock gives its nodes, chosen so that
@@ -48,6 +50,9 @@ const (
 	numDialects = iota
 )
 
+// The dialects are lockname's families, in the same order.
+var _ = [1]struct{}{}[numDialects-int(lockname.Families)]
+
 // String returns the dialect's name as the CLI's --dialect takes it:
 // native, curator, mutex, kazoo or kazoo-lock.
 func (d Dialect) String() string {
@@ -68,32 +73,13 @@ func (d Dialect) String() string {
 
 func (d Dialect) valid() bool { return d >= 0 && d < numDialects }
 
-// names returns the tokens our nodes carry in d, for a reader and a writer.
-func (d Dialect) names() (read, write string) {
-	switch d {
-	case DialectCurator:
-		return "__READ__", "__WRIT__"
-	case DialectMutex:
-		return "rlock-", "wlock-"
-	case DialectKazoo:
-		return "__rlock__", "__lock__"
-	case DialectKazooLock:
-		return "read__lock__", "__lock__"
-	}
-	return "read-", "write-"
-}
-
 // persistentDir reports whether the lock directory must be persistent
-// rather than a container: kazoo makes sure of its lock directory once per
-// lock object, so once the server reaps an empty container, a long-lived
-// kazoo lock fails every later acquire with NoNodeError.
-func (d Dialect) persistentDir() bool { return d == DialectKazoo || d == DialectKazooLock }
-
-func (d Dialect) bit() uint8 { return 1 << uint(d) }
+// rather than a container (see lockname.Family.PersistentDir).
+func (d Dialect) persistentDir() bool { return lockname.Family(d).PersistentDir() }
 
 // notePeers warns, once per lock, when a listing showed peer nodes whose
 // library does not see the nodes of the lock's dialect (peers has a bit per
-// token, as snapshot.peers): between that peer and zkrwlock, mutual
+// marker, as snapshot.peers): between that peer and zkrwlock, mutual
 // exclusion does not hold, in both directions, as the peer ignores our
 // nodes or misorders them.
 func (l *RWLock) notePeers(peers uint16) {
@@ -101,9 +87,9 @@ func (l *RWLock) notePeers(peers uint16) {
 		return
 	}
 	var blind []string
-	for i, t := range tokens {
-		if peers&(1<<i) != 0 && t.seenBy&l.dialect.bit() == 0 && !slices.Contains(blind, t.peer) {
-			blind = append(blind, t.peer)
+	for i, m := range lockname.Markers {
+		if peers&(1<<i) != 0 && m.SeenBy&lockname.Family(l.dialect).Bit() == 0 && !slices.Contains(blind, m.Peer) {
+			blind = append(blind, m.Peer)
 		}
 	}
 	if len(blind) == 0 || l.peersWarned.Swap(true) {

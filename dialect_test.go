@@ -11,6 +11,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/lockname"
 )
 
 // Peers' nodes, as their libraries name them (with the number ZooKeeper
@@ -102,7 +104,7 @@ func TestPeersMarksAreNotTrusted(t *testing.T) {
 		ctx := t.Context()
 		lock := func() *RWLock { return newLock(t, s.conn(), WithDialect(DialectCurator)) }
 		peer := s.conn()
-		marks := string(encodeNodeData("forged", true, true))
+		marks := string(lockname.Data("forged", true, true))
 		g, err := lock().Lock(ctx) // makes the directory
 		require.NoError(t, err)
 		require.NoError(t, g.Release(ctx))

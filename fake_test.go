@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -669,15 +670,14 @@ func (s *fakeServer) othersWatchedBy(c *fakeConn) []string {
 
 // unguided is a child's name without the guid of a protected name.
 func unguided(name string) string {
-	if _, ok := guidOf(name); ok {
-		return name[len(protectedPrefix)+guidLen+1:]
+	if g, ok := lockname.GUID(name); ok {
+		return name[len("_c_")+len(g)+1:]
 	}
 	return name
 }
 
-// formatSeq formats a sequence number as ZooKeeper does (Java's %010d, which
-// pads negative numbers after the sign, as Go's does).
-func formatSeq(seq int32) string { return fmt.Sprintf("%010d", seq) }
+// formatSeq formats a sequence number as ZooKeeper does.
+func formatSeq(seq int32) string { return lockname.FormatSeq(seq) }
 
 // overtaken counts, among c's requests from the first'th on, the listings
 // of dir that reached the server before the create they were sent behind

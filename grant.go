@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -135,7 +136,6 @@ func (g *Grant) judge() {
 	if r.ctx.Err() == nil {
 		r.c.Judge((*holder)(r))
 	}
-	// mutant: hold-limit-on-timer-only
 	if r.ctx.Err() == nil && r.overHold() {
 		r.holdLimitReached()
 	}
@@ -315,7 +315,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	l := g.l
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(g.counting(ctx)), l.cleanup)
 	defer cancel()
-	r := g.c.Set(sctx, g.node, encodeNodeData(l.owner, false, true))
+	r := g.c.Set(sctx, g.node, lockname.Data(l.owner, false, true))
 	switch {
 	case errors.Is(r.Err, zk.ErrNoNode):
 		g.lost(g.whyDeleted())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -90,7 +91,7 @@ type set struct {
 }
 
 func newSet(ctx context.Context, reqs []Request) (*set, error) {
-	s := &set{guid: newGUID()}
+	s := &set{guid: lockname.NewGUID()}
 	carried, _ := ctx.Value(grantKey{}).(*Grant)
 	for i, r := range reqs {
 		switch {
@@ -335,7 +336,7 @@ func (s *set) requeue() {
 			a.l.finish(a.c, a.path, "", a.session)
 		}
 	}
-	s.guid = newGUID()
+	s.guid = lockname.NewGUID()
 	for _, a := range s.members {
 		a.requeue(s.guid)
 	}

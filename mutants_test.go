@@ -26,9 +26,8 @@ type mutant struct {
 }
 
 // mutantEdit replaces, in file, the line after `// mutant: point` by new
-// (indented as the line it replaces); or, without a point, old (which must
-// occur once) by new.
-type mutantEdit struct{ file, point, old, new string }
+// (indented as the line it replaces).
+type mutantEdit struct{ file, point, new string }
 
 var mutants = []mutant{
 	{name: "a head start too short: grants lost after the lease ends", edits: []mutantEdit{
@@ -38,12 +37,11 @@ var mutants = []mutant{
 	{name: "Err and Done trust the lease clock's timer", edits: []mutantEdit{
 		{file: "grant.go", point: "judge-on-timer-only", new: "if false && r.ctx.Err() == nil {"}}},
 	{name: "numbers at the counter's stuck end ordered anyway", edits: []mutantEdit{
-		{file: "nodename.go", old: "func usableSeq(seq int32) bool { return seq >= 0 && seq < math.MaxInt32 }",
-			new: "func usableSeq(seq int32) bool { return seq >= 0 || seq < math.MaxInt32 }"},
-		{file: "nodename.go", old: "\t\tcase n.seq == s.self.seq:\n", new: "\t\tcase false:\n"},
-		{file: "nodename.go", old: "if s.before[i].seq == s.before[i-1].seq {", new: "if false {"}}},
+		{file: "internal/lockname/lockname.go", point: "usable-seq", new: "return seq >= 0 || seq < math.MaxInt32"},
+		{file: "nodename.go", point: "self-duplicate", new: "case false:"},
+		{file: "nodename.go", point: "duplicate", new: "if false {"}}},
 	{name: "readers ignore writers", edits: []mutantEdit{
-		{file: "reader.go", point: "readers-ignore-writers", new: "if n := before[i]; false && n.mode == Write && !shared(n.name) {"}}},
+		{file: "reader.go", point: "readers-ignore-writers", new: "if n := before[i]; false && n.mode == Write && !downgraded(n.name) {"}}},
 	{name: "a waiter that gives up marks its node held", edits: []mutantEdit{
 		{file: "acquire.go", point: "abort-marks-held", new: "if err := l.deleteNode(ctx, a.c, a.path, a.session, true); err != nil {"}}},
 	{name: "a waiter that gives up leaves its node", edits: []mutantEdit{
@@ -67,12 +65,6 @@ var mutants = []mutant{
 
 // apply makes e's change in src, or says why it cannot.
 func (e mutantEdit) apply(src string) (string, error) {
-	if e.point == "" {
-		if n := strings.Count(src, e.old); n != 1 {
-			return "", fmt.Errorf("%s: %q occurs %d times, want once", e.file, e.old, n)
-		}
-		return strings.Replace(src, e.old, e.new, 1), nil
-	}
 	marker := "// mutant: " + e.point + "\n"
 	if n := strings.Count(src, marker); n != 1 {
 		return "", fmt.Errorf("%s: the mark %q occurs %d times, want once", e.file, strings.TrimSpace(marker), n)

@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -50,7 +51,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 		if n, ok := parseNode(name); ok {
 			nodes = append(nodes, n)
 			if !n.ours {
-				peers |= 1 << n.token
+				peers |= 1 << n.marker
 			}
 		}
 	}
@@ -72,12 +73,12 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 				return fmt.Errorf("rwlock: queue %s: %w", path, r.Err)
 			}
 			mode := n.mode
-			if mode == Write && n.ours && downgraded(r.V.Data) {
+			if mode == Write && n.ours && lockname.Downgraded(r.V.Data) {
 				mode = Read
 			}
 			entries[i] = Entry{
 				Node: path, Mode: mode, Seq: n.seq, SessionID: r.V.Stat.EphemeralOwner,
-				Owner: ownerOf(r.V.Data), Created: time.UnixMilli(r.V.Stat.Ctime),
+				Owner: lockname.Owner(r.V.Data), Created: time.UnixMilli(r.V.Stat.Ctime),
 				Family: n.family, Peer: !n.ours,
 			}
 			found[i] = true

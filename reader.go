@@ -12,10 +12,10 @@ import (
 // precedes it, and otherwise waits for the NEAREST preceding writer (not the
 // first, as Curator's readers do: that would wake it once per writer ahead).
 // A downgraded writer is a reader now. before is in queue order.
-func readBlocker(before []lockNode, shared func(name string) bool) (lockNode, bool) {
+func readBlocker(before []lockNode, downgraded func(name string) bool) (lockNode, bool) {
 	for i := len(before) - 1; i >= 0; i-- {
 		// mutant: readers-ignore-writers
-		if n := before[i]; n.mode == Write && !shared(n.name) {
+		if n := before[i]; n.mode == Write && !downgraded(n.name) {
 			return n, true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -30,9 +31,9 @@ var errFinishing = errors.New("the deletion goes on in the background")
 // and the node stays.
 //
 // With markHeld, the node's data is marked held in the same transaction
-// (see nodedata.go): the waiter behind it, whose data watch fires on the
-// mark, learns that every node before it is gone, and need not list the
-// whole queue to find out. A queue of writers then drains in constant time
+// (see internal/lockname/data.go): the waiter behind it, whose data watch
+// fires on the mark, learns that every node before it is gone, and need
+// not list the whole queue to find out. A queue of writers then drains in constant time
 // per handoff instead of time proportional to its length.
 func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string, session int64, markHeld bool) error {
 	late := func(r zkclient.Reply[struct{}]) {
@@ -42,7 +43,7 @@ func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string
 	}
 	var r zkclient.Reply[struct{}]
 	if markHeld {
-		r = c.SetAndDelete(ctx, path, encodeNodeData(l.owner, true, false), late)
+		r = c.SetAndDelete(ctx, path, lockname.Data(l.owner, true, false), late)
 		if r.Err != nil && !nodeGone(r.Err) && !zkclient.ConnectionLoss(r.Err) && ctx.Err() == nil {
 			r = c.Delete(ctx, path, late) // an ACL that forbids writing data: just delete it
 		}
@@ -154,7 +155,7 @@ func (l *RWLock) deleteMine(c *zkclient.Client, path, guid string) error {
 		return r.Err
 	}
 	for _, name := range r.V {
-		if g, ok := guidOf(name); ok && g == guid {
+		if g, ok := lockname.GUID(name); ok && g == guid {
 			if err := c.Delete(ctx, l.path+"/"+name, nil).Err; err != nil && !errors.Is(err, zk.ErrNoNode) {
 				return err
 			}
@@ -175,7 +176,7 @@ func (l *RWLock) checkDeletable(ctx context.Context, c *zkclient.Client) error {
 	if l.deletable.Load() {
 		return nil
 	}
-	r := c.Delete(ctx, l.path+"/zkrwlock-acl-check-"+newGUID(), nil)
+	r := c.Delete(ctx, l.path+"/zkrwlock-acl-check-"+lockname.NewGUID(), nil)
 	switch {
 	case errors.Is(r.Err, zk.ErrNoAuth):
 		return fmt.Errorf("%w: this client may not delete nodes in %s (the directory's ACL lacks DELETE for it), "+
@@ -201,7 +202,7 @@ func worldCanDelete(acl []zk.ACL) bool {
 func (a *acquisition) dropTwins(children []string) []string {
 	twins := 0
 	for _, name := range children {
-		if g, ok := guidOf(name); ok && g == a.guid && name != a.node {
+		if g, ok := lockname.GUID(name); ok && g == a.guid && name != a.node {
 			a.l.finish(a.c, a.l.path+"/"+name, "", a.session)
 			twins++
 		}
@@ -210,7 +211,7 @@ func (a *acquisition) dropTwins(children []string) []string {
 		return children
 	}
 	return slices.DeleteFunc(slices.Clone(children), func(name string) bool {
-		g, ok := guidOf(name)
+		g, ok := lockname.GUID(name)
 		return ok && g == a.guid && name != a.node
 	})
 }
@@ -224,7 +225,7 @@ func (a *acquisition) adopt(ctx context.Context, r zkclient.Reply[[]string]) (st
 	a.unsure = false
 	var mine []lockNode
 	for _, name := range r.V {
-		if g, ok := guidOf(name); ok && g == a.guid {
+		if g, ok := lockname.GUID(name); ok && g == a.guid {
 			if n, ok := parseNode(name); ok {
 				mine = append(mine, n)
 			}

@@ -2,8 +2,6 @@ package rwlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -106,9 +105,10 @@ type RWLock struct {
 // closes or replaces. It makes no request: the directory and its parents
 // are created, as container nodes (the directory itself persistent in a
 // kazoo dialect), by the first acquisition. New returns an error wrapping
-// ErrInvalidPath for a path ZooKeeper would reject (see
-// [ValidatePath]), and one wrapping ErrInvalidArgument for a nil conn or
-// option, or an invalid option.
+// ErrInvalidPath for a path that cannot be a lock directory (not absolute,
+// a trailing slash, an empty or relative segment, a control character, the
+// root, anything under /zookeeper, more than 64 KiB), and one wrapping
+// ErrInvalidArgument for a nil conn or option, or an invalid option.
 func New(conn *zk.Conn, path string, opts ...Option) (*RWLock, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: nil *zk.Conn", ErrInvalidArgument)
@@ -117,8 +117,8 @@ func New(conn *zk.Conn, path string, opts ...Option) (*RWLock, error) {
 }
 
 func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error) {
-	if err := ValidatePath(path); err != nil {
-		return nil, err
+	if err := lockname.CheckPath(path); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPath, err)
 	}
 	o, err := makeOptions(opts)
 	if err != nil {
@@ -128,7 +128,7 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		conn:      conn,
 		path:      path,
 		acl:       o.acl,
-		data:      encodeNodeData(o.owner, false, false),
+		data:      lockname.Data(o.owner, false, false),
 		owner:     o.owner,
 		log:       o.log,
 		timeout:   o.sessionTimeout,
@@ -208,12 +208,6 @@ func defaultOwner() string {
 		host = "unknown"
 	}
 	return fmt.Sprintf("%s:%d", host, os.Getpid())
-}
-
-func newGUID() string {
-	var b [guidLen / 2]byte
-	rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
-	return hex.EncodeToString(b[:])
 }
 
 // debug logs one protocol step. It takes plain strings, not ...any, so

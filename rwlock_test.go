@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -726,7 +727,7 @@ func TestListingBehindTheCreateTakesOneRoundTrip(t *testing.T) {
 			}
 			return err
 		})
-		a := &acquisition{l: l, c: zkclient.For(c), want: want{mode: Write, block: true}, guid: newGUID()}
+		a := &acquisition{l: l, c: zkclient.For(c), want: want{mode: Write, block: true}, guid: lockname.NewGUID()}
 		g, err = a.run(ctx)
 		require.NoError(t, err)
 		assert.True(t, a.oneTrip)

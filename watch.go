@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -29,7 +30,7 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 		own = a.watchOwnBehind(ctx)
 	}
 	for {
-		b, blocked := a.snap.blocker(a.isShared)
+		b, blocked := a.snap.blocker(a.isDowngraded)
 		var r zkclient.Reply[zkclient.Node]
 		var data, deleted *zkclient.Watch
 		var going <-chan *zkclient.Watch
@@ -74,11 +75,11 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 		// business (Curator's is an address, kazoo's an identifier), and a
 		// peer, which does not read our marks, holds its node until it
 		// deletes it.
-		if b.ours && heldMark(r.V.Data) {
+		if b.ours && lockname.Held(r.V.Data) {
 			a.snap.pruneBefore(b) // b held the lock: nothing before it is left
 		}
-		if a.mode == Read && b.ours && downgraded(r.V.Data) {
-			a.markShared(b.name)
+		if a.mode == Read && b.ours && lockname.Downgraded(r.V.Data) {
+			a.markDowngraded(b.name)
 			continue
 		}
 		a.waited = true
@@ -270,7 +271,7 @@ func (a *acquisition) notWatching(ev zk.Event) (step, error) {
 // which proves our node still there. A writer, or a node in TryLock's way,
 // blocks.
 func (a *acquisition) tryPass(ctx context.Context) (step, error) {
-	b, _ := a.snap.blocker(a.isShared)
+	b, _ := a.snap.blocker(a.isDowngraded)
 	if a.mode == Write {
 		return 0, ErrWouldBlock
 	}
@@ -281,8 +282,8 @@ func (a *acquisition) tryPass(ctx context.Context) (step, error) {
 		return stepList, nil
 	case r.Err != nil:
 		return a.after(r.Err)
-	case b.ours && downgraded(r.V.Data):
-		a.markShared(b.name)
+	case b.ours && lockname.Downgraded(r.V.Data):
+		a.markDowngraded(b.name)
 		return stepList, nil
 	}
 	return 0, ErrWouldBlock
@@ -293,7 +294,7 @@ func (a *acquisition) tryPass(ctx context.Context) (step, error) {
 // nodes still exist.
 func (a *acquisition) forget(name string) (relist bool) {
 	a.snap.remove(name)
-	_, blocked := a.snap.blocker(a.isShared)
+	_, blocked := a.snap.blocker(a.isDowngraded)
 	return blocked
 }
 
@@ -320,11 +321,11 @@ func (a *acquisition) ownGone() (zk.Event, bool) {
 	return zk.Event{}, false
 }
 
-func (a *acquisition) isShared(name string) bool { return a.shared[name] }
+func (a *acquisition) isDowngraded(name string) bool { return a.downgraded[name] }
 
-func (a *acquisition) markShared(name string) {
-	if a.shared == nil {
-		a.shared = make(map[string]bool)
+func (a *acquisition) markDowngraded(name string) {
+	if a.downgraded == nil {
+		a.downgraded = make(map[string]bool)
 	}
-	a.shared[name] = true
+	a.downgraded[name] = true
 }

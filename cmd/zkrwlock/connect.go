@@ -17,14 +17,15 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 )
 
 // checkPath validates a lock path before any connection is made, so that a
 // typo is a usage error even when the servers are down.
 func checkPath(path string) error {
-	if err := rwlock.ValidatePath(path); err != nil {
-		return &failure{exitUsage, err}
+	if err := lockname.CheckPath(path); err != nil {
+		return &failure{exitUsage, fmt.Errorf("invalid path: %w", err)}
 	}
 	return nil
 }

@@ -210,7 +210,7 @@ func findLockDirs(ctx context.Context, conn *zk.Conn, prefix string, timeout tim
 				}
 				for _, c := range children {
 					switch {
-					case lockNodeName.MatchString(c):
+					case isLockNode(c):
 						isLock[i] = true
 					case dir == "/" && c == "zookeeper":
 					default:

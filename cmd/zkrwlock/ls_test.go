@@ -246,7 +246,7 @@ func TestLockNodeName(t *testing.T) {
 		"x" + guid + "__lock__0000000003":        false,
 		"_c_" + guid + "-__lock__00000000003":    false,
 	} {
-		require.Equal(t, want, lockNodeName.MatchString(name), name)
+		require.Equal(t, want, isLockNode(name), name)
 	}
 }
 

@@ -4,50 +4,31 @@ import (
 	"flag"
 	"fmt"
 	"path"
-	"regexp"
 	"strings"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/lockname"
 )
 
-// Lock node names of every family that may share a lock path (see the
-// library's nodename.go, which has the last word): zkrwlock's in each of its
-// dialects, Curator's read/write lock and mutex, go-zookeeper's zk.Lock and
-// kazoo's locks. The CLI needs them to find lock directories (ls), to show
-// names without their guids, and to tell the family of a node.
+// Lock node names of every family that may share a lock path come from
+// internal/lockname, as the library's do: the CLI needs them to find lock
+// directories (ls), to show names without their guids, and to tell the
+// family of a node.
 
-const (
-	guidRE = `[0-9a-f]{32}`
-	uuidRE = `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`
-	seqRE  = `(?:\d{10}|-\d{9,10})`
-)
-
-// lockNodeName matches the name of a lock node of any family. The walk of
-// ls uses it to find lock directories and to skip lock nodes, which are
+// isLockNode reports whether a child is a lock node of any family. The walk
+// of ls uses it to find lock directories and to skip lock nodes, which are
 // ephemeral and so have no children to list.
-var lockNodeName = regexp.MustCompile(`^(?:` +
-	`(?:_c_` + guidRE + `-)?(?:read|write)-` + // zkrwlock, native
-	`|_c_` + guidRE + `-(?:__READ__|__WRIT__|rlock-|wlock-|lock-|__rlock__|__lock__|read__lock__)` + // zkrwlock's dialects, zk.Lock
-	`|_c_` + uuidRE + `-(?:__READ__|__WRIT__|lock-)` + // Curator
-	`|` + guidRE + `(?:__rlock__|__lock__)` + // kazoo
-	`)` + seqRE + `$`)
-
-// tokenAndSeq finds the mode token and the number at the end of a name.
-// Where one token ends another (read__lock__, __lock__), the leftmost,
-// longer one wins.
-var tokenAndSeq = regexp.MustCompile(`(?:read__lock__|__rlock__|__lock__|__READ__|__WRIT__|rlock-|wlock-|lock-|read-|write-)` +
-	seqRE + `$`)
-
-// zkLockName is a node of go-zookeeper's zk.Lock (Curator's mutex has a
-// uuid where it has a guid).
-var zkLockName = regexp.MustCompile(`^_c_` + guidRE + `-lock-` + seqRE + `$`)
+func isLockNode(name string) bool {
+	_, ok := lockname.Parse(name)
+	return ok
+}
 
 // nodeName is a lock node's name without the directory and without the
 // client's guid: write-0000000007, __WRIT__0000000008.
 func nodeName(node string) string {
 	base := path.Base(node)
-	if loc := tokenAndSeq.FindStringIndex(base); loc != nil && loc[0] > 0 {
-		return base[loc[0]:]
+	if n, ok := lockname.Parse(base); ok {
+		return n.Bare()
 	}
 	return base
 }
@@ -67,8 +48,8 @@ func family(e rwlock.Entry) string {
 	case rwlock.DialectCurator:
 		return "curator"
 	case rwlock.DialectMutex:
-		if zkLockName.MatchString(path.Base(e.Node)) {
-			return "zk.Lock"
+		if n, ok := lockname.Parse(path.Base(e.Node)); ok && n.Protected {
+			return "zk.Lock" // Curator's mutex has a uuid where zk.Lock has a guid
 		}
 		return "curator-mutex"
 	}

@@ -1,4 +1,4 @@
-package rwlock
+package lockname
 
 import (
 	"fmt"
@@ -13,14 +13,14 @@ import (
 // transaction) and its data. No real path comes near the bound.
 const maxPath = 64 << 10
 
-// ValidatePath reports whether New would accept path as a lock directory,
-// with an error wrapping ErrInvalidPath if not: ZooKeeper's own rules
-// (absolute, no trailing slash, no empty or relative segments, no control
-// characters), and ours: a lock needs a directory of its own, so not the
-// root, nothing under /zookeeper, which the server reserves, and at most
-// 64 KiB, far below the server's packet limit.
-func ValidatePath(path string) error {
-	bad := func(why string) error { return fmt.Errorf("%w: %q: %s", ErrInvalidPath, shorten(path), why) }
+// CheckPath says why path cannot be a lock directory, or returns nil:
+// ZooKeeper's own rules (absolute, no trailing slash, no empty or relative
+// segments, no control characters), and the lock's: a lock needs a
+// directory of its own, so not the root, nothing under /zookeeper, which
+// the server reserves, and at most 64 KiB, far below the server's packet
+// limit.
+func CheckPath(path string) error {
+	bad := func(why string) error { return fmt.Errorf("%q: %s", shorten(path), why) }
 	switch {
 	case path == "":
 		return bad("empty")

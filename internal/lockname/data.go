@@ -1,0 +1,68 @@
+package lockname
+
+import (
+	"bytes"
+	"strings"
+)
+
+// Lock node data is for people first: `zkCli get` on a node prints
+//
+//	owner=build-7:4242
+//
+// Only the node's holder ever changes it, with one of two marks:
+//
+//	owner=build-7:4242
+//	state=held
+//	mode=read
+//
+// state=held: a writer that waited behind a long queue sets it as it
+// releases, in the transaction that deletes the node, so that the node's
+// successor learns that every node before it is gone and needs no new
+// listing. mode=read: the write grant was downgraded; readers no longer
+// wait for it. Either mark proves that the node held the lock, and so does
+// any change of a lock node's data, which only holders make. All of this
+// holds for zkrwlock's own nodes only (Node.Ours): a peer's data is never
+// read for marks. Do not write lock node data by hand: a forged change
+// lets waiters in.
+const (
+	ownerKey       = "owner="
+	heldLine       = "state=held\n"
+	downgradedLine = "mode=read\n"
+)
+
+// Data is the data of a node of owner's, with the marks asked for.
+func Data(owner string, held, downgraded bool) []byte {
+	b := make([]byte, 0, len(ownerKey)+len(owner)+1+len(heldLine)+len(downgradedLine))
+	b = append(b, ownerKey...)
+	b = append(b, owner...)
+	b = append(b, '\n')
+	if held {
+		b = append(b, heldLine...)
+	}
+	if downgraded {
+		b = append(b, downgradedLine...)
+	}
+	return b
+}
+
+// Downgraded reports whether a write node's data marks it downgraded.
+func Downgraded(data []byte) bool { return hasLine(data, downgradedLine) }
+
+// Held reports whether a node's data proves that it held the lock.
+func Held(data []byte) bool { return hasLine(data, heldLine) || Downgraded(data) }
+
+func hasLine(data []byte, line string) bool {
+	return bytes.HasPrefix(data, []byte(line)) || bytes.Contains(data, []byte("\n"+line))
+}
+
+// Owner returns who holds a node: the owner line, or, for a node some
+// other client made, its data as text.
+func Owner(data []byte) string {
+	s := string(data)
+	for line := range strings.Lines(s) {
+		if owner, ok := strings.CutPrefix(line, ownerKey); ok {
+			return strings.TrimSuffix(owner, "\n")
+		}
+	}
+	return strings.TrimSpace(s)
+}

@@ -1,0 +1,210 @@
+package lockname
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const guid = "0123456789abcdef0123456789abcdef"
+
+// uuid is how Curator's protected names spell their id (Java's UUID.toString).
+const uuid = "2b4f1e6c-1a2b-4c3d-8e9f-0123456789ab"
+
+func TestParseNode(t *testing.T) {
+	type want struct {
+		seq    int32
+		write  bool
+		family Family
+		ours   bool
+	}
+	tests := []struct {
+		name string
+		want *want // nil: not a lock node
+	}{
+		// zkrwlock's own names, in every dialect.
+		{"_c_" + guid + "-read-0000000007", &want{7, false, Native, true}},
+		{"_c_" + guid + "-write-2147483647", &want{math.MaxInt32, true, Native, true}},
+		{"_c_" + guid + "-__READ__0000000007", &want{7, false, Curator, true}},
+		{"_c_" + guid + "-__WRIT__0000000008", &want{8, true, Curator, true}},
+		{"_c_" + guid + "-rlock-0000000009", &want{9, false, Mutex, true}},
+		{"_c_" + guid + "-wlock-0000000010", &want{10, true, Mutex, true}},
+		{"_c_" + guid + "-__rlock__0000000011", &want{11, false, Kazoo, true}},
+		{"_c_" + guid + "-__lock__0000000012", &want{12, true, Kazoo, true}},
+		{"_c_" + guid + "-read__lock__0000000013", &want{13, false, KazooLock, true}},
+
+		// Unprotected native names (ours, before the guid): recognised, not ours.
+		{"read-0000000000", &want{0, false, Native, false}},
+		{"write-0000000042", &want{42, true, Native, false}},
+		{"write--2147483648", &want{math.MinInt32, true, Native, false}},
+		{"read--000000001", &want{-1, false, Native, false}},
+		{"read--999999999", &want{-999999999, false, Native, false}},
+		{"read--1000000000", &want{-1000000000, false, Native, false}},
+
+		// Peers' names.
+		{"_c_" + uuid + "-__READ__0000000001", &want{1, false, Curator, false}},
+		{"_c_" + uuid + "-__WRIT__0000000002", &want{2, true, Curator, false}},
+		{"_c_" + uuid + "-lock-0000000003", &want{3, true, Mutex, false}}, // Curator InterProcessMutex
+		{"_c_" + guid + "-lock-0000000004", &want{4, true, Mutex, false}}, // go-zookeeper zk.Lock
+		{guid + "__rlock__0000000005", &want{5, false, Kazoo, false}},     // kazoo ReadLock
+		{guid + "__lock__0000000006", &want{6, true, Kazoo, false}},       // kazoo WriteLock, Lock
+		{guid + "__lock__-2147483648", &want{math.MinInt32, true, Kazoo, false}},
+		{"_c_" + uuid + "-__WRIT__-000000002", &want{-2, true, Curator, false}},
+
+		// Foreign and malformed names are ignored.
+		{"foo", nil},
+		{"read-abc", nil},
+		{"read-", nil},
+		{"write", nil},
+		{"", nil},
+		{"read-000000001", nil},   // 9 digits
+		{"read-00000000001", nil}, // 11 digits
+		{"read-2147483648", nil},  // overflows int32
+		{"read--2147483649", nil}, // overflows int32
+		{"read--000000000", nil},  // Java prints 0 without a sign
+		{"read--0000000001", nil}, // not how %010d spells -1
+		{"read-+000000001", nil},  // sign Java never prints
+		{"lock-0000000001", nil},  // zk.Lock's names are protected
+		{"x__lock__0000000001", nil},
+		{"_c_abc-read-0000000001", nil}, // short guid
+		{"_c_" + strings.ToUpper(guid) + "-read-0000000001", nil},
+		{"_c_" + guid + "read-0000000001", nil}, // no dash after the guid
+		{"_c_" + guid + "-read-0000000001x", nil},
+		{"prefix-read-0000000001", nil},
+		{"read-000000000\x00", nil},
+		{"_c_" + uuid + "-read-0000000001", nil},                  // Curator's protection, our token
+		{"_c_" + uuid + "-rlock-0000000001", nil},                 // only we make rlock-, with our guid
+		{"_c_" + strings.ToUpper(uuid) + "-lock-0000000001", nil}, // Java prints lowercase
+		{"_c_" + strings.ReplaceAll(uuid, "-", "") + "x-lock-0000000001", nil},
+		{guid + "read__lock__0000000001", nil}, // only we make read__lock__
+		{guid + "__READ__0000000001", nil},
+		{guid[:31] + "__lock__0000000001", nil},
+		{"__lock__0000000001", nil},
+		{"_c_" + guid + "-__lock__0000000001 ", nil},
+		{"_c_" + guid + "-__lock__000000001", nil},
+		{"_c_" + guid + "-__LOCK__0000000001", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := Parse(tc.name)
+			require.Equal(t, tc.want != nil, ok)
+			if ok {
+				assert.Equal(t, *tc.want, want{got.Seq, got.Write, got.Family, got.Ours})
+				assert.Equal(t, tc.name, got.Name)
+			}
+		})
+	}
+}
+
+// What we create is what we recognise as ours, in every family's names.
+func TestPrefixParsesAsOurs(t *testing.T) {
+	for f := range Families {
+		for _, write := range []bool{false, true} {
+			p := Prefix("/locks/x", guid, write, f)
+			n, ok := Parse(strings.TrimPrefix(p, "/locks/x/") + "0000000042")
+			require.True(t, ok, p)
+			assert.True(t, n.Ours, p)
+			assert.True(t, n.Protected, p)
+			assert.Equal(t, write, n.Write, p)
+			assert.Equal(t, int32(42), n.Seq, p)
+			wantFamily := f
+			if f == KazooLock && write {
+				wantFamily = Kazoo // the same name as kazoo's writers
+			}
+			assert.Equal(t, wantFamily, n.Family, p)
+			assert.Equal(t, strings.TrimPrefix(p, "/locks/x/_c_"+guid+"-")+"0000000042", n.Bare(), p)
+		}
+	}
+}
+
+func TestFormatSeqRoundTrip(t *testing.T) {
+	for _, seq := range []int32{0, 1, 42, 999999999, 1000000000, math.MaxInt32, -1, -42, -999999999, -1000000000, math.MinInt32} {
+		s := FormatSeq(seq)
+		got, ok := ParseSeq(s)
+		require.True(t, ok, s)
+		assert.Equal(t, seq, got, s)
+	}
+	assert.Equal(t, "0000000042", FormatSeq(42))
+	assert.Equal(t, "-000000042", FormatSeq(-42))
+	assert.Equal(t, "-2147483648", FormatSeq(math.MinInt32))
+}
+
+func TestPrecedes(t *testing.T) {
+	tests := []struct {
+		a, b int32
+		want bool
+	}{
+		{1, 2, true},
+		{2, 1, false},
+		{5, 5, false},
+		{0, math.MaxInt32 - 1, true},
+		{math.MaxInt32 - 1, 0, false}, // plain integers: a grant held across 2^31 creates is not overtaken
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.want, Precedes(tc.a, tc.b), "Precedes(%d, %d)", tc.a, tc.b)
+	}
+}
+
+func TestCheckPath(t *testing.T) {
+	for _, p := range []string{"/a", "/locks/schema", "/a/b/c-d_e.f", "/ü"} {
+		assert.NoError(t, CheckPath(p), p)
+	}
+	for _, p := range []string{"", "a", "/", "/a/", "//a", "/a//b", "/a/./b", "/a/..", "/zookeeper", "/zookeeper/quota",
+		"/a\x00b", "/a\x01", "/a\u0085", "/a\ufffe", "/\xff", "/" + strings.Repeat("x", 64<<10)} {
+		err := CheckPath(p)
+		assert.Error(t, err, "%q", p)
+		assert.Less(t, len(err.Error()), 200, "a huge path is shortened in the error")
+	}
+}
+
+func TestData(t *testing.T) {
+	d := Data("host:42", false, false)
+	assert.Equal(t, "owner=host:42\n", string(d))
+	assert.False(t, Downgraded(d))
+	assert.False(t, Held(d))
+	assert.Equal(t, "host:42", Owner(d))
+
+	d = Data("host:42", true, true)
+	assert.True(t, Downgraded(d))
+	assert.True(t, Held(d))
+	assert.Equal(t, "host:42", Owner(d))
+	assert.True(t, Held(Data("x", false, true)), "a downgrade proves the node held the lock")
+
+	assert.Equal(t, "someone else", Owner([]byte(" someone else\n")))
+	assert.False(t, Downgraded([]byte("owner=x mode=read\n")))
+}
+
+// FuzzParse: any child name parses or is ignored, never panics, and a
+// parsed name is exactly how its family and ZooKeeper would spell that
+// node: a known prefix, its marker, the number as %010d.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"read-0000000001", "write--2147483648", "_c_" + guid + "-write-0000000003",
+		"foo", "read-abc", "_c_", "_c_" + guid, "_c_" + guid + "-", "read--000000000", "x__lock__0000000001",
+		"_c_" + uuid + "-__WRIT__0000000001", guid + "__rlock__0000000002", "_c_" + guid + "-read__lock__0000000003",
+		"_c_" + uuid + "-lock-0000000004",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		n, ok := Parse(name)
+		if !ok {
+			return
+		}
+		m := Markers[n.Marker]
+		prefix, found := strings.CutSuffix(name, m.Text+FormatSeq(n.Seq))
+		switch shape := shapeOf(prefix); {
+		case !found:
+			t.Fatalf("Parse(%q) = %+v, which ZooKeeper would name %q", name, n, prefix+m.Text+FormatSeq(n.Seq))
+		case shape&m.shapes == 0:
+			t.Fatalf("Parse(%q) = %+v: no family puts %q before %q", name, n, prefix, m.Text)
+		case n.Ours != (shape == guarded && m.Ours), n.Write != m.Write, n.Family != m.Family, n.Protected != (shape == guarded):
+			t.Fatalf("Parse(%q) = %+v does not match its marker %+v", name, n, m)
+		case n.Bare() != m.Text+FormatSeq(n.Seq):
+			t.Fatalf("Parse(%q).Bare() = %q", name, n.Bare())
+		}
+	})
+}
