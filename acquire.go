@@ -410,15 +410,3 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 	}
 	return cause
 }
-
-// verb names an acquisition in errors: "lock", "rlock", "trylock", "tryrlock".
-func verb(w want) string {
-	v := "lock"
-	if w.mode == Read {
-		v = "rlock"
-	}
-	if !w.block {
-		v = "try" + v
-	}
-	return v
-}

@@ -66,14 +66,6 @@ func newGrant(l *RWLock, c *zkclient.Client, mode Mode, node string, session int
 	return g
 }
 
-// holder is a grant as the lease clock judges it (zkclient.Holder): the
-// same pointer, so that a grant is held and unheld by its identity.
-type holder Grant
-
-func (h *holder) Session() int64       { return h.session }
-func (h *holder) Limit() time.Duration { return h.l.timeout }
-func (h *holder) Lost(cause error)     { (*Grant)(h).lost(cause) }
-
 // Mode returns Read or Write.
 func (g *Grant) Mode() Mode { return g.mode }
 

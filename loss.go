@@ -21,6 +21,14 @@ var errNodeDeleted = errors.New("lock node deleted")
 // may live on: the node must be deleted once the holder has been told.
 var errMayLive = errors.New("the node may outlive the grant")
 
+// holder is a grant as the lease clock judges it (zkclient.Holder): the
+// same pointer, so that a grant is held and unheld by its identity.
+type holder Grant
+
+func (h *holder) Session() int64       { return h.session }
+func (h *holder) Limit() time.Duration { return h.l.timeout }
+func (h *holder) Lost(cause error)     { (*Grant)(h).lost(cause) }
+
 func lostError(node string, cause error) error {
 	return fmt.Errorf("%w: %s: %w", ErrLost, node, cause)
 }

@@ -217,3 +217,15 @@ func (l *RWLock) debug(msg, node string) {
 		l.log.Debug(msg, "lock", l.path, "node", node)
 	}
 }
+
+// verb names an acquisition in errors: "lock", "rlock", "trylock", "tryrlock".
+func verb(w want) string {
+	v := "lock"
+	if w.mode == Read {
+		v = "rlock"
+	}
+	if !w.block {
+		v = "try" + v
+	}
+	return v
+}
