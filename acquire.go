@@ -352,7 +352,7 @@ func (a *acquisition) ready(ctx context.Context) (step, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	t := a.c.Timeout(a.l.timeout, a.session)
+	t := a.c.Timeout(a.l.sessionTimeout, a.session)
 	if t <= 0 && a.c.Conn().State() != zk.StateHasSession {
 		// Without T, a disconnection is a loss: the grant's first Err
 		// would report it. Wait for the session, and prove our place again.
@@ -397,7 +397,7 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 		// Expired or closed: the node went with the session.
 	// mutant: abort-leaves-node
 	case a.node != "":
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanup)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanupTimeout)
 		defer cancel()
 		// mutant: abort-marks-held
 		if err := l.deleteNode(ctx, a.c, a.path, a.session, false); err != nil {

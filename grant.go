@@ -305,7 +305,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	}
 
 	l := g.l
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(g.counting(ctx)), l.cleanup)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(g.counting(ctx)), l.cleanupTimeout)
 	defer cancel()
 	r := g.c.Set(sctx, g.node, lockname.Data(l.owner, false, true))
 	switch {

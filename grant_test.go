@@ -15,8 +15,8 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// ended reports whether g's Done channel is closed.
-func ended(g *Grant) bool {
+// doneClosed reports whether g's Done channel is closed.
+func doneClosed(g *Grant) bool {
 	select {
 	case <-g.Done():
 		return true
@@ -32,7 +32,7 @@ func TestLostWhenNodeDeleted(t *testing.T) {
 		require.NoError(t, err)
 		done := g.Done()
 		synctest.Wait()
-		assert.False(t, ended(g))
+		assert.False(t, doneClosed(g))
 		require.NoError(t, s.conn().Delete(g.Node(), -1))
 		<-done
 		assert.ErrorIs(t, g.Err(), ErrLost)
@@ -204,7 +204,7 @@ func TestFirstErrAfterAPauseSeesTheLoss(t *testing.T) {
 		lost func(g *Grant) bool
 	}{
 		{"Err", func(g *Grant) bool { return g.Err() != nil }},
-		{"Done", func(g *Grant) bool { return ended(g) }},
+		{"Done", func(g *Grant) bool { return doneClosed(g) }},
 		{"WithWrite's context", nil},
 	} {
 		t.Run(check.name, func(t *testing.T) {

@@ -43,7 +43,7 @@ func (g *Grant) limitHold(end time.Time) {
 		return
 	}
 	g.holdEnd = end
-	t := g.c.Timeout(g.l.timeout, g.session)
+	t := g.c.Timeout(g.l.sessionTimeout, g.session)
 	head := zkclient.HeadStart(t)
 	if t == 0 {
 		head = g.l.maxHold / 4

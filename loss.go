@@ -26,7 +26,7 @@ var errMayLive = errors.New("the node may outlive the grant")
 type holder Grant
 
 func (h *holder) Session() int64       { return h.session }
-func (h *holder) Limit() time.Duration { return h.l.timeout }
+func (h *holder) Limit() time.Duration { return h.l.sessionTimeout }
 func (h *holder) Lost(cause error)     { (*Grant)(h).lost(cause) }
 
 func lostError(node string, cause error) error {
@@ -45,7 +45,7 @@ func (g *Grant) lost(cause error) {
 	if g.ctx.Err() == nil {
 		now := time.Now()
 		g.deadline = now
-		if t := g.c.Timeout(g.l.timeout, g.session); lapsed != nil && t > 0 {
+		if t := g.c.Timeout(g.l.sessionTimeout, g.session); lapsed != nil && t > 0 {
 			g.deadline = now.Add(max(lapsed.Left-zkclient.RelayAllowance(t), 0))
 		}
 	}

@@ -357,7 +357,7 @@ func (s *set) abort(ctx context.Context, cause error) error {
 		ops = append(ops, &zk.DeleteRequest{Path: a.path, Version: -1})
 	}
 	if len(ops) == len(s.members) {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.members[0].l.cleanup)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.members[0].l.cleanupTimeout)
 		r := s.c.Multi(s.members[0].counting(dctx), ops, nil, nil)
 		cancel()
 		if r.Err == nil && r.Session == s.members[0].session {

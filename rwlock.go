@@ -82,16 +82,16 @@ func (m Mode) String() string {
 // queues after it, and no one can overtake a waiter. A grant lasts until it
 // is released or lost; [Grant.Done] tells which.
 type RWLock struct {
-	conn    zkclient.Conn
-	path    string
-	acl     []zk.ACL
-	data    []byte // node data: who holds or waits
-	owner   string
-	log     *slog.Logger
-	timeout time.Duration // from WithSessionTimeout; 0 when not given
-	cleanup time.Duration
-	maxHold time.Duration // from WithMaxHold; 0 for none
-	dialect Dialect
+	conn           zkclient.Conn
+	path           string
+	acl            []zk.ACL
+	data           []byte // node data: who holds or waits
+	owner          string
+	log            *slog.Logger
+	sessionTimeout time.Duration // from WithSessionTimeout; 0 when not given
+	cleanupTimeout time.Duration
+	maxHold        time.Duration // from WithMaxHold; 0 for none
+	dialect        Dialect
 
 	observers []Observer // from WithObserver
 
@@ -125,17 +125,17 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		return nil, err
 	}
 	return &RWLock{
-		conn:      conn,
-		path:      path,
-		acl:       o.acl,
-		data:      lockname.Data(o.owner, false, false),
-		owner:     o.owner,
-		log:       o.log,
-		timeout:   o.sessionTimeout,
-		cleanup:   o.cleanupTimeout,
-		maxHold:   o.maxHold,
-		observers: o.observers,
-		dialect:   o.dialect,
+		conn:           conn,
+		path:           path,
+		acl:            o.acl,
+		data:           lockname.Data(o.owner, false, false),
+		owner:          o.owner,
+		log:            o.log,
+		sessionTimeout: o.sessionTimeout,
+		cleanupTimeout: o.cleanupTimeout,
+		maxHold:        o.maxHold,
+		observers:      o.observers,
+		dialect:        o.dialect,
 	}, nil
 }
 
@@ -189,9 +189,10 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Grant, error) {
 // wrapping ErrLost, when the grant is lost: a migration must stop writing
 // then. Its Err and Done consult the lease clock as [Grant.Err] does, so a
 // check right after a pause sees the loss; contexts derived from it see it
-// at the clock's next look, within a sixteenth of the session timeout. WithWrite then returns an error
-// wrapping ErrLost (joined with fn's error). Errors acquiring the lock are
-// returned as from Lock, without running fn.
+// at the clock's next look, within a sixteenth of the session timeout.
+// WithWrite then returns an error wrapping ErrLost (joined with fn's
+// error). Errors acquiring the lock are returned as from Lock, without
+// running fn.
 func (l *RWLock) WithWrite(ctx context.Context, fn func(context.Context) error) error {
 	return l.with(ctx, Write, fn)
 }

@@ -899,7 +899,7 @@ func (s *sim) status(c *simClient) string {
 	cl, g := c.zk, c.holding
 	var b strings.Builder
 	fmt.Fprintf(&b, "c%d holds %s %s (session %d", c.id, g.Mode(), path.Base(g.Node()), g.session)
-	if t := g.c.Timeout(g.l.timeout, g.session); t > 0 {
+	if t := g.c.Timeout(g.l.sessionTimeout, g.session); t > 0 {
 		fmt.Fprintf(&b, ", timeout %v)", t)
 	} else {
 		b.WriteString(", timeout unknown)")

@@ -82,4 +82,4 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 
 // releaseTimeout bounds the release that WithRead, WithWrite and a Group
 // make for their caller.
-func (l *RWLock) releaseTimeout() time.Duration { return l.cleanup }
+func (l *RWLock) releaseTimeout() time.Duration { return l.cleanupTimeout }
