@@ -36,6 +36,9 @@
 // node exists. [WithMaxHold] ends every grant by itself after a limit,
 // telling its holder first.
 //
+// [LockAll] takes several locks in one ZooKeeper transaction: callers that
+// take all their locks so cannot deadlock, whatever the order of the paths.
+//
 // Reentrancy travels in the context, since Go has no goroutine identity:
 // the contexts handed out by WithRead, WithWrite and ReadGroup, or made by
 // [ContextWithGrant], carry their grant, and Lock or RLock with such a
