@@ -141,7 +141,13 @@ func (h *homeFirst) Connected() {
 const (
 	opCreate = 1
 	opDelete = 2
+	opMulti  = 14 // singled out by the path of its first operation
 )
+
+// multiHeader is the size of jute's MultiHeader {type int32, done bool,
+// err int32}, which starts each operation of a multi and each of its
+// results.
+const multiHeader = 9
 
 // faultDialer is a zk.Dialer that, once armed, singles out the next request
 // of one opcode on a path under prefix, on a real connection to a real
@@ -217,7 +223,11 @@ func (c *faultConn) Read(p []byte) (int, error) {
 			if code := int32(binary.BigEndian.Uint32(pkt[16:])); code != 0 {
 				c.d.armed.Store(true) // it failed (no directory yet?): wait for the next one
 			} else {
-				created, _ := parseString(pkt[20:])
+				body := pkt[20:]
+				if c.d.op == opMulti && len(body) >= multiHeader {
+					body = body[multiHeader:] // the first operation's result
+				}
+				created, _ := parseString(body)
 				c.Conn.Close()
 				c.d.fired <- created
 				return 0, io.ErrUnexpectedEOF
@@ -252,7 +262,11 @@ func parseRequest(p []byte) (xid, op int32, path string, ok bool) {
 	}
 	xid = int32(binary.BigEndian.Uint32(p[4:]))
 	op = int32(binary.BigEndian.Uint32(p[8:]))
-	path, ok = parseString(p[12:])
+	body := p[12:]
+	if op == opMulti && len(body) >= multiHeader {
+		body = body[multiHeader:]
+	}
+	path, ok = parseString(body)
 	return xid, op, path, ok
 }
 

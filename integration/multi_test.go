@@ -270,3 +270,70 @@ func TestLockAllAfterExpiry(t *testing.T) {
 	assert.Empty(t, lockNodes(t, b.conn, root+"/free"))
 	assert.Empty(t, lockNodes(t, b.conn, root+"/busy"))
 }
+
+// The answer to a set's transaction is lost with its connection: the server
+// made every node, the client never heard. Once reconnected, the set finds
+// its nodes by its guid, in every directory, and is granted with them; or,
+// if its caller gave up meanwhile, they are deleted by guid in the
+// background. Either way no second node and no orphan.
+func TestLockAllLostMultiResponse(t *testing.T) {
+	srv := sharedServer(t)
+	for _, giveUp := range []bool{false, true} {
+		t.Run(fmt.Sprint("gave up ", giveUp), func(t *testing.T) {
+			const timeout = 6 * time.Second
+			root := zktest.LockPath(t, "/multi")
+			d := newFaultDialer(opMulti, root+"/", true)
+			conn := dialZK(t, []string{srv.Addr(0)}, timeout, d.Dial, nil)
+			checker := connect(t, srv.Addr(0), 0)
+			la, err := rwlock.New(conn, root+"/a", rwlock.WithSessionTimeout(timeout))
+			require.NoError(t, err)
+			lb, err := rwlock.New(conn, root+"/b", rwlock.WithSessionTimeout(timeout))
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			warm, err := rwlock.LockAll(ctx, rwlock.Request{Lock: la, Mode: rwlock.Write}, rwlock.Request{Lock: lb, Mode: rwlock.Read})
+			require.NoError(t, err) // the directories, before the fault
+			for _, g := range warm {
+				require.NoError(t, g.Release(ctx))
+			}
+
+			d.armed.Store(true)
+			done := make(chan error, 1)
+			var grants []*rwlock.Grant
+			go func() {
+				var err error
+				grants, err = rwlock.LockAll(ctx, rwlock.Request{Lock: la, Mode: rwlock.Write}, rwlock.Request{Lock: lb, Mode: rwlock.Read})
+				done <- err
+			}()
+			var created string
+			select {
+			case created = <-d.fired:
+			case err := <-done:
+				t.Fatalf("LockAll returned (%v) but no answer was withheld", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no multi answer withheld within 10s")
+			}
+			ok, _, err := checker.conn.Exists(created)
+			require.NoError(t, err)
+			require.True(t, ok, "the server made %s", created)
+			require.Len(t, lockNodes(t, checker.conn, root+"/b"), 1, "and the set's other node")
+
+			if giveUp {
+				cancel()
+				require.ErrorIs(t, <-done, context.Canceled)
+				waitNodes(t, checker.conn, root+"/a", 10*time.Second)
+				waitNodes(t, checker.conn, root+"/b", 10*time.Second)
+				return
+			}
+			require.NoError(t, <-done)
+			require.Equal(t, created, grants[0].Node(), "the set adopted the nodes the server made")
+			assert.Len(t, lockNodes(t, checker.conn, root+"/a"), 1)
+			assert.Len(t, lockNodes(t, checker.conn, root+"/b"), 1)
+			for _, g := range grants {
+				require.NoError(t, g.Release(ctx))
+			}
+			waitNodes(t, checker.conn, root+"/a", 5*time.Second)
+			waitNodes(t, checker.conn, root+"/b", 5*time.Second)
+		})
+	}
+}
