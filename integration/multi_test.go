@@ -337,3 +337,54 @@ func TestLockAllLostMultiResponse(t *testing.T) {
 		})
 	}
 }
+
+// The leader of a 3-member ensemble dies (kill -9) while a set waits on
+// it, half of its locks free and half taken, and again while the set
+// holds: the set is granted once the holder releases, keeps its grants
+// through the second kill, and leaves no node.
+func TestLockAllThroughLeaderKill(t *testing.T) {
+	const timeout = 10 * time.Second
+	cl := faultServer(t, 3)
+	addrs := cl.Addrs()
+	leader, err := cl.Leader()
+	require.NoError(t, err)
+	conn := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, leader))
+	require.Equal(t, addrs[leader], conn.Server(), "the set's client is on the leader")
+	other := connect(t, cl.ConnectString(), 0)
+	ctx := testContext(t)
+	root := zktest.LockPath(t, "/multi")
+	la, err := rwlock.New(conn, root+"/free", rwlock.WithSessionTimeout(timeout))
+	require.NoError(t, err)
+	lb, err := rwlock.New(conn, root+"/busy", rwlock.WithSessionTimeout(timeout))
+	require.NoError(t, err)
+	holder, err := other.lock(t, root+"/busy").Lock(ctx)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	var grants []*rwlock.Grant
+	go func() {
+		var err error
+		grants, err = rwlock.LockAll(ctx, rwlock.Request{Lock: la, Mode: rwlock.Write}, rwlock.Request{Lock: lb, Mode: rwlock.Write})
+		done <- err
+	}()
+	zktest.Poll(t, 10*time.Second, func() bool { return len(lockNodes(t, other.conn, root+"/busy")) == 2 },
+		func() string { return "the set never queued" })
+	require.NoError(t, cl.Kill(leader))
+	restartMember(t, cl, leader)
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-done)
+	require.Len(t, grants, 2)
+
+	leader, err = cl.Leader()
+	require.NoError(t, err)
+	session := conn.SessionID()
+	require.NoError(t, cl.Kill(leader))
+	restartMember(t, cl, leader)
+	waitSession(t, conn, session, 30*time.Second)
+	for _, g := range grants {
+		require.NoError(t, g.Err(), "a set's grants ride out a leader kill as any grant does")
+		require.NoError(t, g.Release(ctx))
+	}
+	assert.Empty(t, lockNodes(t, other.conn, root+"/free"))
+	assert.Empty(t, lockNodes(t, other.conn, root+"/busy"))
+}
