@@ -164,7 +164,7 @@ func TestLockAllDoesNotDeadlockWhereOneByOneDoes(t *testing.T) {
 // left.
 func TestLockAllRandomOrders(t *testing.T) {
 	srv := sharedServer(t)
-	ctx := testContext(t)
+	ctx := t.Context() // each set has its own bound below: sets.for may exceed testContext's minute
 	root := zktest.LockPath(t, "/multi")
 	const nPaths, nClients = 5, 6
 	paths := make([]string, nPaths)

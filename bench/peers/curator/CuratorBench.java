@@ -35,6 +35,8 @@ import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessLock;
+import org.apache.curator.framework.recipes.locks.InterProcessMultiLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.ExponentialBackoffRetry;
@@ -99,6 +101,8 @@ public final class CuratorBench {
                     return durationNs != STANDARD.durationNs ? w + "-smoke" : w;
                 case "W6": case "W6r":
                     return waiters != STANDARD.waiters ? w + "-" + waiters : w;
+                case "W8":
+                    return ops != STANDARD.ops || warmup != STANDARD.warmup || durationNs != STANDARD.durationNs ? w + "-smoke" : w;
                 default:
                     return w;
             }
@@ -141,6 +145,7 @@ public final class CuratorBench {
                 case "W5": contended(r, Mix.MIXED); break;
                 case "W6": drain(r, false); break;
                 case "W6r": drain(r, true); break;
+                case "W8": multi(r); break;
                 case "splitmix64": splitmix(r); break;
                 default: throw new IllegalArgumentException("unknown workload " + workload);
             }
@@ -261,6 +266,101 @@ public final class CuratorBench {
         r.put("timeouts", Arrays.stream(timeouts).sum());
         r.put("violations", holders.violations.get());
         requests(r, p0, p1, 0, total);
+        if (failure.get() != null) r.put("error", failure.get().toString());
+    }
+
+    // ---------- W8 ----------
+
+    static final int MULTI_LOCKS = 4, MULTI_CLIENTS = 4;
+
+    /** The 4 locks of one client, in the order of perm: 0 and 1 written, 2 and 3 read. */
+    static InterProcessMultiLock multiLock(InterProcessReadWriteLock[] rws, List<Integer> perm) {
+        List<InterProcessLock> ls = new ArrayList<>();
+        for (int i : perm) ls.add(i < 2 ? rws[i].writeLock() : rws[i].readLock());
+        return new InterProcessMultiLock(ls);
+    }
+
+    /**
+     * W8: one client takes the 4 locks with InterProcessMultiLock (which takes
+     * them one after another) and releases them, warmup then ops cycles
+     * (W8-1, in the record's own keys); then 4 clients take the same 4 locks
+     * in orders of their own for the contention duration (W8-4): an
+     * acquisition not done within ACQUIRE_TIMEOUT_MS counts as a deadlock
+     * broken by the timeout.
+     */
+    void multi(Record r) throws Exception {
+        String path = lockPath(sizes.name("W8"));
+        List<CuratorFramework> cs = open(MULTI_CLIENTS);
+        InterProcessReadWriteLock[][] rws = new InterProcessReadWriteLock[MULTI_CLIENTS][MULTI_LOCKS];
+        for (int c = 0; c < MULTI_CLIENTS; c++) {
+            for (int i = 0; i < MULTI_LOCKS; i++) rws[c][i] = new InterProcessReadWriteLock(cs.get(c), path + "/" + i);
+        }
+        List<Integer> order = List.of(0, 1, 2, 3);
+        InterProcessMultiLock one = multiLock(rws[0], order);
+        for (int i = 0; i < sizes.warmup; i++) {
+            one.acquire();
+            one.release();
+        }
+        int ops = sizes.ops;
+        long[] acq = new long[ops];
+        long p0 = mntr("zk_packets_received");
+        long start = System.nanoTime();
+        for (int i = 0; i < ops; i++) {
+            long t0 = System.nanoTime();
+            one.acquire();
+            acq[i] = System.nanoTime() - t0;
+            one.release();
+        }
+        double elapsed = (System.nanoTime() - start) / 1e9;
+        long p1 = mntr("zk_packets_received");
+        r.put("locks", MULTI_LOCKS);
+        r.put("ops", ops);
+        r.put("ops_per_s", ops / elapsed);
+        r.put("acq_p50_us", percentileUs(acq, 50));
+        r.put("acq_p99_us", percentileUs(acq, 99));
+        requests(r, p0, p1, 0, ops);
+
+        long[] sets = new long[MULTI_CLIENTS], deadlocks = new long[MULTI_CLIENTS];
+        Holders[] xs = new Holders[MULTI_LOCKS];
+        for (int i = 0; i < MULTI_LOCKS; i++) xs[i] = new Holders();
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        long deadline = System.nanoTime() + sizes.durationNs;
+        long t0 = System.nanoTime();
+        Thread[] threads = new Thread[MULTI_CLIENTS];
+        for (int c = 0; c < MULTI_CLIENTS; c++) {
+            final int id = c;
+            threads[c] = new Thread(() -> {
+                Random rnd = new Random(id + 1);
+                try {
+                    while (System.nanoTime() < deadline) {
+                        List<Integer> perm = new ArrayList<>(order);
+                        Collections.shuffle(perm, rnd);
+                        InterProcessMultiLock m = multiLock(rws[id], perm);
+                        if (!m.acquire(ACQUIRE_TIMEOUT_MS, TimeUnit.MILLISECONDS)) {
+                            deadlocks[id]++;
+                            continue;
+                        }
+                        for (int i : perm) xs[i].enter(i < 2);
+                        for (int i : perm) xs[i].leave(i < 2);
+                        m.release();
+                        sets[id]++;
+                    }
+                } catch (Throwable e) {
+                    failure.compareAndSet(null, e);
+                }
+            });
+            threads[c].start();
+        }
+        for (Thread t : threads) t.join();
+        double contended = (System.nanoTime() - t0) / 1e9;
+        long total = Arrays.stream(sets).sum();
+        long violations = 0;
+        for (Holders x : xs) violations += x.violations.get();
+        r.put("contended_clients", MULTI_CLIENTS);
+        r.put("contended_sets", total);
+        r.put("contended_sets_per_s", total / contended);
+        r.put("deadlocks", Arrays.stream(deadlocks).sum());
+        r.put("violations", violations);
         if (failure.get() != null) r.put("error", failure.get().toString());
     }
 
