@@ -79,7 +79,7 @@ func TestACL(t *testing.T) {
 	t.Run("the owners lock as usual", func(t *testing.T) {
 		reader := goAcquire(t, ctx, l2.RLock)
 		waitQueue(t, l, 2)
-		require.False(t, reader.returned())
+		reader.stillWaiting(t, "the owner's writer holds the lock")
 		require.NoError(t, w.Release(ctx))
 		r, err := reader.wait(t)
 		require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
@@ -202,7 +204,7 @@ func (r *chaosRun) nemesis(d time.Duration) {
 	t := r.t
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
-		time.Sleep(time.Duration(1000+r.rng.IntN(3000)) * time.Millisecond)
+		time.Sleep(time.Duration(1000+r.rng.IntN(3000)) * time.Millisecond) // the pace: clients work between faults
 		from := time.Now()
 		switch k := r.rng.IntN(8); k {
 		case 0, 1: // the leader, or a follower, dies and comes back
@@ -213,7 +215,7 @@ func (r *chaosRun) nemesis(d time.Duration) {
 				i, kind = (leader+1+r.rng.IntN(2))%3, "follower-kill"
 			}
 			require.NoError(t, r.cl.Kill(i))
-			time.Sleep(time.Duration(500+r.rng.IntN(3000)) * time.Millisecond)
+			time.Sleep(time.Duration(500+r.rng.IntN(3000)) * time.Millisecond) // the member stays down
 			require.NoError(t, r.cl.Start(t.Context(), i))
 			r.fault(kind, -1, from)
 		case 2: // a member restarts with other session limits
@@ -232,7 +234,7 @@ func (r *chaosRun) nemesis(d time.Duration) {
 			for _, px := range p.proxies {
 				px.Blackhole()
 			}
-			time.Sleep(chaosSpan(r.rng, p.timeout, long))
+			time.Sleep(chaosSpan(r.rng, p.timeout, long)) // the partition
 			for _, px := range p.proxies {
 				heal(px)
 			}
@@ -244,7 +246,7 @@ func (r *chaosRun) nemesis(d time.Duration) {
 			}
 			long := r.rng.IntN(2) == 0
 			require.NoError(t, syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP))
-			time.Sleep(chaosSpan(r.rng, p.timeout, long))
+			time.Sleep(chaosSpan(r.rng, p.timeout, long)) // the pause
 			require.NoError(t, syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT))
 			r.fault(map[bool]string{false: "stop-short", true: "stop-long"}[long], p.id, from)
 		case 7: // a holder dies; another client takes its place
@@ -298,15 +300,36 @@ func (r *chaosRun) stopAll() {
 		}
 	}
 	watcher := connect(t, r.cl.ConnectString(), 0)
-	left, _ := nodesNow(watcher.conn, r.path)
-	deadline := time.Now().Add(chaosTimeouts[len(chaosTimeouts)-1] + 10*time.Second)
-	for len(left) > 0 && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond) // a killed holder's session expires in its own time
-		left, _ = nodesNow(watcher.conn, r.path)
-	}
+	left := nodesLeftAfter(watcher.conn, r.path, chaosTimeouts[len(chaosTimeouts)-1]+10*time.Second)
 	r.mu.Lock()
 	r.orphans = left
 	r.mu.Unlock()
+}
+
+// nodesLeftAfter waits, watching the lock directory dir, until it is empty
+// or gone, and returns the nodes still in it after timeout: none if it
+// emptied in time. A failed listing is tried again 200ms later.
+func nodesLeftAfter(conn *zk.Conn, dir string, timeout time.Duration) []string {
+	deadline := time.After(timeout)
+	var left []string
+	for {
+		nodes, _, changed, err := conn.ChildrenW(dir)
+		var retry <-chan time.Time
+		switch {
+		case errors.Is(err, zk.ErrNoNode) || err == nil && len(nodes) == 0:
+			return nil
+		case err != nil:
+			retry = time.After(200 * time.Millisecond)
+		default:
+			left = nodes
+		}
+		select {
+		case <-changed:
+		case <-retry:
+		case <-deadline:
+			return left
+		}
+	}
 }
 
 // report prints the figures and fails on a violation.

@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net"
 	"reflect"
 	"slices"
 	"strings"
@@ -465,16 +463,9 @@ func TestLostCreateThenExpiry(t *testing.T) {
 	const timeout = 6 * time.Second
 	p := zktest.LockPath(t, "/it")
 	ctx := testContext(t)
-	rec := &zkserver.SessionRecorder{}
 	d := newFaultDialer(opCreate, p+"/", true)
-	dial := func(network, address string, timeout time.Duration) (net.Conn, error) {
-		c, err := rec.Dial(network, address, timeout)
-		if err != nil {
-			return nil, err
-		}
-		return &faultConn{Conn: c, d: d, in: bufio.NewReader(c)}, nil
-	}
-	conn := dialZK(t, []string{srv.Addr(0)}, timeout, dial, nil)
+	waiter := connect(t, srv.Addr(0), timeout, withDialer(d.wrap))
+	conn := waiter.conn
 	holder, checker := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	gh, err := holder.lock(t, p).Lock(ctx)
 	require.NoError(t, err)
@@ -483,17 +474,17 @@ func TestLostCreateThenExpiry(t *testing.T) {
 	old := conn.SessionID()
 
 	d.armed.Store(true)
-	w := acquireAsync(ctx, l, rwlock.Write)
+	w := goAcquire(t, ctx, l.Lock)
 	var created string
 	select {
 	case created = <-d.fired:
-	case r := <-w:
-		t.Fatalf("the acquisition returned (%v) but no create response was withheld", r.err)
+	case <-w.done:
+		t.Fatalf("the acquisition returned (%v) but no create response was withheld", w.err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("no create response withheld within 10s")
 	}
 	// The client redials 1s after the drop; the session ends before that.
-	id, passwd, _, ok := rec.Session()
+	id, passwd, _, ok := waiter.session.Session()
 	require.True(t, ok)
 	require.Equal(t, old, id)
 	require.NoError(t, zkserver.ExpireSession(ctx, srv.Addr(0), id, passwd))
@@ -510,15 +501,15 @@ func TestLostCreateThenExpiry(t *testing.T) {
 		queued = otherThan(nodes, nodeName(gh.Node()))
 		return ok && len(nodes) == 2
 	}, "the acquisition did not queue again: %s", describeNodes(checker.conn, p))
-	requireStillWaiting(t, w, "the holder holds")
+	w.stillWaiting(t, "the holder holds")
 	_, st, err := checker.conn.Get(p + "/" + queued)
 	require.NoError(t, err)
 	require.Equal(t, conn.SessionID(), st.EphemeralOwner, "the new node belongs to the new session")
 
 	require.NoError(t, gh.Release(ctx))
-	r := waitGranted(t, w, 10*time.Second)
-	require.Equal(t, p+"/"+queued, r.g.Node())
-	require.NoError(t, r.g.Err())
-	mustRelease(t, r.g)
+	g := w.granted(t, 10*time.Second)
+	require.Equal(t, p+"/"+queued, g.Node())
+	require.NoError(t, g.Err())
+	mustRelease(t, g)
 	require.Empty(t, lockNodes(t, checker.conn, p))
 }

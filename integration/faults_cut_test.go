@@ -34,7 +34,7 @@ func TestFaultCutsInFlight(t *testing.T) {
 	// or long (holders ride cuts out), or do not (any cut is a loss).
 	type setup struct {
 		timeout time.Duration
-		tell    bool
+		known   bool // the lock knows the timeout; else it has a zk.Connect connection
 	}
 	setups := []setup{{4 * time.Second, true}, {9 * time.Second, true}, {4 * time.Second, false}, {9 * time.Second, true}}
 	const workersPerClient = 3
@@ -44,15 +44,12 @@ func TestFaultCutsInFlight(t *testing.T) {
 	var debug debugLog
 	for i, s := range setups {
 		proxies[i] = proxied(t, srv.Addr(0))
-		clients[i] = connect(t, proxies[i].Addr(), s.timeout)
-		log := rwlock.WithLogger(debug.logger().With("client", i))
-		if s.tell {
-			locks[i] = clients[i].lock(t, path, log)
-		} else {
-			var err error
-			locks[i], err = rwlock.New(clients[i].conn, path, log)
-			require.NoError(t, err)
+		var opts []connectOption
+		if !s.known {
+			opts = append(opts, withZKConnect())
 		}
+		clients[i] = connect(t, proxies[i].Addr(), s.timeout, opts...)
+		locks[i] = clients[i].lock(t, path, rwlock.WithLogger(debug.logger().With("client", i)))
 	}
 	sessions := make([]int64, len(clients))
 	for i, c := range clients {
@@ -210,7 +207,7 @@ func TestFaultLostCreateResponse(t *testing.T) {
 			const timeout = 6 * time.Second
 			path := zktest.LockPath(t, "/it")
 			d := newFaultDialer(opCreate, path+"/", true)
-			conn := dialZK(t, []string{srv.Addr(0)}, timeout, d.Dial, nil)
+			conn := connect(t, srv.Addr(0), timeout, withDialer(d.wrap)).conn
 			checker := connect(t, srv.Addr(0), 0)
 			l, err := rwlock.New(conn, path, rwlock.WithSessionTimeout(timeout))
 			require.NoError(t, err)
@@ -220,12 +217,12 @@ func TestFaultLostCreateResponse(t *testing.T) {
 
 			d.armed.Store(true)
 			start := time.Now()
-			w := acquireAsync(ctx, l, rwlock.Write)
+			w := goAcquire(t, ctx, l.Lock)
 			var created string
 			select {
 			case created = <-d.fired:
-			case r := <-w:
-				t.Fatalf("the acquisition returned (%v) but no create response was withheld", r.err)
+			case <-w.done:
+				t.Fatalf("the acquisition returned (%v) but no create response was withheld", w.err)
 			case <-time.After(10 * time.Second):
 				t.Fatal("no create response withheld within 10s")
 			}
@@ -236,24 +233,23 @@ func TestFaultLostCreateResponse(t *testing.T) {
 
 			if tc.giveUp {
 				cancel()
-				var r outcome
 				select {
-				case r = <-w:
+				case <-w.done:
 				case <-time.After(10 * time.Second):
 					t.Fatal("the cancelled acquisition did not return")
 				}
-				require.ErrorIs(t, r.err, context.Canceled)
+				require.ErrorIs(t, w.err, context.Canceled)
 				waitNodes(t, checker.conn, path, 10*time.Second)
 				require.Equal(t, session, conn.SessionID(), "deleted by guid, with the session alive")
 				t.Logf("create response lost → caller gave up → node deleted in the background %v", msec(time.Since(start)))
 				return
 			}
-			r := waitGranted(t, w, 10*time.Second)
-			t.Logf("create response lost → granted with the node found by guid %v", msec(r.at.Sub(start)))
-			require.Equal(t, created, r.g.Node(), "the acquisition adopted the node the server created")
+			g := w.granted(t, 10*time.Second)
+			t.Logf("create response lost → granted with the node found by guid %v", msec(w.at.Sub(start)))
+			require.Equal(t, created, g.Node(), "the acquisition adopted the node the server created")
 			require.Equal(t, session, conn.SessionID())
 			waitNodes(t, checker.conn, path, time.Second, nodeName(created))
-			mustRelease(t, r.g)
+			mustRelease(t, g)
 			waitNodes(t, checker.conn, path, 5*time.Second)
 		})
 	}
@@ -279,7 +275,7 @@ func TestFaultRequestWriteFails(t *testing.T) {
 			const timeout = 6 * time.Second
 			path := zktest.LockPath(t, "/it")
 			d := newFaultDialer(tc.op, path+"/", false)
-			conn := dialZK(t, []string{srv.Addr(0)}, timeout, d.Dial, nil)
+			conn := connect(t, srv.Addr(0), timeout, withDialer(d.wrap)).conn
 			checker := connect(t, srv.Addr(0), 0)
 			l, err := rwlock.New(conn, path, rwlock.WithSessionTimeout(timeout))
 			require.NoError(t, err)

@@ -38,7 +38,6 @@ func TestFaultEnsembleLeaderKillMixedRun(t *testing.T) {
 	t.Parallel()
 	const timeout = 6 * time.Second
 	cl := faultServer(t, 3)
-	addrs := cl.Addrs()
 	const clients, workersPerClient, batch = 6, 2, 50
 	leader, err := cl.Leader()
 	require.NoError(t, err)
@@ -47,16 +46,16 @@ func TestFaultEnsembleLeaderKillMixedRun(t *testing.T) {
 	conns := make([]*zk.Conn, clients)
 	onLeader := 0
 	for i := range locks {
-		conn := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, i%3))
+		conn := connect(t, cl.ConnectString(), timeout, withHome(i%3)).conn
 		conns[i] = conn
-		if conn.Server() == addrs[leader] {
+		if conn.Server() == cl.Addr(leader) {
 			onLeader++
 		}
 		locks[i], err = rwlock.New(conn, path, rwlock.WithSessionTimeout(timeout))
 		require.NoError(t, err)
 	}
 	require.NotZero(t, onLeader, "some clients are on the leader")
-	checker := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, (leader+1)%3))
+	checker := connect(t, cl.ConnectString(), timeout, withHome((leader+1)%3)).conn
 
 	var x exclusion
 	var st mixedStats

@@ -21,17 +21,16 @@ func TestFaultEnsembleLeaderKill(t *testing.T) {
 	t.Parallel()
 	const timeout = 6 * time.Second
 	cl := faultServer(t, 3)
-	addrs := cl.Addrs()
 
 	t.Run("WaiterSurvives", func(t *testing.T) {
 		leader, err := cl.Leader()
 		require.NoError(t, err)
 		ctx := t.Context()
 		// The waiter is on the leader; the holder and the checker elsewhere.
-		waiter := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, leader))
-		holder := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, (leader+1)%3))
-		checker := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, (leader+2)%3))
-		require.Equal(t, addrs[leader], waiter.Server())
+		waiter := connect(t, cl.ConnectString(), timeout, withHome(leader)).conn
+		holder := connect(t, cl.ConnectString(), timeout, withHome((leader+1)%3)).conn
+		checker := connect(t, cl.ConnectString(), timeout, withHome((leader+2)%3)).conn
+		require.Equal(t, cl.Addr(leader), waiter.Server())
 		path := zktest.LockPath(t, "/it")
 		// The holder knows its session timeout, so its lease rides out the
 		// election (a grant whose lock does not know it is lost at the
@@ -43,7 +42,7 @@ func TestFaultEnsembleLeaderKill(t *testing.T) {
 
 		g, err := hl.Lock(ctx)
 		require.NoError(t, err)
-		w := acquireAsync(ctx, wl, rwlock.Write)
+		w := goAcquire(t, ctx, wl.Lock)
 		waiting := otherThan(waitNodeCount(t, checker, path, 2, 10*time.Second), nodeName(g.Node()))
 		hs, ws := holder.SessionID(), waiter.SessionID()
 
@@ -58,16 +57,16 @@ func TestFaultEnsembleLeaderKill(t *testing.T) {
 		back := time.Since(killed)
 		t.Logf("leader %d killed → member %d leads %v, → the clients have their sessions back %v",
 			leader, newLeader, msec(elected), msec(back))
-		require.NotEqual(t, addrs[leader], waiter.Server(), "the waiter moved to another member")
+		require.NotEqual(t, cl.Addr(leader), waiter.Server(), "the waiter moved to another member")
 
-		requireStillWaiting(t, w, "the holder has not released")
+		w.stillWaiting(t, "the holder has not released")
 		waitNodes(t, checker, path, 10*time.Second, nodeName(g.Node()), waiting)
 		released := time.Now()
 		mustRelease(t, g)
-		r := waitGranted(t, w, 10*time.Second)
-		t.Logf("release → waiter granted %v", msec(r.at.Sub(released)))
-		require.Equal(t, waiting, nodeName(r.g.Node()), "the waiter kept its node across the leader change")
-		mustRelease(t, r.g)
+		wg := w.granted(t, 10*time.Second)
+		t.Logf("release → waiter granted %v", msec(w.at.Sub(released)))
+		require.Equal(t, waiting, nodeName(wg.Node()), "the waiter kept its node across the leader change")
+		mustRelease(t, wg)
 		waitNodes(t, checker, path, 5*time.Second)
 	})
 }

@@ -51,7 +51,7 @@ func TestFaultGrantedReconnectShorter(t *testing.T) {
 			for i := range *grantedTrials {
 				t.Run(fmt.Sprint("trial", i), func(t *testing.T) {
 					home, low := proxied(t, cl.Addr(0)), proxied(t, cl.Addr(2))
-					conn := dialZK(t, []string{home.Addr(), low.Addr()}, asked, nil, newHomeFirst([]string{home.Addr(), low.Addr()}, 0))
+					conn := connect(t, home.Addr()+","+low.Addr(), asked, withHome(0)).conn
 					if silenced {
 						conn.SetLogger(quietZK{})
 					}
@@ -103,38 +103,38 @@ func shorterGrantCutOff(t *testing.T, cl *zkserver.Cluster, conn *zk.Conn, home,
 	done := closedAt(ctx, g.Done())
 
 	other := connect(t, cl.Addr(1), 0)
-	w := acquireAsync(ctx, other.lock(t, path), rwlock.Write)
+	w := goAcquire(t, ctx, other.lock(t, path).Lock)
 	waitNodeCount(t, other.conn, path, 2, 10*time.Second)
 	low.Blackhole()
 	cutAt := time.Now()
-	var r outcome
 	select {
-	case r = <-w:
-		require.NoError(t, r.err)
+	case <-w.done:
 	case <-time.After(asked + 10*time.Second):
 		t.Fatalf("not granted: holder session %#x (state %v, Err %v), nodes %v, other's session %#x",
 			session, conn.State(), g.Err(), describeNodes(other.conn, path), other.conn.SessionID())
 	}
-	requireToldFirst(t, g, done, r, cutAt)
-	mustRelease(t, r.g)
+	wg, err := w.wait(t)
+	require.NoError(t, err)
+	requireToldFirst(t, g, done, w.at, cutAt)
+	mustRelease(t, wg)
 	low.Pass()
 }
 
 // requireToldFirst checks that the holder of g, cut off at cutAt, was
-// told of its loss (done) before the other client's grant r returned.
-func requireToldFirst(t *testing.T, g *rwlock.Grant, done <-chan time.Time, r outcome, cutAt time.Time) {
+// told of its loss (done) before the other client was granted, at grantedAt.
+func requireToldFirst(t *testing.T, g *rwlock.Grant, done <-chan time.Time, grantedAt, cutAt time.Time) {
 	t.Helper()
 	var told time.Time
 	select {
 	case told = <-done:
 	default:
 		t.Fatalf("the other client was granted %v after the cut, and the holder has not been told (Err %v)",
-			msec(r.at.Sub(cutAt)), g.Err())
+			msec(grantedAt.Sub(cutAt)), g.Err())
 	}
-	require.True(t, told.Before(r.at), "the holder was told %v after the other client was granted", msec(told.Sub(r.at)))
+	require.True(t, told.Before(grantedAt), "the holder was told %v after the other client was granted", msec(told.Sub(grantedAt)))
 	require.ErrorIs(t, g.Err(), rwlock.ErrLost)
 	t.Logf("cut → holder told %v, → other granted %v (told %v before)",
-		msec(told.Sub(cutAt)), msec(r.at.Sub(cutAt)), msec(r.at.Sub(told)))
+		msec(told.Sub(cutAt)), msec(grantedAt.Sub(cutAt)), msec(grantedAt.Sub(told)))
 }
 
 // A connection asks for more than the server's maximum. Made by Dial, it
@@ -157,7 +157,7 @@ func TestFaultGrantedAskedMoreThanMax(t *testing.T) {
 						holder = connect(t, p.Addr(), asked)
 						l = holder.lock(t, path)
 					} else {
-						holder = connectZK(t, p.Addr(), asked)
+						holder = connect(t, p.Addr(), asked, withZKConnect())
 						l = holder.lock(t, path, rwlock.WithSessionTimeout(asked))
 					}
 					_, _, granted, _ := holder.session.Session()
@@ -170,13 +170,13 @@ func TestFaultGrantedAskedMoreThanMax(t *testing.T) {
 					done := closedAt(ctx, g.Done())
 
 					other := connect(t, srv.Addr(0), 0)
-					w := acquireAsync(ctx, other.lock(t, path), rwlock.Write)
+					w := goAcquire(t, ctx, other.lock(t, path).Lock)
 					waitNodeCount(t, other.conn, path, 2, 10*time.Second)
 					p.Blackhole()
 					cutAt := time.Now()
-					r := waitGranted(t, w, 2*maxGranted+10*time.Second)
-					requireToldFirst(t, g, done, r, cutAt)
-					mustRelease(t, r.g)
+					wg := w.granted(t, 2*maxGranted+10*time.Second)
+					requireToldFirst(t, g, done, w.at, cutAt)
+					mustRelease(t, wg)
 					p.Pass()
 				})
 			}
@@ -327,14 +327,14 @@ func TestFaultGrantedNestedAfterPause(t *testing.T) {
 			node, _ := strings.CutPrefix(child.line(t, 60*time.Second, "held "), "held ")
 
 			other := connect(t, srv.Addr(0), 0)
-			w := acquireAsync(ctx, other.lock(t, path), rwlock.Write)
+			w := goAcquire(t, ctx, other.lock(t, path).Lock)
 			nodes := waitNodeCount(t, other.conn, path, 2, 10*time.Second)
 			require.Contains(t, nodes, nodeName(node))
-			requireStillWaiting(t, w, "the holder process holds the lock")
+			w.stillWaiting(t, "the holder process holds the lock")
 
 			require.NoError(t, syscall.Kill(child.pid(), syscall.SIGUSR1))
 			stopped := waitStopped(t, child.pid(), 10*time.Second)
-			r := waitGranted(t, w, timeout+2*faultTick+10*time.Second)
+			wg := w.granted(t, timeout+2*faultTick+10*time.Second)
 			// The pause lasts the session timeout and a tick at least, past
 			// the holder's sleep, which must end within it.
 			time.Sleep(time.Until(stopped.Add(timeout + faultTick)))
@@ -350,7 +350,7 @@ func TestFaultGrantedNestedAfterPause(t *testing.T) {
 				calls = append(calls, fmt.Sprintf("%s → %s after %v", c.Name, errText(c.Err), msec(c.After)))
 			}
 			t.Logf("holder stopped → other client granted %v, → SIGCONT %v; the holder slept %v (%v asked); then %s",
-				msec(r.at.Sub(stopped)), msec(resumed), msec(rep.Slept), nestedSleep(timeout), strings.Join(calls, "; "))
+				msec(w.at.Sub(stopped)), msec(resumed), msec(rep.Slept), nestedSleep(timeout), strings.Join(calls, "; "))
 			require.GreaterOrEqual(t, rep.Slept, resumed-50*time.Millisecond, "the holder slept through the whole pause")
 			require.Len(t, rep.Calls, 3)
 			firsts = append(firsts, fmt.Sprintf("%s lost %v", rep.Calls[0].Name, rep.Calls[0].Lost))
@@ -358,7 +358,7 @@ func TestFaultGrantedNestedAfterPause(t *testing.T) {
 				assert.True(t, c.Lost, "after the pause, %s with the grant returned %s, not ErrLost, though another client had been granted the lock",
 					c.Name, errText(c.Err))
 			}
-			mustRelease(t, r.g)
+			mustRelease(t, wg)
 		})
 	}
 	t.Logf("the first call after each pause: %v", firsts)

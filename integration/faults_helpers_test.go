@@ -60,41 +60,9 @@ func heal(p *faultproxy.Proxy) {
 	p.Pass()
 }
 
-// dialZK opens a session with rwlock.Dial, with an optional dialer and host
-// provider (nil: go-zookeeper's defaults), and closes the connection when
-// the test ends.
-func dialZK(t *testing.T, servers []string, timeout time.Duration, dialer zk.Dialer, hosts zk.HostProvider) *zk.Conn {
-	t.Helper()
-	opts := []func(*zk.Conn){zk.WithLogger(quietZK{}), zk.WithLogInfo(false)}
-	if dialer != nil {
-		opts = append(opts, zk.WithDialer(dialer))
-	}
-	if hosts != nil {
-		opts = append(opts, zk.WithHostProvider(hosts))
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	conn, err := rwlock.Dial(ctx, servers, timeout, opts...)
-	require.NoError(t, err)
-	t.Cleanup(conn.Close)
-	return conn
-}
-
 type quietZK struct{}
 
 func (quietZK) Printf(string, ...any) {}
-
-// dialLib opens a session with rwlock.Dial, which learns the session timeout
-// the server granted, and closes it when the test ends.
-func dialLib(t *testing.T, servers []string, timeout time.Duration) *zk.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	conn, err := rwlock.Dial(ctx, servers, timeout)
-	require.NoError(t, err)
-	t.Cleanup(conn.Close)
-	return conn
-}
 
 // homeFirst is a zk.HostProvider that tries the servers in a fixed order
 // starting at home, where go-zookeeper shuffles them: it puts a client on
@@ -149,9 +117,9 @@ const (
 // results.
 const multiHeader = 9
 
-// faultDialer is a zk.Dialer that, once armed, singles out the next request
-// of one opcode on a path under prefix, on a real connection to a real
-// server, and breaks the connection around it:
+// faultDialer wraps a zk.Dialer (see wrap) so that, once armed, it singles
+// out the next request of one opcode on a path under prefix, on a real
+// connection to a real server, and breaks the connection around it:
 //
 //   - withhold: the request reaches the server, which carries it out, but
 //     its reply (when it is a success) is dropped and the connection closed,
@@ -174,12 +142,16 @@ func newFaultDialer(op int32, prefix string, withhold bool) *faultDialer {
 	return &faultDialer{op: op, prefix: prefix, withhold: withhold, fired: make(chan string, 1)}
 }
 
-func (d *faultDialer) Dial(network, address string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, address, timeout)
-	if err != nil {
-		return nil, err
+// wrap returns a dialer that dials with next and breaks the connection as
+// armed: pass it to connect's withDialer.
+func (d *faultDialer) wrap(next zk.Dialer) zk.Dialer {
+	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		c, err := next(network, address, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &faultConn{Conn: c, d: d, in: bufio.NewReader(c)}, nil
 	}
-	return &faultConn{Conn: c, d: d, in: bufio.NewReader(c)}, nil
 }
 
 // faultConn reads the server's stream packet by packet, so that it can drop
@@ -397,54 +369,6 @@ func closedAt(ctx context.Context, ch <-chan struct{}) <-chan time.Time {
 		}
 	}()
 	return at
-}
-
-// outcome is the result of an acquisition made on another goroutine.
-type outcome struct {
-	g   *rwlock.Grant
-	err error
-	at  time.Time // when the call returned
-}
-
-// acquireAsync runs Lock or RLock on a goroutine of its own.
-func acquireAsync(ctx context.Context, l *rwlock.RWLock, mode rwlock.Mode) <-chan outcome {
-	ch := make(chan outcome, 1)
-	go func() {
-		var r outcome
-		if mode == rwlock.Write {
-			r.g, r.err = l.Lock(ctx)
-		} else {
-			r.g, r.err = l.RLock(ctx)
-		}
-		r.at = time.Now()
-		ch <- r
-	}()
-	return ch
-}
-
-// waitGranted waits for an acquisition started by acquireAsync; it fails the
-// test if it fails or takes longer than timeout.
-func waitGranted(t *testing.T, ch <-chan outcome, timeout time.Duration) outcome {
-	t.Helper()
-	select {
-	case r := <-ch:
-		require.NoError(t, r.err)
-		return r
-	case <-time.After(timeout):
-	}
-	t.Fatalf("not granted within %v", timeout)
-	return outcome{}
-}
-
-// requireStillWaiting checks that an acquisition started by acquireAsync is still
-// waiting.
-func requireStillWaiting(t *testing.T, ch <-chan outcome, why string) {
-	t.Helper()
-	select {
-	case r := <-ch:
-		t.Fatalf("%s, but the waiter returned (err %v)", why, r.err)
-	default:
-	}
 }
 
 // mustRelease releases g with a bounded context.

@@ -29,7 +29,6 @@ var leaderTrials = flag.Int("leader.trials", 4,
 func TestFaultLeaderKillHolderKeepsGrant(t *testing.T) {
 	const timeout = 10 * time.Second
 	cl := faultServer(t, 3)
-	addrs := cl.Addrs()
 
 	type trial struct {
 		elected, back time.Duration // kill → a new leader serves; → the holder's session answers
@@ -41,8 +40,8 @@ func TestFaultLeaderKillHolderKeepsGrant(t *testing.T) {
 		t.Run(fmt.Sprint("trial", i), func(t *testing.T) {
 			leader, err := cl.Leader()
 			require.NoError(t, err)
-			holder := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, leader))
-			require.Equal(t, addrs[leader], holder.Server(), "the holder is on the leader")
+			holder := connect(t, cl.ConnectString(), timeout, withHome(leader)).conn
+			require.Equal(t, cl.Addr(leader), holder.Server(), "the holder is on the leader")
 			path := zktest.LockPath(t, "/it")
 			l, err := rwlock.New(holder, path, rwlock.WithSessionTimeout(timeout))
 			require.NoError(t, err)

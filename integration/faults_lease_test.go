@@ -48,19 +48,17 @@ func TestFaultCutAfterDirectoryNotification(t *testing.T) {
 	for i := range *leaseReps {
 		t.Run(fmt.Sprint("rep", i), func(t *testing.T) {
 			p := faultproxy.StartFramed(t, srv.Addr(0))
-			holder := dialLib(t, []string{p.Addr()}, cutTimeout)
+			holder := connect(t, p.Addr(), cutTimeout)
 			other := connect(t, srv.Addr(0), cutTimeout)
 			path := zktest.LockPath(t, "/it")
-			hl, err := rwlock.New(holder, path)
-			require.NoError(t, err)
-			ol := other.lock(t, path)
+			hl, ol := holder.lock(t, path), other.lock(t, path)
 			ctx := t.Context()
 
 			h := holdWithWrite(t, ctx, hl)
 			lastPing := lateInPingCycle(t, p, cutTimeout)
 			pings := p.Next(faultproxy.PingReply)
 			cut := p.BlackholeAfter(faultproxy.Notification)
-			w := acquireAsync(ctx, ol, rwlock.Write) // its create is the notification
+			w := goAcquire(t, ctx, ol.Lock) // its create is the notification
 			var cutAt time.Time
 			select {
 			case cutAt = <-cut:
@@ -75,7 +73,7 @@ func TestFaultCutAfterDirectoryNotification(t *testing.T) {
 
 			r.requireHolderFirst(t)
 			require.ErrorIs(t, h.wait(t), rwlock.ErrLost, "WithWrite returns the loss")
-			mustRelease(t, r.granted.g)
+			mustRelease(t, r.grant)
 		})
 	}
 	t.Logf("head start (other client's grant − holder's loss) per repetition: %v", heads)
@@ -101,7 +99,7 @@ func TestFaultCutAfterAppNotification(t *testing.T) {
 			require.NoError(t, err)
 			lost := closedAt(ctx, g.Done())
 			waitWatched(t, srv, g)
-			w := acquireAsync(ctx, ol, rwlock.Write)
+			w := goAcquire(t, ctx, ol.Lock)
 			waitNodeCount(t, other.conn, path, 2, 5*time.Second)
 
 			// The application's node and its watch on it, beside the lock.
@@ -128,7 +126,7 @@ func TestFaultCutAfterAppNotification(t *testing.T) {
 
 			r.requireHolderFirst(t)
 			require.ErrorIs(t, g.Err(), rwlock.ErrLost)
-			mustRelease(t, r.granted.g)
+			mustRelease(t, r.grant)
 		})
 	}
 	t.Logf("head start (other client's grant − holder's loss) per repetition: %v", heads)
@@ -144,16 +142,14 @@ func TestFaultCutAfterPingReply(t *testing.T) {
 	for i := range *leaseReps {
 		t.Run(fmt.Sprint("rep", i), func(t *testing.T) {
 			p := faultproxy.StartFramed(t, srv.Addr(0))
-			holder := dialLib(t, []string{p.Addr()}, cutTimeout)
+			holder := connect(t, p.Addr(), cutTimeout)
 			other := connect(t, srv.Addr(0), cutTimeout)
 			path := zktest.LockPath(t, "/it")
-			hl, err := rwlock.New(holder, path)
-			require.NoError(t, err)
-			ol := other.lock(t, path)
+			hl, ol := holder.lock(t, path), other.lock(t, path)
 			ctx := t.Context()
 
 			h := holdWithWrite(t, ctx, hl)
-			w := acquireAsync(ctx, ol, rwlock.Write)
+			w := goAcquire(t, ctx, ol.Lock)
 			waitNodeCount(t, other.conn, path, 2, 5*time.Second)
 			cut := p.BlackholeAfter(faultproxy.PingReply)
 			r := raceAfterCut(t, waitCut(t, cut), nil, time.Time{}, h.lost, w)
@@ -162,7 +158,7 @@ func TestFaultCutAfterPingReply(t *testing.T) {
 
 			r.requireHolderFirst(t)
 			require.ErrorIs(t, h.wait(t), rwlock.ErrLost, "WithWrite returns the loss")
-			mustRelease(t, r.granted.g)
+			mustRelease(t, r.grant)
 		})
 	}
 	t.Logf("head start (other client's grant − holder's loss) per repetition: %v", heads)
@@ -188,15 +184,16 @@ func lateInPingCycle(t *testing.T, p *faultproxy.Proxy, timeout time.Duration) t
 
 // cutRace is what one repetition measured, on the test process's clock.
 type cutRace struct {
-	cut      time.Time // the frame after which the partition began was forwarded
-	lastPing time.Time // the last ping reply the holder got, up to the cut
-	lost     time.Time // the holder learned of its loss
-	granted  outcome   // the other client's Lock returned
+	cut       time.Time     // the frame after which the partition began was forwarded
+	lastPing  time.Time     // the last ping reply the holder got, up to the cut
+	lost      time.Time     // the holder learned of its loss
+	grantedAt time.Time     // the other client's Lock returned
+	grant     *rwlock.Grant // what it returned
 }
 
 // head is the holder's head start: from its loss to the other client's
 // grant. Negative, it is the overlap of the two grants.
-func (r cutRace) head() time.Duration { return msec(r.granted.at.Sub(r.lost)) }
+func (r cutRace) head() time.Duration { return msec(r.grantedAt.Sub(r.lost)) }
 
 // waitCut waits for a cut armed with BlackholeAfter and returns its time.
 func waitCut(t *testing.T, cut <-chan time.Time) time.Time {
@@ -215,7 +212,7 @@ func waitCut(t *testing.T, cut <-chan time.Time) time.Time {
 // a p.Next(PingReply) armed with the cut: a ping that slipped through
 // before the cut replaces lastPing. With neither, the cut is taken to have
 // come after a ping reply.
-func raceAfterCut(t *testing.T, cutAt time.Time, pings <-chan time.Time, lastPing time.Time, lost <-chan time.Time, w <-chan outcome) cutRace {
+func raceAfterCut(t *testing.T, cutAt time.Time, pings <-chan time.Time, lastPing time.Time, lost <-chan time.Time, w *acquisition) cutRace {
 	t.Helper()
 	r := cutRace{cut: cutAt, lastPing: lastPing}
 	if lastPing.IsZero() && pings == nil {
@@ -229,18 +226,22 @@ func raceAfterCut(t *testing.T, cutAt time.Time, pings <-chan time.Time, lastPin
 	default:
 	}
 	limit := time.After(cutTimeout + 2*faultTick + 5*time.Second)
-	for r.lost.IsZero() || r.granted.at.IsZero() {
+	returned := w.done
+	for r.lost.IsZero() || r.grantedAt.IsZero() {
 		select {
 		case r.lost = <-lost:
-		case r.granted = <-w:
-			require.NoError(t, r.granted.err)
+		case <-returned:
+			returned = nil // closed: take the result once
+			g, err := w.wait(t)
+			require.NoError(t, err)
+			r.grant, r.grantedAt = g, w.at
 		case <-limit:
 			t.Fatalf("partitioned for %v: holder's loss known: %v; other client granted: %v",
-				msec(time.Since(r.cut)), !r.lost.IsZero(), !r.granted.at.IsZero())
+				msec(time.Since(r.cut)), !r.lost.IsZero(), !r.grantedAt.IsZero())
 		}
 	}
 	t.Logf("last ping reply → cut %v; cut → holder's loss %v, → other client's grant %v: head start %v (session timeout %v, tick %v)",
-		msec(r.cut.Sub(r.lastPing)), msec(r.lost.Sub(r.cut)), msec(r.granted.at.Sub(r.cut)), r.head(), cutTimeout, faultTick)
+		msec(r.cut.Sub(r.lastPing)), msec(r.lost.Sub(r.cut)), msec(r.grantedAt.Sub(r.cut)), r.head(), cutTimeout, faultTick)
 	return r
 }
 
@@ -249,9 +250,9 @@ func raceAfterCut(t *testing.T, cutAt time.Time, pings <-chan time.Time, lastPin
 // holder's session had expired.
 func (r cutRace) requireHolderFirst(t *testing.T) {
 	t.Helper()
-	require.True(t, r.lost.Before(r.granted.at),
+	require.True(t, r.lost.Before(r.grantedAt),
 		"the holder learned of its loss %v AFTER another client was granted", -r.head())
-	require.LessOrEqual(t, r.granted.at.Sub(r.cut), cutTimeout+2*faultTick+time.Second,
+	require.LessOrEqual(t, r.grantedAt.Sub(r.cut), cutTimeout+2*faultTick+time.Second,
 		"the other client must be granted once the holder's session has expired")
 }
 
@@ -346,7 +347,7 @@ func TestFaultPartitionRiddenOut(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			p := proxied(t, srv.Addr(0))
-			conn := dialLib(t, []string{p.Addr()}, timeout)
+			conn := connect(t, p.Addr(), timeout).conn
 			other := connect(t, srv.Addr(0), 0)
 			path := zktest.LockPath(t, "/it")
 			l, err := rwlock.New(conn, path)

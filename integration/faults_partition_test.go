@@ -31,21 +31,24 @@ func TestFaultPartitionHolderLearnsFirst(t *testing.T) {
 	require.NoError(t, err)
 	done := closedAt(ctx, g.Done())
 	waitWatched(t, srv, g)
-	waiter := acquireAsync(ctx, ol, rwlock.Write)
+	waiter := goAcquire(t, ctx, ol.Lock)
 	waitNodeCount(t, other.conn, path, 2, 5*time.Second)
 	session := holder.conn.SessionID()
 
 	start := time.Now()
 	p.Blackhole()
 	var doneAt, grantAt time.Time
-	var w outcome
+	var wg *rwlock.Grant
+	returned := waiter.done
 	limit := time.After(timeout + 2*faultTick + 5*time.Second)
 	for doneAt.IsZero() || grantAt.IsZero() {
 		select {
 		case doneAt = <-done:
-		case w = <-waiter:
-			require.NoError(t, w.err)
-			grantAt = w.at
+		case <-returned:
+			returned = nil // closed: take the result once
+			wg, err = waiter.wait(t)
+			require.NoError(t, err)
+			grantAt = waiter.at
 		case <-limit:
 			t.Fatalf("partitioned for %v: holder's Done closed: %v; other client granted: %v",
 				msec(time.Since(start)), !doneAt.IsZero(), !grantAt.IsZero())
@@ -67,7 +70,7 @@ func TestFaultPartitionHolderLearnsFirst(t *testing.T) {
 	zktest.WaitFor(t, 10*time.Second, func() bool {
 		return holder.conn.State() == zk.StateHasSession && holder.conn.SessionID() != session
 	}, "the holder should reconnect with a new session")
-	mustRelease(t, w.g)
+	mustRelease(t, wg)
 	g2, err := hl.Lock(ctx)
 	require.NoError(t, err)
 	mustRelease(t, g2)
@@ -118,10 +121,10 @@ func TestFaultShortDisconnection(t *testing.T) {
 			var l *rwlock.RWLock
 			var err error
 			if tc.conn == "dial" {
-				conn = dialLib(t, []string{p.Addr()}, tc.timeout)
+				conn = connect(t, p.Addr(), tc.timeout).conn
 				l, err = rwlock.New(conn, path)
 			} else {
-				c := connectZK(t, p.Addr(), tc.timeout)
+				c := connect(t, p.Addr(), tc.timeout, withZKConnect())
 				conn = c.conn
 				if tc.tell {
 					l = c.lock(t, path, rwlock.WithSessionTimeout(tc.timeout))

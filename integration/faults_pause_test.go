@@ -119,15 +119,15 @@ func TestFaultPausedHolder(t *testing.T) {
 			node, _ := strings.CutPrefix(child.line(t, 60*time.Second, "held "), "held ")
 
 			other := connect(t, srv.Addr(0), 0)
-			w := acquireAsync(ctx, other.lock(t, path), rwlock.Write)
+			w := goAcquire(t, ctx, other.lock(t, path).Lock)
 			nodes := waitNodeCount(t, other.conn, path, 2, 10*time.Second)
 			require.Contains(t, nodes, nodeName(node))
-			requireStillWaiting(t, w, "the holder process holds the lock")
+			w.stillWaiting(t, "the holder process holds the lock")
 
 			stopped := time.Now()
 			require.NoError(t, syscall.Kill(child.pid(), syscall.SIGSTOP))
-			r := waitGranted(t, w, timeout+2*faultTick+10*time.Second)
-			granted := r.at.Sub(stopped)
+			wg := w.granted(t, timeout+2*faultTick+10*time.Second)
+			granted := w.at.Sub(stopped)
 			require.NoError(t, syscall.Kill(child.pid(), syscall.SIGCONT))
 			resumed := time.Since(stopped)
 
@@ -150,7 +150,7 @@ func TestFaultPausedHolder(t *testing.T) {
 			require.True(t, rep.FirstLost,
 				"the first Err after the holder resumed returned %s, not ErrLost, though another client had been granted the lock",
 				errText(rep.FirstErr))
-			mustRelease(t, r.g)
+			mustRelease(t, wg)
 		})
 	}
 	t.Logf("the first Err after each pause: %v", firsts)

@@ -120,21 +120,21 @@ func TestFaultHolderKilled(t *testing.T) {
 	}()
 
 	waiter := connect(t, srv.Addr(0), timeout)
-	w := acquireAsync(ctx, waiter.lock(t, path), rwlock.Write)
+	w := goAcquire(t, ctx, waiter.lock(t, path).Lock)
 	nodes := waitNodeCount(t, waiter.conn, path, 2, 10*time.Second)
 	require.Contains(t, nodes, nodeName(node))
-	requireStillWaiting(t, w, "the holder process holds the lock")
+	w.stillWaiting(t, "the holder process holds the lock")
 
 	killed := time.Now()
 	require.NoError(t, syscall.Kill(cmd.Process.Pid, syscall.SIGKILL))
 	err = cmd.Wait()
 	reaped = true
 	require.ErrorContains(t, err, "killed")
-	r := waitGranted(t, w, timeout+2*faultTick+10*time.Second)
-	took := r.at.Sub(killed)
+	wg := w.granted(t, timeout+2*faultTick+10*time.Second)
+	took := w.at.Sub(killed)
 	t.Logf("holder SIGKILLed → waiter granted %v (session timeout %v, tick %v)", msec(took), timeout, faultTick)
 	require.LessOrEqual(t, took, timeout+2*faultTick+time.Second, "the dead holder's session should have expired by then")
 	require.GreaterOrEqual(t, took, timeout/2, "granted before the dead holder's session could have expired")
-	waitNodes(t, waiter.conn, path, time.Second, nodeName(r.g.Node()))
-	mustRelease(t, r.g)
+	waitNodes(t, waiter.conn, path, time.Second, nodeName(wg.Node()))
+	mustRelease(t, wg)
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
-	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -28,7 +27,7 @@ func TestFaultWaiterSurvivesRestart(t *testing.T) {
 	g, err := holder.lock(t, path).Lock(ctx)
 	require.NoError(t, err)
 	done := closedAt(ctx, g.Done())
-	w := acquireAsync(ctx, waiter.lock(t, path), rwlock.Read)
+	w := goAcquire(t, ctx, waiter.lock(t, path).RLock)
 	waiting := otherThan(waitNodeCount(t, waiter.conn, path, 2, 10*time.Second), nodeName(g.Node()))
 	hs, ws := holder.conn.SessionID(), waiter.conn.SessionID()
 
@@ -44,7 +43,7 @@ func TestFaultWaiterSurvivesRestart(t *testing.T) {
 	back := time.Since(start)
 	t.Logf("server stopped → serving again %v, → both clients have their sessions back %v", msec(restarted), msec(back))
 
-	requireStillWaiting(t, w, "the holder has not released")
+	w.stillWaiting(t, "the holder has not released")
 	select {
 	case <-done:
 		t.Fatalf("the holder lost its grant across the restart: %v", g.Err())
@@ -55,9 +54,9 @@ func TestFaultWaiterSurvivesRestart(t *testing.T) {
 
 	released := time.Now()
 	mustRelease(t, g)
-	r := waitGranted(t, w, 10*time.Second)
-	t.Logf("release → waiter granted %v", msec(r.at.Sub(released)))
-	require.Equal(t, waiting, nodeName(r.g.Node()), "the waiter kept its node across the restart")
-	mustRelease(t, r.g)
+	wg := w.granted(t, 10*time.Second)
+	t.Logf("release → waiter granted %v", msec(w.at.Sub(released)))
+	require.Equal(t, waiting, nodeName(wg.Node()), "the waiter kept its node across the restart")
+	mustRelease(t, wg)
 	waitNodes(t, waiter.conn, path, 5*time.Second)
 }

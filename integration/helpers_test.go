@@ -29,24 +29,72 @@ type client struct {
 	session *zkserver.SessionRecorder
 }
 
-// connect opens a session to servers (a connect string or address list)
-// with rwlock.Dial, which tells its locks the session timeout the server
-// granted, asking for timeout (sessionTimeout when 0).
-func connect(t *testing.T, servers string, timeout time.Duration) *client {
+// connect opens a session to servers (a connect string: addresses joined
+// by commas), asking for timeout (sessionTimeout when 0), and closes it
+// when the test ends. It dials with rwlock.Dial, which tells the session's
+// locks the timeout the server granted, unless opts say otherwise.
+func connect(t *testing.T, servers string, timeout time.Duration, opts ...connectOption) *client {
 	t.Helper()
 	if timeout == 0 {
 		timeout = sessionTimeout
 	}
+	var o connectOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	addrs := strings.Split(servers, ",")
+	if o.zkConnect {
+		if o.dialer != nil || o.home != nil {
+			t.Fatal("connect: withZKConnect takes no other option")
+		}
+		conn, rec := zkserver.Connect(t, addrs, timeout)
+		return &client{conn: conn, session: rec}
+	}
 	rec := &zkserver.SessionRecorder{}
-	return &client{conn: dialZK(t, strings.Split(servers, ","), timeout, rec.Dial, nil), session: rec}
+	dial := zk.Dialer(rec.Dial)
+	if o.dialer != nil {
+		dial = o.dialer(dial)
+	}
+	zkOpts := []func(*zk.Conn){zk.WithLogger(quietZK{}), zk.WithLogInfo(false), zk.WithDialer(dial)}
+	if o.home != nil {
+		zkOpts = append(zkOpts, zk.WithHostProvider(newHomeFirst(addrs, *o.home)))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := rwlock.Dial(ctx, addrs, timeout, zkOpts...)
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	return &client{conn: conn, session: rec}
 }
 
-// connectZK opens a session with go-zookeeper's own Connect: its locks do
-// not know the session timeout, whatever they are told.
-func connectZK(t *testing.T, servers string, timeout time.Duration) *client {
-	t.Helper()
-	conn, rec := zkserver.Connect(t, strings.Split(servers, ","), timeout)
-	return &client{conn: conn, session: rec}
+// connectOption changes how connect dials.
+type connectOption func(*connectOptions)
+
+type connectOptions struct {
+	zkConnect bool
+	dialer    func(next zk.Dialer) zk.Dialer
+	home      *int
+}
+
+// withZKConnect dials with go-zookeeper's own zk.Connect, as an application
+// that never heard of rwlock.Dial does: the session's locks do not know its
+// timeout unless told (WithSessionTimeout).
+func withZKConnect() connectOption {
+	return func(o *connectOptions) { o.zkConnect = true }
+}
+
+// withDialer puts a dialer of the test's own (one that breaks, delays or
+// refuses connections) between the client and the network. wrap gets the
+// dialer connect would use, which records the session for expire, and
+// returns one that dials through it.
+func withDialer(wrap func(next zk.Dialer) zk.Dialer) connectOption {
+	return func(o *connectOptions) { o.dialer = wrap }
+}
+
+// withHome makes the client try the home'th server first and the others
+// in order after it, where go-zookeeper shuffles them (see homeFirst).
+func withHome(home int) connectOption {
+	return func(o *connectOptions) { o.home = &home }
 }
 
 // lock returns the lock at path on c.
@@ -200,59 +248,89 @@ func requestCountAwaiting(t *testing.T, c *zkserver.Cluster, want func() int64, 
 	return n
 }
 
-// pending is an acquisition running on a goroutine of its own (see
-// goAcquire).
-type pending struct {
-	done chan struct{}
+// acquisition is a Lock or RLock call running on a goroutine of its own
+// (see goAcquire).
+type acquisition struct {
+	done chan struct{} // closed when the call has returned, for a select
 	g    *rwlock.Grant
 	err  error
+	at   time.Time // when the call returned; read it once done is closed
 }
 
-// goAcquire runs acquire(ctx) on a new goroutine. When the test ends, its
-// cleanup waits for the goroutine (t.Context is cancelled by then) and
-// releases a grant nobody took with wait.
-func goAcquire(t *testing.T, ctx context.Context, acquire func(context.Context) (*rwlock.Grant, error)) *pending {
+// goAcquire runs acquire(ctx) (l.Lock, l.RLock or a function of the
+// test's) on a new goroutine. When the test ends, its cleanup waits for the
+// goroutine (t.Context is cancelled by then) and releases a grant nobody
+// took with wait or granted.
+func goAcquire(t *testing.T, ctx context.Context, acquire func(context.Context) (*rwlock.Grant, error)) *acquisition {
 	t.Helper()
-	p := &pending{done: make(chan struct{})}
+	a := &acquisition{done: make(chan struct{})}
 	go func() {
-		defer close(p.done)
-		p.g, p.err = acquire(ctx)
+		defer close(a.done)
+		g, err := acquire(ctx)
+		a.g, a.err, a.at = g, err, time.Now()
 	}()
 	t.Cleanup(func() {
 		select {
-		case <-p.done:
-			if p.g != nil {
-				p.g.Release(context.Background())
+		case <-a.done:
+			if a.g != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				a.g.Release(ctx)
 			}
 		case <-time.After(30 * time.Second):
 			t.Errorf("an acquisition did not return within 30s of the test's end")
 		}
 	})
-	return p
+	return a
 }
 
-// returned reports whether the acquisition has returned.
-func (p *pending) returned() bool {
+// returned reports whether the call has returned.
+func (a *acquisition) returned() bool {
 	select {
-	case <-p.done:
+	case <-a.done:
 		return true
 	default:
 		return false
 	}
 }
 
-// wait waits up to 30s for the acquisition to return, and returns its
-// result; the caller owns the grant from then on.
-func (p *pending) wait(t *testing.T) (*rwlock.Grant, error) {
+// wait waits up to 30s for the call to return, and returns its result; the
+// caller owns the grant from then on.
+func (a *acquisition) wait(t *testing.T) (*rwlock.Grant, error) {
+	t.Helper()
+	return a.waitWithin(t, 30*time.Second)
+}
+
+// granted waits for the call to return a grant, and fails the test if it
+// fails or takes longer than within; the caller owns the grant.
+func (a *acquisition) granted(t *testing.T, within time.Duration) *rwlock.Grant {
+	t.Helper()
+	g, err := a.waitWithin(t, within)
+	require.NoError(t, err)
+	return g
+}
+
+func (a *acquisition) waitWithin(t *testing.T, within time.Duration) (*rwlock.Grant, error) {
 	t.Helper()
 	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("acquisition still blocked after 30s")
+	case <-a.done:
+	case <-time.After(within):
+		t.Fatalf("acquisition still blocked after %v", within)
 	}
-	g := p.g
-	p.g = nil // the caller's now: cleanup must not release it behind its back
-	return g, p.err
+	g := a.g
+	a.g = nil // the caller's now: cleanup must not release it behind its back
+	return g, a.err
+}
+
+// stillWaiting fails the test if the call has returned: why says what
+// should keep it waiting.
+func (a *acquisition) stillWaiting(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case <-a.done:
+		t.Fatalf("%s, but the acquisition returned (err %v)", why, a.err)
+	default:
+	}
 }
 
 // timeline records events from any goroutine, in the order they happen.

@@ -283,7 +283,7 @@ func TestLockAllLostMultiResponse(t *testing.T) {
 			const timeout = 6 * time.Second
 			root := zktest.LockPath(t, "/multi")
 			d := newFaultDialer(opMulti, root+"/", true)
-			conn := dialZK(t, []string{srv.Addr(0)}, timeout, d.Dial, nil)
+			conn := connect(t, srv.Addr(0), timeout, withDialer(d.wrap)).conn
 			checker := connect(t, srv.Addr(0), 0)
 			la, err := rwlock.New(conn, root+"/a", rwlock.WithSessionTimeout(timeout))
 			require.NoError(t, err)
@@ -348,7 +348,7 @@ func TestLockAllThroughLeaderKill(t *testing.T) {
 	addrs := cl.Addrs()
 	leader, err := cl.Leader()
 	require.NoError(t, err)
-	conn := dialZK(t, addrs, timeout, nil, newHomeFirst(addrs, leader))
+	conn := connect(t, cl.ConnectString(), timeout, withHome(leader)).conn
 	require.Equal(t, addrs[leader], conn.Server(), "the set's client is on the leader")
 	other := connect(t, cl.ConnectString(), 0)
 	ctx := testContext(t)

@@ -246,25 +246,25 @@ func TestPeersKazooReadLock(t *testing.T) {
 			kazoo := startKazoo(t, rec, srv.Addr(0), path, peerSession, peerHold, specs("kazoo", tc.kind, 1, 0)...)
 			kazoo.start(t)
 			waitNodeCount(t, op.conn, path, 2, peerQueued)
-			r := acquireAsync(ctx, lock(), rwlock.Read)
+			r := goAcquire(t, ctx, lock().RLock)
 			waitNodeCount(t, op.conn, path, 3, peerQueued)
 
 			rec.releasing("zkrwlock-write", nodeName(w1.Node()), monotonic())
 			mustRelease(t, w1)
-			rg := waitGranted(t, r, peerQueued).g
+			rg := r.granted(t, peerQueued)
 			rec.acquired("zkrwlock-read", nodeName(rg.Node()), monotonic())
 			zktest.Poll(t, peerQueued, func() bool {
 				gs, _ := rec.snapshot()
 				return len(gs) == 3
 			}, func() string { return "the kazoo reader was not granted beside ours" })
 
-			w2 := acquireAsync(ctx, lock(), rwlock.Write)
+			w2 := goAcquire(t, ctx, lock().Lock)
 			waitNodeCount(t, op.conn, path, 3, peerQueued) // the two readers and w2
 			rec.releasing("zkrwlock-read", nodeName(rg.Node()), monotonic())
 			mustRelease(t, rg)
-			requireStillWaiting(t, w2, "the kazoo reader holds the lock")
+			w2.stillWaiting(t, "the kazoo reader holds the lock")
 			kazoo.letGo(t)
-			wg := waitGranted(t, w2, peerQueued).g
+			wg := w2.granted(t, peerQueued)
 			rec.acquired("zkrwlock-write", nodeName(wg.Node()), monotonic())
 			kazoo.finish(t, peerQueued)
 			rec.releasing("zkrwlock-write", nodeName(wg.Node()), monotonic())
@@ -296,7 +296,7 @@ func TestPeersDowngradeStaysExclusiveTowardsPeers(t *testing.T) {
 
 	w, err := lock().Lock(ctx)
 	require.NoError(t, err)
-	r := acquireAsync(ctx, lock(), rwlock.Read)
+	r := goAcquire(t, ctx, lock().RLock)
 	waitNodeCount(t, op.conn, path, 2, peerQueued)
 	curator := startCurator(t, rec, srv.Addr(0), path, peerSession, peerHold,
 		append(specs("curator", "rwread", 1, 1), specs("curator", "rwwrite", 1, 1)...)...)
@@ -305,7 +305,7 @@ func TestPeersDowngradeStaysExclusiveTowardsPeers(t *testing.T) {
 
 	d, err := w.Downgrade(ctx)
 	require.NoError(t, err)
-	rg := waitGranted(t, r, peerQueued).g
+	rg := r.granted(t, peerQueued)
 	gs, _ := rec.snapshot()
 	require.Empty(t, gs, "a Curator client passed the downgraded node")
 	mustRelease(t, rg)

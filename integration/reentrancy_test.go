@@ -296,7 +296,7 @@ func TestDowngradeLetsQueuedReaderIn(t *testing.T) {
 		require.NoError(t, err)
 		rb, err := reader.wait(t)
 		require.NoError(t, err, "round %d: the queued reader joins the downgraded grant", round)
-		require.False(t, writer.returned(), "round %d: the writer must wait for both readers", round)
+		writer.stillWaiting(t, fmt.Sprintf("round %d: the writer must wait for both readers", round))
 		q := waitQueue(t, la, 3)
 		require.Equal(t, []bool{true, true, false}, heldFlags(q), "round %d", round)
 		require.Equal(t, rwlock.Read, q[0].Mode, "round %d: Queue shows the downgraded node as Read", round)

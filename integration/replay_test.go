@@ -24,9 +24,9 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
-// replayDialer is a zk.Dialer whose connections can be cut and refused, and
-// which can hold back, for a while, the watch notification about one path
-// when it arrives after the notification about another path: a plain
+// replayDialer wraps a zk.Dialer (see wrap): its connections can be cut
+// and refused, and can hold back, for a while, the watch notification about
+// one path when it arrives after the notification about another path: a plain
 // network delay between two frames of the server's stream (the order of
 // the stream is kept: the frames after the held one wait behind it).
 type replayDialer struct {
@@ -40,18 +40,22 @@ type replayDialer struct {
 	delay time.Duration
 }
 
-func (d *replayDialer) Dial(network, address string, timeout time.Duration) (net.Conn, error) {
-	if d.down.Load() {
-		return nil, errors.New("replayDialer: down")
+// wrap returns a dialer that dials with next, unless d is down: pass it to
+// connect's withDialer.
+func (d *replayDialer) wrap(next zk.Dialer) zk.Dialer {
+	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		if d.down.Load() {
+			return nil, errors.New("replayDialer: down")
+		}
+		c, err := next(network, address, timeout)
+		if err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		d.conns = append(d.conns, c)
+		d.mu.Unlock()
+		return &replayConn{Conn: c, d: d, in: bufio.NewReader(c)}, nil
 	}
-	c, err := net.DialTimeout(network, address, timeout)
-	if err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
-	d.conns = append(d.conns, c)
-	d.mu.Unlock()
-	return &replayConn{Conn: c, d: d, in: bufio.NewReader(c)}, nil
 }
 
 func (d *replayDialer) cut() {
@@ -126,32 +130,23 @@ var replayDelay = 500 * time.Millisecond
 func TestNoGrantOnANodeDeletedDuringAReconnection(t *testing.T) {
 	cl := faultServer(t, 1)
 	const T = 20 * time.Second // the lease stays fresh: no sync before the grant
-	admin := dialZK(t, cl.Addrs(), T, nil, nil)
+	admin := connect(t, cl.ConnectString(), T).conn
 
 	adverse := 0
 	for trial := 0; trial < 8; trial++ {
 		path := zktest.LockPath(t, "/it")
-		bConn := dialZK(t, cl.Addrs(), T, nil, nil)
+		bConn := connect(t, cl.ConnectString(), T).conn
 		lB, err := rwlock.New(bConn, path, rwlock.WithSessionTimeout(T))
 		require.NoError(t, err)
 		gB, err := lB.Lock(t.Context())
 		require.NoError(t, err)
 
 		d := &replayDialer{delay: replayDelay}
-		aConn := dialZK(t, cl.Addrs(), T, d.Dial, nil)
+		aConn := connect(t, cl.ConnectString(), T, withDialer(d.wrap)).conn
 		lA, err := rwlock.New(aConn, path, rwlock.WithSessionTimeout(T))
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		type result struct {
-			g   *rwlock.Grant
-			err error
-			at  time.Time
-		}
-		resA := make(chan result, 1)
-		go func() {
-			g, err := lA.Lock(ctx)
-			resA <- result{g, err, time.Now()}
-		}()
+		a := goAcquire(t, ctx, lA.Lock)
 		q := waitQueue(t, lB, 2)
 		nodeA := q[1].Node
 		// A has set its watches, on its own node and on B's: the server says so.
@@ -162,14 +157,10 @@ func TestNoGrantOnANodeDeletedDuringAReconnection(t *testing.T) {
 		}, "A (%s) should watch its own node and B's: %v", sessA, lazyText(func() string { return fmt.Sprint(lockWatchers(t, cl, path)) }))
 
 		// C queues behind A on a client of its own.
-		cConn := dialZK(t, cl.Addrs(), T, nil, nil)
+		cConn := connect(t, cl.ConnectString(), T).conn
 		lC, err := rwlock.New(cConn, path, rwlock.WithSessionTimeout(T))
 		require.NoError(t, err)
-		resC := make(chan result, 1)
-		go func() {
-			g, err := lC.Lock(ctx)
-			resC <- result{g, err, time.Now()}
-		}()
+		c := goAcquire(t, ctx, lC.Lock)
 		waitQueue(t, lB, 3)
 
 		d.mu.Lock()
@@ -181,28 +172,27 @@ func TestNoGrantOnANodeDeletedDuringAReconnection(t *testing.T) {
 
 		require.NoError(t, admin.Delete(nodeA, -1)) // an operator deletes A's node
 		require.NoError(t, gB.Release(t.Context()))
-		rc := <-resC // C is granted: A's and B's nodes are gone
-		require.NoError(t, rc.err)
+		gC := c.granted(t, 30*time.Second) // C is granted: A's and B's nodes are gone
 
 		d.down.Store(false) // A reconnects in the same session
-		ra := <-resA
+		gA, errA := a.wait(t)
 		cancel()
 		seen := d.notifications()
-		t.Logf("trial %d: replayed notifications in order %v; A: err=%v", trial, seen, ra.err)
+		t.Logf("trial %d: replayed notifications in order %v; A: err=%v", trial, seen, errA)
 		if len(seen) > 0 && seen[0] == gB.Node() {
 			adverse++ // B's deletion came first: A's own watch had not fired yet
 		}
-		if ra.err != nil {
-			require.ErrorIs(t, ra.err, rwlock.ErrLost, "A's node was deleted while it waited")
-			rc.g.Release(t.Context())
+		if errA != nil {
+			require.ErrorIs(t, errA, rwlock.ErrLost, "A's node was deleted while it waited")
+			gC.Release(t.Context())
 			continue
 		}
 		exists, _, err := admin.Exists(nodeA)
 		require.NoError(t, err)
 		require.True(t, exists, "Lock returned a write grant for %s, which no longer exists, "+
-			"while C holds the write lock (C err=%v)", nodeA, rc.g.Err())
-		ra.g.Release(t.Context())
-		rc.g.Release(t.Context())
+			"while C holds the write lock (C err=%v)", nodeA, gC.Err())
+		gA.Release(t.Context())
+		gC.Release(t.Context())
 	}
 	require.NotZero(t, adverse, "the replay never put B's event before A's: the test proved nothing")
 }

@@ -157,7 +157,7 @@ func TestGrantsFollowQueueOrder(t *testing.T) {
 	var (
 		tl      timeline
 		x       exclusion
-		waiters []*pending
+		waiters []*acquisition
 	)
 	for i, q := range queue {
 		l := connect(t, srv.ConnectString(), 0).lock(t, p)
@@ -236,7 +236,7 @@ func TestEachWaiterWatchesOneNode(t *testing.T) {
 			var (
 				sessions []string
 				holders  []*rwlock.Grant
-				waiters  []*pending
+				waiters  []*acquisition
 				l        *rwlock.RWLock
 			)
 			for i, m := range tc.modes {
