@@ -44,8 +44,9 @@ type Grant struct {
 	unwatch   func()                    // stops the node watch's callback; guarded by mu
 	unnest    func()                    // for a nested grant: stops the outer's hook; guarded by mu
 
-	holdEnd    time.Time // WithMaxHold: when the node goes; zero for no limit
-	holdNotice time.Time // WithMaxHold: when the grant ends (see holdlimit.go)
+	revoked    chan struct{} // Revoked's; nil until asked for; guarded by mu
+	holdEnd    time.Time     // WithMaxHold: when the node goes; zero for no limit
+	holdNotice time.Time     // WithMaxHold: when the grant ends (see holdlimit.go)
 
 	token       atomic.Int64 // czxid of node; 0 until read
 	markRelease bool         // release marks the node held (see Release)

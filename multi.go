@@ -74,8 +74,10 @@ func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
 		a.l.acquired(ctx, a, start, err)
 	}
 	if err != nil {
-		for _, a := range s.members {
-			a.c.Unref()
+		if !s.granted { // grants give their use of the client back as they end
+			for _, a := range s.members {
+				a.c.Unref()
+			}
 		}
 		return nil, fmt.Errorf("rwlock: lockall %s: %w", s, err)
 	}
@@ -88,6 +90,10 @@ type set struct {
 	members []*acquisition
 	c       *zkclient.Client
 	guid    string
+	granted bool // the members' grants are made: each holds its own use of the client
+
+	connects      uint64 // the connection's session count when the members' proofs began
+	connectsKnown bool
 }
 
 func newSet(ctx context.Context, reqs []Request) (*set, error) {
@@ -185,11 +191,14 @@ func (s *set) create(ctx context.Context) ([]step, error) {
 			// ours only if the session that has them now made them.
 			return s.unsure(stepList), nil
 		case r.Err == nil:
+			// Every member knows its node before any looks at its queue, so
+			// that a failure of one deletes them all (abort).
+			for i, a := range s.members {
+				a.path, a.node, a.session = r.V[i].String, r.V[i].String[len(a.l.path)+1:], r.Session
+				a.l.debug("created in a set", a.path)
+			}
 			next := make([]step, len(s.members))
 			for i, a := range s.members {
-				l := a.l
-				a.path, a.node, a.session = r.V[i].String, r.V[i].String[len(l.path)+1:], r.Session
-				l.debug("created in a set", a.path)
 				first := firsts[i]
 				if first.Err == nil && first.Session == a.session && slices.Contains(first.V, a.node) {
 					a.dir, a.oneTrip = first.watch, true
@@ -202,9 +211,10 @@ func (s *set) create(ctx context.Context) ([]step, error) {
 				next[i] = stepList // the listing overtook the multi, or failed: list again
 			}
 			return next, nil
-		case errors.Is(r.Err, zk.ErrNoNode) && failed >= 0 && tries < 5:
+		case errors.Is(r.Err, zk.ErrNoNode) && failed >= 0 && tries < 5+len(s.members):
 			// A lock directory is missing (or was reaped): make it, as the
-			// create of a single acquisition does, and try again.
+			// create of a single acquisition does, and try again (one
+			// directory per try: a transaction names only its first failure).
 			a := s.members[failed]
 			if err := a.mkdirs(counted[failed]); err != nil && !errors.Is(err, zk.ErrNoNode) {
 				return s.after(err)
@@ -216,37 +226,10 @@ func (s *set) create(ctx context.Context) ([]step, error) {
 			return nil, fmt.Errorf("create a node in %s: %w (the directory's ACL does not let this client create; see WithACL)",
 				s.members[failed].l.path, r.Err)
 		case zkclient.ConnectionLoss(r.Err):
-			return s.unsure(stepReconnect), nil // look for the nodes by guid once we can list again
+			return s.settle(ctx)
 		default:
 			return s.after(r.Err)
 		}
-	}
-}
-
-// unsure marks every member's create of unknown outcome: a node with the
-// set's guid may exist in every directory, or in none.
-func (s *set) unsure(next step) []step {
-	for _, a := range s.members {
-		a.unsure = true
-	}
-	return slices.Repeat([]step{next}, len(s.members))
-}
-
-// after maps a failed request to every member's next step.
-func (s *set) after(err error) ([]step, error) {
-	next, err := s.members[0].after(err)
-	return slices.Repeat([]step{next}, len(s.members)), err
-}
-
-// finishCreate receives the outcome of a multi its caller stopped waiting
-// for, and makes sure no node outlives the call (see RWLock.finishCreate).
-func (s *set) finishCreate(r zkclient.Reply[[]zk.MultiResponse]) {
-	for i, a := range s.members {
-		one := zkclient.Reply[string]{Session: r.Session, Err: r.Err}
-		if r.Err == nil {
-			one.V = r.V[i].String
-		}
-		a.l.finishCreate(a.c, one, s.guid)
 	}
 }
 
@@ -255,6 +238,7 @@ func (s *set) finishCreate(r zkclient.Reply[[]zk.MultiResponse]) {
 // set makes them all again), or one fails: the others then stop where
 // they are.
 func (s *set) advance(ctx context.Context, next []step) ([]step, error) {
+	s.connects, s.connectsKnown = s.c.ConnectCount()
 	members, stop := context.WithCancel(ctx)
 	defer stop()
 	errs := make([]error, len(s.members))
@@ -277,7 +261,7 @@ func (s *set) advance(ctx context.Context, next []step) ([]step, error) {
 		}
 	}
 	if slices.Contains(next, stepCreate) || slices.Contains(next, stepRequeue) {
-		s.requeue()
+		s.requeue(slices.Contains(next, stepRequeue))
 		return slices.Repeat([]step{stepCreate}, len(s.members)), nil
 	}
 	return next, nil
@@ -285,19 +269,61 @@ func (s *set) advance(ctx context.Context, next []step) ([]step, error) {
 
 // ready checks that every member, with nothing in its way, can be granted
 // (see acquisition.ready: the first may renew the session's lease, the
-// others then need no request). It returns nil if so, or the members' next
-// steps: all of them prove their place again after a reconnection.
+// others then need no request), and that every member's node is still
+// there. It returns nil if so, or the members' next steps: all of them
+// prove their place again after a reconnection.
+//
+// Each member's proof (see the top of acquire.go) was for the moment its
+// own way cleared, which may be long before the last member's did: its
+// node may have been deleted by hand since, and the lock given to the
+// writer behind it. Its watches tell without a request, as confirmOwn's
+// do: the data watch on its own node if it waited, else the child watch of
+// the listing that proved it, which any change of the directory fires.
+// Events come in the order of the changes, so if neither has fired as of
+// the last packet read, its node outlived the change that cleared the
+// last member's way. Where one has fired (the child watch fires for any
+// child), or the connection was re-established since the proofs began
+// (the watches' events are then sent again in no order), the member reads
+// its node.
 func (s *set) ready(ctx context.Context) ([]step, error) {
+	all := func(next step) []step { return slices.Repeat([]step{next}, len(s.members)) }
 	for _, a := range s.members {
 		next, err := a.ready(a.counting(ctx))
 		switch {
 		case err != nil:
 			return nil, err
 		case next == stepRequeue:
-			s.requeue()
-			return slices.Repeat([]step{stepCreate}, len(s.members)), nil
+			s.requeue(true)
+			return all(stepCreate), nil
 		case next != stepGrant:
-			return slices.Repeat([]step{next}, len(s.members)), nil
+			return all(next), nil
+		}
+	}
+	n, known := s.c.ConnectCount()
+	reconnected := !known || !s.connectsKnown || n != s.connects
+	for _, a := range s.members {
+		watch := a.own
+		if watch == nil {
+			watch = a.dir
+		}
+		if !reconnected && watch != nil && !watch.FiredNow() {
+			continue
+		}
+		r := a.c.Get(a.counting(ctx), a.path)
+		switch {
+		case errors.Is(r.Err, zk.ErrNoNode):
+			a.node = "" // not ours to delete any more
+			return nil, lostError(a.path, errNodeDeleted)
+		case r.Err != nil:
+			next, err := a.after(r.Err)
+			if next == stepRequeue {
+				s.requeue(true)
+				return all(stepCreate), err
+			}
+			return all(next), err
+		case !a.ours(r.Session):
+			s.requeue(true)
+			return all(stepCreate), nil
 		}
 	}
 	return nil, nil
@@ -316,6 +342,7 @@ func (s *set) grant(ctx context.Context) ([]*Grant, error) {
 		a.tok = tok
 		grants[i] = a.newGrant()
 	}
+	s.granted = true // each grant has taken over its member's use of the client
 	for _, g := range grants {
 		if err := g.Err(); err != nil {
 			for _, g := range grants {
@@ -325,60 +352,4 @@ func (s *set) grant(ctx context.Context) ([]*Grant, error) {
 		}
 	}
 	return grants, nil
-}
-
-// requeue deletes what is left of the members' nodes (they are of a
-// session that is gone, or one was deleted by hand) and readies the set
-// for a new transaction, with a new guid.
-func (s *set) requeue() {
-	for _, a := range s.members {
-		if a.node != "" && a.session == a.c.Conn().SessionID() {
-			a.l.finish(a.c, a.path, "", a.session)
-		}
-	}
-	s.guid = lockname.NewGUID()
-	for _, a := range s.members {
-		a.requeue(s.guid)
-	}
-}
-
-// abort deletes every node the set made, in one transaction when it can,
-// and returns cause joined with a failed deletion's error.
-func (s *set) abort(ctx context.Context, cause error) error {
-	if zkclient.SessionGone(cause) {
-		return cause // the nodes went with the session
-	}
-	var ops []any
-	for _, a := range s.members {
-		if a.node == "" || a.unsure {
-			ops = nil
-			break
-		}
-		ops = append(ops, &zk.DeleteRequest{Path: a.path, Version: -1})
-	}
-	if len(ops) == len(s.members) {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.members[0].l.cleanupTimeout)
-		r := s.c.Multi(s.members[0].counting(dctx), ops, nil, nil)
-		cancel()
-		if r.Err == nil && r.Session == s.members[0].session {
-			for _, a := range s.members {
-				a.node = ""
-			}
-			return cause
-		}
-	}
-	// Some node is not known, or the transaction failed: each member
-	// deletes its own, as a single acquisition does.
-	errs := make([]error, len(s.members))
-	var wg sync.WaitGroup
-	for i, a := range s.members {
-		wg.Go(func() { errs[i] = a.abort(ctx, cause) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != cause {
-			return err // cause, joined with the deletion's error
-		}
-	}
-	return cause
 }

@@ -49,6 +49,10 @@ var (
 	// ErrHoldLimit is, with ErrLost, the cause of a grant that reached the
 	// lock's hold limit (see WithMaxHold).
 	ErrHoldLimit = errors.New("rwlock: hold limit reached")
+	// ErrRevoked is the cause with which WithRead and WithWrite cancel
+	// their function's context when the grant is revoked (see
+	// RWLock.Revoke).
+	ErrRevoked = errors.New("rwlock: grant revoked")
 )
 
 // Mode says whether a grant is shared or exclusive.
@@ -93,7 +97,8 @@ type RWLock struct {
 	maxHold        time.Duration // from WithMaxHold; 0 for none
 	dialect        Dialect
 
-	observers []Observer // from WithObserver
+	observers   []Observer // from WithObserver
+	revocations revocations
 
 	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
 	noContainers atomic.Bool    // the server refused container nodes

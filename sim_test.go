@@ -921,12 +921,3 @@ func (s *sim) status(c *simClient) string {
 	}
 	return b.String()
 }
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}

@@ -61,7 +61,19 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 		return err
 	}
 	fctx, cancel, stop := guard(ctx, g, nil)
+	revoked, unlisten := g.Revoked(), make(chan struct{})
+	go func() {
+		select {
+		case <-revoked:
+			cancel(ErrRevoked)
+		case <-unlisten:
+		}
+	}()
 	defer func() { // also when fn panics: the node must not outlive the call
+		close(unlisten)
+		if err != nil && isClosed(revoked) {
+			err = errors.Join(ErrRevoked, err) // fn stopped because it was asked to
+		}
 		stop()
 		g.judge()
 		lost := g.lostCause()
@@ -78,6 +90,15 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 		}
 	}()
 	return fn(fctx)
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // releaseTimeout bounds the release that WithRead, WithWrite and a Group

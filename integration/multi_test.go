@@ -388,3 +388,29 @@ func TestLockAllThroughLeaderKill(t *testing.T) {
 	assert.Empty(t, lockNodes(t, other.conn, root+"/free"))
 	assert.Empty(t, lockNodes(t, other.conn, root+"/busy"))
 }
+
+// A member granted early loses its node (deleted by hand) while another
+// member still waits: the set is never granted with it. LockAll fails with
+// ErrLost, as Lock does for a node deleted while it waits, and leaves no
+// node.
+func TestLockAllMemberDeletedWhileTheSetWaits(t *testing.T) {
+	srv := sharedServer(t)
+	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	root := zktest.LockPath(t, "/multi")
+	holder, err := b.lock(t, root+"/busy").Lock(ctx)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := rwlock.LockAll(ctx, rwlock.Request{Lock: a.lock(t, root+"/free"), Mode: rwlock.Write},
+			rwlock.Request{Lock: a.lock(t, root+"/busy"), Mode: rwlock.Write})
+		done <- err
+	}()
+	free := waitNodeCount(t, b.conn, root+"/free", 1, 10*time.Second)
+	waitNodeCount(t, b.conn, root+"/busy", 2, 10*time.Second)
+	require.NoError(t, b.conn.Delete(root+"/free/"+free[0], -1)) // an operator's zkCli delete
+	require.NoError(t, holder.Release(ctx))
+	require.ErrorIs(t, <-done, rwlock.ErrLost)
+	assert.Empty(t, lockNodes(t, b.conn, root+"/free"))
+	waitNodes(t, b.conn, root+"/busy", 10*time.Second)
+}

@@ -92,19 +92,36 @@ func startChild(cmd *exec.Cmd) (*child, error) {
 }
 
 type result struct {
-	code int  // exit status, 128+n for a death by signal n
-	lost bool // the lock was lost while the command ran
+	code    int  // exit status, 128+n for a death by signal n
+	lost    bool // the lock was lost while the command ran
+	revoked bool // the command was asked to stop by a revocation
+}
+
+// A stopper says when and how to stop the command: when the lock is lost
+// (SIGTERM to its group at once, SIGKILL lostWithin() later, asked at that
+// moment), or when it is revoked (the same, revokedWithin() later; a loss
+// after that shortens the wait). The on functions say what happens.
+type stopper struct {
+	lost, revoked             <-chan struct{}
+	lostWithin, revokedWithin func() time.Duration
+	onLost, onRevoked         func(within time.Duration)
+	onKill                    func()
 }
 
 // supervise waits for the command to exit, passes signals on to it, and
-// stops it when lost closes: SIGTERM to its group at once, SIGKILL
-// stopWithin() later (asked at that moment). onLost and onKill say what
-// happens.
-func (c *child) supervise(lost <-chan struct{}, sigs <-chan os.Signal, stopWithin func() time.Duration, onLost func(time.Duration), onKill func()) result {
+// stops it as s says.
+func (c *child) supervise(sigs <-chan os.Signal, s stopper) result {
 	var res result
 	var kill <-chan time.Time
 	var deadline time.Time
 	killed := false
+	term := func(within time.Duration) {
+		c.signal(syscall.SIGTERM)
+		if d := time.Now().Add(within); kill == nil || d.Before(deadline) {
+			deadline, kill = d, time.After(within)
+		}
+	}
+	lost, revoked := s.lost, s.revoked
 	for {
 		select {
 		case ws := <-c.events:
@@ -116,21 +133,24 @@ func (c *child) supervise(lost <-chan struct{}, sigs <-chan os.Signal, stopWithi
 				c.tty.take()
 				c.gave = false
 			}
-			if res.lost && !killed {
-				c.reapGroup(deadline, onKill)
+			if (res.lost || res.revoked) && !killed {
+				c.reapGroup(deadline, s.onKill)
 			}
 			res.code = exitStatus(ws)
 			return res
 		case <-lost:
 			lost, res.lost = nil, true
-			within := stopWithin()
-			onLost(within)
-			c.signal(syscall.SIGTERM)
-			deadline = time.Now().Add(within)
-			kill = time.After(within)
+			within := s.lostWithin()
+			s.onLost(within)
+			term(within)
+		case <-revoked:
+			revoked, res.revoked = nil, true
+			within := s.revokedWithin()
+			s.onRevoked(within)
+			term(within)
 		case <-kill:
 			kill, killed = nil, true
-			onKill()
+			s.onKill()
 			c.signal(syscall.SIGKILL)
 		case sig := <-sigs:
 			c.signal(sig.(syscall.Signal))

@@ -89,6 +89,7 @@ type execOptions struct {
 	dialect dialectFlag
 	// graceGiven is true when --grace was given: then it must fit.
 	graceGiven bool
+	maxHold    time.Duration
 
 	path string
 	argv []string
@@ -109,6 +110,8 @@ func runExec(std stdio, args []string) int {
 		"(default: that much, 1.775s with the default --session-timeout)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
+	durationVar(fs, &o.maxHold, "max-hold", 0, "hold the lock at most this long: a head start before it, the command is "+
+		"stopped as for a lost lock (SIGTERM, SIGKILL after --grace) and zkrwlock exits 112; the lock is freed at it")
 	o.dialect.register(fs)
 	o.conn.register(fs)
 
@@ -145,6 +148,8 @@ func (o *execOptions) validate(pos, rest []string, given map[string]bool) error 
 		return fail(exitUsage, "give --no-wait or --timeout, not both")
 	case o.grace < 0:
 		return fail(exitUsage, "--grace must not be negative")
+	case o.maxHold < 0:
+		return fail(exitUsage, "--max-hold must not be negative")
 	}
 	if err := o.conn.validate(); err != nil {
 		return err
@@ -197,6 +202,9 @@ func (o *execOptions) run(prog string) (int, error) {
 		return 0, err
 	}
 	opts := []rwlock.Option{rwlock.WithLogger(log), rwlock.WithDialect(o.dialect.d)}
+	if o.maxHold > 0 {
+		opts = append(opts, rwlock.WithMaxHold(o.maxHold))
+	}
 	if o.owner != "" {
 		opts = append(opts, rwlock.WithOwner(o.owner))
 	}
@@ -315,23 +323,44 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, g *rwlock.Grant, sig
 		return 0, startFailure(o.argv[0], err)
 	}
 	var within time.Duration
-	res := c.supervise(lost, sigs, func() time.Duration {
-		within = stopWithin(g, o.grace)
-		return within
-	}, func(within time.Duration) {
-		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
-			"sent SIGTERM to the command, SIGKILL follows in %v", o.mode, o.path, g.Err(), within.Round(time.Millisecond)))
-	}, func() {
-		printLine(o.std.err, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL",
-			within.Round(time.Millisecond)))
+	res := c.supervise(sigs, stopper{
+		lost:    lost,
+		revoked: g.Revoked(),
+		lostWithin: func() time.Duration {
+			within = stopWithin(g, o.grace)
+			return within
+		},
+		revokedWithin: func() time.Duration {
+			within = min(o.grace, stopWindow(o.conn.sessionTimeout), stopWithin(g, o.grace))
+			return within
+		},
+		onLost: func(within time.Duration) {
+			printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
+				"sent SIGTERM to the command, SIGKILL follows in %v", o.mode, o.path, g.Err(), within.Round(time.Millisecond)))
+		},
+		onRevoked: func(within time.Duration) {
+			printLine(o.std.err, prog, fmt.Sprintf("the %s lock on %s was revoked; "+
+				"sent SIGTERM to the command, SIGKILL follows in %v", o.mode, o.path, within.Round(time.Millisecond)))
+		},
+		onKill: func() {
+			printLine(o.std.err, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL",
+				within.Round(time.Millisecond)))
+		},
 	})
 	if !res.lost && g.Err() != nil && !errors.Is(g.Err(), rwlock.ErrReleased) {
 		res.lost = true
 		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s as the command exited (%v)", o.mode, o.path, g.Err()))
 	}
+	cause := g.Err()
 	o.release(prog, g)
-	if res.lost {
+	switch {
+	case res.lost && errors.Is(cause, rwlock.ErrHoldLimit):
+		return 0, fail(exitHoldLimit, "the command was stopped because it held the %s lock on %s for --max-hold %v",
+			o.mode, o.path, o.maxHold)
+	case res.lost:
 		return 0, fail(exitLost, "the command was stopped because the %s lock on %s was lost", o.mode, o.path)
+	case res.revoked:
+		return 0, fail(exitRevoked, "the command was stopped because the %s lock on %s was revoked", o.mode, o.path)
 	}
 	return res.code, nil
 }

@@ -453,3 +453,42 @@ func TestCommandStoppedWhenZkrwlockDies(t *testing.T) {
 	syscall.Kill(sleeper, syscall.SIGKILL)
 	require.Equal(t, 128+int(syscall.SIGKILL), p.wait(t, 30*time.Second).code)
 }
+
+// --max-hold: the command is stopped a head start before the limit, and
+// the lock is freed at the limit, not before; exec exits 112.
+func TestMaxHoldStopsTheCommand(t *testing.T) {
+	server(t)
+	path := zktest.LockPath(t, "/cli")
+	conn := client(t)
+	f := filepath.Join(t.TempDir(), "f")
+	began := time.Now()
+	p := start(t, []string{"F=" + f}, "exec", "--write", "--max-hold", "2s", path, "--", "sh", "-c", lostScript)
+	sleeper := startedPid(t, f)
+	r := p.wait(t, 30*time.Second)
+	require.Equal(t, exitHoldLimit, r.code, r.stderr)
+	require.Contains(t, r.stderr, "held the write lock on "+path+" for --max-hold 2s")
+	requireGone(t, sleeper)
+	require.Less(t, time.Since(began), 10*time.Second)
+	zktest.Poll(t, 10*time.Second, func() bool { return len(children(t, conn, path)) == 0 },
+		func() string { return fmt.Sprintf("nodes left: %v", children(t, conn, path)) })
+}
+
+// 'zkrwlock revoke' makes a running exec stop its command and exit 113;
+// queue shows the revocation while the holder is still there.
+func TestRevokeStopsExec(t *testing.T) {
+	server(t)
+	path := zktest.LockPath(t, "/cli")
+	conn := client(t)
+	f := filepath.Join(t.TempDir(), "f")
+	p := start(t, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c", lostScript)
+	sleeper := startedPid(t, f)
+	rv := runCLI(t, nil, "revoke", "--reason", "the migration is stuck", path)
+	require.Equal(t, 0, rv.code, rv.stderr)
+	r := p.wait(t, 30*time.Second)
+	require.Equal(t, exitRevoked, r.code, r.stderr)
+	require.Contains(t, r.stderr, "the write lock on "+path+" was revoked")
+	requireGone(t, sleeper)
+	require.Empty(t, children(t, conn, path), "released once the command was gone")
+	nobody := runCLI(t, nil, "revoke", path)
+	require.Equal(t, 0, nobody.code, "revoking a lock nobody holds does nothing")
+}

@@ -30,6 +30,7 @@ Distributed read/write locks on Apache ZooKeeper, for shell scripts and cron.
 Commands:
   exec     take the lock, run a command while holding it, release it when it exits
   queue    show who holds the lock and who waits, in order
+  revoke   ask whoever holds the lock now to let go
   ls       list the locks under a prefix, stuck ones first
   dev      start a throwaway local ZooKeeper server until Ctrl-C or SIGTERM
   version  print zkrwlock's version (also --version)
@@ -54,6 +55,7 @@ type command struct {
 var commands = map[string]command{
 	"exec":    {runExec, execUsage},
 	"queue":   {runQueue, queueUsage},
+	"revoke":  {runRevoke, revokeUsage},
 	"ls":      {runLs, lsUsage},
 	"dev":     {runDev, devUsage},
 	"version": {runVersion, versionUsage},

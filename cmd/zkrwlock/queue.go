@@ -8,10 +8,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/lockname"
 )
 
 const queueUsage = `Usage: zkrwlock queue [flags] PATH
@@ -39,7 +43,10 @@ that dialect's names are on PATH.
 --json prints one JSON array, one object per node, in the same order, with
 these fields: node (full path), name, mode ("read" or "write"), held,
 owner, session_id (hex string "0x..."), seq, created (RFC 3339),
-age_seconds, family (as FAMILY), peer (true for another library's node).
+age_seconds, family (as FAMILY), peer (true for another library's node),
+and, for a holder that a revocation ('zkrwlock revoke') asks to let go,
+revoked (true) and revoke_reason. Such a holder's STATE is "revoked" in
+the table, which ends with the revocation's age, author and reason.
 A lock nobody holds prints [].
 
 ` + exitCodes
@@ -57,6 +64,39 @@ type queueEntry struct {
 	AgeSeconds float64   `json:"age_seconds"`
 	Family     string    `json:"family"`
 	Peer       bool      `json:"peer"`
+	// Revoked: a revocation ('zkrwlock revoke') asks this holder to let go.
+	Revoked      bool   `json:"revoked,omitempty"`
+	RevokeReason string `json:"revoke_reason,omitempty"`
+}
+
+// pendingRevocation is a revocation of the lock that names holders still
+// in the queue.
+type pendingRevocation struct {
+	reason, by string
+	at         time.Time
+	nodes      []int32
+}
+
+func (r *pendingRevocation) names(e rwlock.Entry) bool {
+	return r != nil && e.Held && slices.Contains(r.nodes, e.Seq)
+}
+
+// readRevocation reads the revocation in the lock directory's data, if any
+// holder it names is still in q.
+func readRevocation(conn *zk.Conn, path string, q []rwlock.Entry) *pendingRevocation {
+	data, stat, err := conn.Get(path)
+	if err != nil {
+		return nil
+	}
+	reason, by, nodes, ok := lockname.ParseRevocation(data)
+	if !ok {
+		return nil
+	}
+	r := &pendingRevocation{reason: reason, by: by, at: time.UnixMilli(stat.Mtime), nodes: nodes}
+	if !slices.ContainsFunc(q, r.names) {
+		return nil
+	}
+	return r
 }
 
 func runQueue(std stdio, args []string) int {
@@ -130,16 +170,21 @@ func showQueue(std stdio, cf *connFlags, path string, dialect *rwlock.Dialect, a
 		return cf.zkFail(err, "read the queue of %s", path)
 	}
 	now := time.Now()
+	rev := readRevocation(conn, path, q)
 	if asJSON {
-		return writeJSON(std.out, q, now)
+		return writeJSON(std.out, q, rev, now)
 	}
-	return writeTable(std.out, path, q, now)
+	return writeTable(std.out, path, q, rev, now)
 }
 
-func writeJSON(w io.Writer, q []rwlock.Entry, now time.Time) error {
+func writeJSON(w io.Writer, q []rwlock.Entry, rev *pendingRevocation, now time.Time) error {
 	out := make([]queueEntry, 0, len(q))
 	for _, e := range q {
-		out = append(out, jsonEntry(e, now))
+		je := jsonEntry(e, now)
+		if rev.names(e) {
+			je.Revoked, je.RevokeReason = true, rev.reason
+		}
+		out = append(out, je)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -162,7 +207,7 @@ func jsonEntry(e rwlock.Entry, now time.Time) queueEntry {
 	}
 }
 
-func writeTable(w io.Writer, path string, q []rwlock.Entry, now time.Time) error {
+func writeTable(w io.Writer, path string, q []rwlock.Entry, rev *pendingRevocation, now time.Time) error {
 	if len(q) == 0 {
 		_, err := fmt.Fprintf(w, "%s: no holders, no waiters\n", printable(path))
 		return err
@@ -171,13 +216,23 @@ func writeTable(w io.Writer, path string, q []rwlock.Entry, now time.Time) error
 	fmt.Fprintln(tw, "MODE\tSTATE\tFAMILY\tOWNER\tSESSION\tAGE\tNODE")
 	for _, e := range q {
 		state := "waiting"
-		if e.Held {
+		switch {
+		case rev.names(e):
+			state = "revoked" // still held, asked to let go
+		case e.Held:
 			state = "held"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Mode, state, family(e), ownerText(e.Owner),
 			sessionHex(e.SessionID), formatAge(age(now, e.Created)), printable(nodeName(e.Node)))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rev != nil {
+		_, err := fmt.Fprintf(w, "revoked %s ago by %s: %s\n", formatAge(age(now, rev.at)), printable(rev.by), printable(rev.reason))
+		return err
+	}
+	return nil
 }
 
 func sessionHex(id int64) string { return fmt.Sprintf("0x%x", uint64(id)) }

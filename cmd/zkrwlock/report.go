@@ -17,6 +17,8 @@ const (
 	exitTimeout     = 75  // EX_TEMPFAIL: --timeout (or --no-wait) while waiting
 	exitNoPerm      = 77  // EX_NOPERM: an ACL does not allow this client; --auth refused
 	exitLost        = 111 // the grant was lost while the command ran; it was terminated
+	exitHoldLimit   = 112 // the grant reached --max-hold; the command was terminated
+	exitRevoked     = 113 // the grant was revoked ('zkrwlock revoke'); the command was terminated
 	exitCannotRun   = 126 // the command was found but could not be started
 	exitNotFound    = 127 // the command was not found
 	exitSignalBase  = 128 // 128+n: interrupted by signal n, or the command died of it
@@ -31,6 +33,8 @@ const exitCodes = `Exit status:
   77       not allowed: an ACL on the path does not allow this client (NoAuth:
            authenticate with --auth), or ZooKeeper refused --auth
   111      exec: the lock was lost while the command ran; the command was terminated
+  112      exec: the command held the lock for --max-hold; it was terminated
+  113      exec: the lock was revoked ('zkrwlock revoke'); the command was terminated
   126/127  exec: the command cannot be run / was not found (before queueing)
   130/143  interrupted (SIGINT/SIGTERM) while connecting or waiting; no node left behind
 `

@@ -2,6 +2,7 @@ package lockname
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 )
 
@@ -65,4 +66,56 @@ func Owner(data []byte) string {
 		}
 	}
 	return strings.TrimSpace(s)
+}
+
+// A revocation is written into the lock directory's own data, which no
+// family uses: it adds no child, so peers and waiters never see it. It
+// names the nodes that held the lock when it was asked for, by sequence
+// number, so that grants made later are not revoked:
+//
+//	revoke=the migration is stuck
+//	by=ops-host:311
+//	nodes=17,18
+const (
+	revokeKey = "revoke="
+	byKey     = "by="
+	nodesKey  = "nodes="
+)
+
+// maxReason bounds a revocation's reason: it travels to every holder.
+const maxReason = 1 << 10
+
+// Revocation is the directory data that asks the holders of nodes (their
+// sequence numbers) to let go, for reason, on behalf of by.
+func Revocation(reason, by string, nodes []int32) []byte {
+	reason = strings.Join(strings.Fields(reason), " ") // one line
+	if len(reason) > maxReason {
+		reason = reason[:maxReason]
+	}
+	b := []byte(revokeKey + reason + "\n" + byKey + strings.Join(strings.Fields(by), " ") + "\n" + nodesKey)
+	for i, seq := range nodes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(seq), 10)
+	}
+	return append(b, '\n')
+}
+
+// ParseRevocation reads directory data written by Revocation; ok is false
+// for any other data (none, or a directory some other client writes to).
+func ParseRevocation(data []byte) (reason, by string, nodes []int32, ok bool) {
+	lines := strings.Split(string(data), "\n")
+	if len(lines) < 3 || !strings.HasPrefix(lines[0], revokeKey) || !strings.HasPrefix(lines[1], byKey) ||
+		!strings.HasPrefix(lines[2], nodesKey) {
+		return "", "", nil, false
+	}
+	for _, f := range strings.Split(strings.TrimPrefix(lines[2], nodesKey), ",") {
+		seq, err := strconv.ParseInt(f, 10, 32)
+		if err != nil {
+			return "", "", nil, false
+		}
+		nodes = append(nodes, int32(seq))
+	}
+	return strings.TrimPrefix(lines[0], revokeKey), strings.TrimPrefix(lines[1], byKey), nodes, true
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/zkrwlock/rwlock"
+)
+
+const revokeUsage = `Usage: zkrwlock revoke [flags] PATH
+
+Asks whoever holds the lock whose directory is PATH now to let go: a
+zkrwlock exec holding it stops its command (SIGTERM, then SIGKILL after
+--grace) and exits 113; a program sees its grant's Revoked channel close,
+and WithRead's and WithWrite's function its context cancelled. Nothing is
+deleted and nobody else is granted the lock until the holders release it:
+a holder that does not listen keeps it. Waiters are not asked; revoking a
+lock nobody holds does nothing. 'zkrwlock queue' and 'ls' show the request.
+
+%FLAGS%
+` + exitCodes
+
+func runRevoke(std stdio, args []string) int {
+	const prog = "zkrwlock revoke"
+	var conn connFlags
+	var reason string
+	fs := newFlagSet("revoke")
+	fs.StringVar(&reason, "reason", "", "why, as the holders and 'zkrwlock queue' show it")
+	conn.register(fs)
+	pos, rest, err := parse(std.out, fs, revokeUsage, args, 1)
+	switch {
+	case errors.Is(err, errHelp):
+		return 0
+	case err != nil:
+	case len(pos) == 0:
+		err = fail(exitUsage, "missing lock PATH")
+	case len(rest) > 0:
+		err = fail(exitUsage, "unexpected argument %q", rest[0])
+	default:
+		err = conn.validate()
+	}
+	if err == nil {
+		err = checkPath(pos[0])
+	}
+	if err == nil {
+		err = revoke(std, &conn, pos[0], reason)
+	}
+	if err != nil {
+		return report(std.err, prog, err)
+	}
+	return 0
+}
+
+func revoke(std stdio, cf *connFlags, path, reason string) error {
+	sigs := make(chan os.Signal, 1)
+	notify(sigs, interrupts...)
+	defer signal.Stop(sigs)
+	ctx, stop := interruptible(context.Background(), sigs)
+	defer stop()
+	conn, err := cf.dial(ctx)
+	if err != nil {
+		if sig := stop(); sig != nil {
+			return interruptedErr(sig, "while connecting to ZooKeeper")
+		}
+		return err
+	}
+	defer closeConn(conn)
+	l, err := rwlock.New(conn, path, rwlock.WithLogger(cf.logger(std.err)))
+	if err != nil {
+		return &failure{exitUsage, err}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := l.Revoke(rctx, reason); err != nil {
+		if sig := stop(); sig != nil {
+			return interruptedErr(sig, "while revoking %s", path)
+		}
+		return cf.zkFail(err, "revoking %s", path)
+	}
+	return nil
+}
