@@ -163,6 +163,10 @@ func (c *fakeConn) apply(op, p string, f func() error) error {
 	}
 	c.calls.Add(1)
 	c.s.mu.Lock()
+	if zk.State(c.state.Load()) == zk.StateDisconnected {
+		c.s.mu.Unlock()
+		return zk.ErrConnectionClosed // closed while the call waited for the server
+	}
 	c.applied = append(c.applied, op+" "+p)
 	err := f()
 	c.s.mu.Unlock()
@@ -546,8 +550,10 @@ func (c *fakeConn) close() {
 		c.cl.close()
 		return
 	}
-	c.endSession(zk.ErrClosing)
+	// Closed first, so that no call that begins now sets a watch the
+	// session's end would not end (apply checks the state).
 	c.state.Store(int32(zk.StateDisconnected))
+	c.endSession(zk.ErrClosing)
 }
 
 // disconnect and reconnect model a connection that drops and comes back:

@@ -154,21 +154,15 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client) {
 	rv.mu.Lock()
 	idle := rv.idle
 	rv.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-idle:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	// No context ends the read: a read given up would still set its watch
+	// later, and leave it behind; the client's close ends it instead.
+	ctx := context.Background()
 	var retry zkclient.Backoff
 	for {
 		r, w := c.GetW(ctx, l.path)
 		switch {
-		case ctx.Err() != nil:
-			return // nobody listens
+		case isClosed(idle):
+			return // nobody listens any more
 		case r.Err != nil && zkclient.ConnectionLoss(r.Err):
 			if retry.Wait(ctx, c.Conn()) != nil {
 				return
