@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -108,32 +109,39 @@ func runQueue(std stdio, args []string) int {
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array instead of a table")
 	dialect.register(fs)
 	conn.register(fs)
-	pos, rest, err := parse(std.out, fs, queueUsage, args, 1)
-	switch {
-	case errors.Is(err, errHelp):
+	path, err := parsePath(std, fs, queueUsage, args, &conn)
+	if errors.Is(err, errHelp) {
 		return 0
-	case err != nil:
-	case len(pos) == 0:
-		err = fail(exitUsage, "missing lock PATH")
-	case len(rest) > 0:
-		err = fail(exitUsage, "unexpected argument %q", rest[0])
-	default:
-		err = conn.validate()
-	}
-	if err == nil {
-		err = checkPath(pos[0])
 	}
 	if err == nil {
 		var d *rwlock.Dialect // warnings only for a dialect asked for: queue itself queues nothing
 		if given(fs)["dialect"] {
 			d = &dialect.d
 		}
-		err = showQueue(std, &conn, pos[0], d, asJSON)
+		err = showQueue(std, &conn, path, d, asJSON)
 	}
 	if err != nil {
 		return report(std.err, prog, err)
 	}
 	return 0
+}
+
+// parsePath parses the arguments of a command that takes one lock PATH
+// and no more: queue, revoke.
+func parsePath(std stdio, fs *flag.FlagSet, usage string, args []string, conn *connFlags) (string, error) {
+	pos, rest, err := parse(std.out, fs, usage, args, 1)
+	switch {
+	case err != nil:
+		return "", err
+	case len(pos) == 0:
+		return "", fail(exitUsage, "missing lock PATH")
+	case len(rest) > 0:
+		return "", fail(exitUsage, "unexpected argument %q", rest[0])
+	}
+	if err := conn.validate(); err != nil {
+		return "", err
+	}
+	return pos[0], checkPath(pos[0])
 }
 
 func showQueue(std stdio, cf *connFlags, path string, dialect *rwlock.Dialect, asJSON bool) error {

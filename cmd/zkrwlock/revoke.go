@@ -30,23 +30,12 @@ func runRevoke(std stdio, args []string) int {
 	fs := newFlagSet("revoke")
 	fs.StringVar(&reason, "reason", "", "why, as the holders and 'zkrwlock queue' show it")
 	conn.register(fs)
-	pos, rest, err := parse(std.out, fs, revokeUsage, args, 1)
-	switch {
-	case errors.Is(err, errHelp):
+	path, err := parsePath(std, fs, revokeUsage, args, &conn)
+	if errors.Is(err, errHelp) {
 		return 0
-	case err != nil:
-	case len(pos) == 0:
-		err = fail(exitUsage, "missing lock PATH")
-	case len(rest) > 0:
-		err = fail(exitUsage, "unexpected argument %q", rest[0])
-	default:
-		err = conn.validate()
 	}
 	if err == nil {
-		err = checkPath(pos[0])
-	}
-	if err == nil {
-		err = revoke(std, &conn, pos[0], reason)
+		err = revoke(std, &conn, path, reason)
 	}
 	if err != nil {
 		return report(std.err, prog, err)
