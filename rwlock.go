@@ -95,6 +95,7 @@ type RWLock struct {
 	dialect Dialect
 
 	observers []Observer // from WithObserver
+	coalesce  *coalescer // the shared read node; nil without WithReadCoalescing
 
 	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
 	noContainers atomic.Bool    // the server refused container nodes
@@ -124,7 +125,12 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 	if err != nil {
 		return nil, err
 	}
+	var co *coalescer
+	if o.coalesce {
+		co = &coalescer{}
+	}
 	return &RWLock{
+		coalesce:  co,
 		conn:      conn,
 		path:      path,
 		acl:       o.acl,
