@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -42,7 +44,8 @@ func WithReadCoalescing() Option {
 //
 // Every node created after that listing fires the watch (a child watch
 // fires on any change of the directory's children, and ZooKeeper sends
-// our session the event before it answers any later request of ours). So
+// our session the event before it answers any later request of ours, as
+// long as the connection lasts: see connected, which is part of (2)). So
 // when a joiner is admitted, every lock node behind N was created after
 // the joiner's arrival, up to the time the event takes to reach us: a
 // writer W that queued behind N never waits for a reader that arrived
@@ -78,6 +81,9 @@ type sharedRead struct {
 	cancel context.CancelFunc
 	listed chan struct{} // closed when the first listing of the node is judged, or the acquisition ended
 	done   chan struct{} // closed when the acquisition ended: root or err is set
+
+	connects uint64 // the connection's count of connections before the node's create
+	counted  bool   // the connection counts them (one made by Dial)
 
 	// guarded by co.mu
 	verdict  bool            // listed is closed
@@ -164,6 +170,7 @@ func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, made 
 		a: &acquisition{l: l, c: zkclient.For(l.conn), want: want{mode: Read, block: true}, guid: newGUID()},
 	}
 	s.a.share = s
+	s.connects, s.counted = s.a.c.ConnectCount()
 	co.cur = s
 	var sctx context.Context
 	sctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -208,7 +215,7 @@ func (s *sharedRead) listedBy(a *acquisition) {
 	defer co.mu.Unlock()
 	switch {
 	case !s.verdict:
-		s.dir, s.open = a.dir, a.dir != nil && !a.snap.after
+		s.dir, s.open = a.dir, a.dir != nil && !a.snap.after && s.connected()
 		s.judgedLocked()
 	case a.dir != s.dir || a.snap.after:
 		s.open = false
@@ -262,11 +269,27 @@ func (s *sharedRead) joinableLocked() bool {
 		return false
 	default:
 	}
-	if s.root != nil && s.root.ctx.Err() != nil {
-		s.closeLocked() // lost: never joined
+	if s.root != nil && s.root.ctx.Err() != nil || !s.connected() {
+		s.closeLocked() // lost: never joined; or see connected
 		return false
 	}
 	return true
+}
+
+// connected reports whether the connection is still the one that made
+// the node's create and listing. The watch's event comes before any later
+// answer only on one connection: after a reconnection, go-zookeeper sets
+// its watches again with a request that answers sent earlier may overtake,
+// and the server tells of the changes missed meanwhile only then. A
+// connection made by Dial counts its connections, so a node takes no
+// joiner after a reconnection; on any other, a node takes none while the
+// connection is down, but a reader that arrives right after a
+// reconnection, before the missed events, may join.
+func (s *sharedRead) connected() bool {
+	if n, counted := s.a.c.ConnectCount(); counted {
+		return s.counted && n == s.connects
+	}
+	return s.a.c.Conn().State() == zk.StateHasSession
 }
 
 // admits reports whether a reader that came before the first listing's

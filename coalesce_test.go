@@ -366,3 +366,33 @@ func TestCoalescedJoinerWaitsForTheListing(t *testing.T) {
 		assert.Empty(t, s.lockNodes(dir))
 	})
 }
+
+// After a reconnection a node takes no joiner: the server tells of the
+// changes missed meanwhile only once go-zookeeper has set its watches
+// again, which answers may overtake.
+func TestCoalescedNoJoinAfterReconnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := coalescing(t, c)
+		w, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		r1 := start(ctx, l.RLock)
+		synctest.Wait()
+		r2 := start(ctx, l.RLock)
+		synctest.Wait()
+		require.Len(t, s.lockNodes(dir), 2, "joined while the connection lasts")
+		c.disconnect()
+		c.reconnect()
+		r3 := start(ctx, l.RLock)
+		synctest.Wait()
+		assert.Len(t, s.lockNodes(dir), 3, "a node of its own after the reconnection")
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		for _, r := range []<-chan result{r1, r2, r3} {
+			require.NoError(t, granted(t, r).Release(ctx))
+		}
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}

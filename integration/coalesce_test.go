@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -172,21 +174,38 @@ func TestCoalescedFairnessUnderStress(t *testing.T) {
 		return n
 	}
 	const allowance = 100 * time.Millisecond
+	// For each writer, the latest arrival among the readers of the nodes
+	// ahead of it: joins in node order, with a running maximum.
+	type arrival struct {
+		seq    int64
+		latest time.Time
+		node   string
+	}
+	byNode := make([]arrival, len(joins))
+	for i, j := range joins {
+		byNode[i] = arrival{seq(j.node), j.arrival, j.node}
+	}
+	slices.SortFunc(byNode, func(a, b arrival) int { return cmp.Compare(a.seq, b.seq) })
+	for i := 1; i < len(byNode); i++ {
+		if byNode[i].latest.Before(byNode[i-1].latest) {
+			byNode[i].latest, byNode[i].node = byNode[i-1].latest, byNode[i-1].node
+		}
+	}
 	var violations int
 	var lateness time.Duration
 	for _, w := range writers {
 		ws := seq(w.node)
-		for _, j := range joins {
-			if seq(j.node) >= ws {
-				continue
-			}
-			late := j.arrival.Sub(w.created.Add(time.Millisecond))
-			lateness = max(lateness, late)
-			if late > allowance {
-				violations++
-				if violations <= 5 {
-					t.Errorf("reader arrived %v after writer %s was created, and joined %s ahead of it", late, w.node, j.node)
-				}
+		i, _ := slices.BinarySearchFunc(byNode, ws, func(a arrival, s int64) int { return cmp.Compare(a.seq, s) })
+		if i == 0 {
+			continue // no reader joined a node ahead of it
+		}
+		ahead := byNode[i-1]
+		late := ahead.latest.Sub(w.created.Add(time.Millisecond))
+		lateness = max(lateness, late)
+		if late > allowance {
+			violations++
+			if violations <= 5 {
+				t.Errorf("a reader arrived %v after writer %s was created, and joined %s ahead of it", late, w.node, ahead.node)
 			}
 		}
 	}
