@@ -87,7 +87,8 @@ type acquisition struct {
 	tok     int64           // our node's czxid, when read
 	oneTrip bool            // the listing sent behind the create showed our node
 
-	member bool // one of a set's acquisitions (see multi.go)
+	member bool        // one of a set's acquisitions (see multi.go)
+	share  *sharedRead // the shared read node it makes (see coalesce.go); nil for any other
 
 	ownConnects      uint64 // the connection's session count when own was set
 	ownConnectsKnown bool   // the connection counts them (see confirmOwn)
@@ -102,6 +103,9 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	}
 	if g, err, ok := l.nested(ctx, w); ok {
 		return g, err
+	}
+	if l.coalesce != nil && w.mode == Read && w.block {
+		return l.readShared(ctx, w)
 	}
 	a := &acquisition{l: l, c: zkclient.For(l.conn), want: w, guid: lockname.NewGUID()}
 	start := time.Now()
@@ -335,6 +339,9 @@ func (a *acquisition) locate(r zkclient.Reply[[]string]) (step, error) {
 	a.snap = snap
 	a.l.notePeers(snap.peers)
 	a.writers = a.writers || slices.ContainsFunc(snap.before, func(n lockNode) bool { return n.mode == Write })
+	if a.share != nil {
+		a.share.listedBy(a)
+	}
 	if _, blocked := a.snap.blocker(a.isDowngraded); !blocked {
 		return stepGrant, nil // the listing is the proof: our node, and nothing in our way
 	}

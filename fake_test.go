@@ -29,6 +29,8 @@ type fakeServer struct {
 	zxid     int64
 	sessions int64
 	conns    []*fakeConn
+	czxids   map[string]int64 // every node ever created, when (see the simulation's fairness check)
+	dzxids   map[string]int64 // every node deleted, when
 }
 
 type fakeNode struct {
@@ -39,7 +41,7 @@ type fakeNode struct {
 }
 
 func newFakeServer() *fakeServer {
-	return &fakeServer{nodes: map[string]*fakeNode{"/": {children: map[string]bool{}}}}
+	return &fakeServer{nodes: map[string]*fakeNode{"/": {children: map[string]bool{}}}, czxids: map[string]int64{}, dzxids: map[string]int64{}}
 }
 
 // fakeConn is one client session of a fakeServer; it implements
@@ -379,6 +381,7 @@ func (s *fakeServer) create(c *fakeConn, p string, data []byte, flags int32) (st
 	s.zxid++
 	n := &fakeNode{data: slices.Clone(data), children: map[string]bool{}}
 	n.stat.Czxid, n.stat.Mzxid = s.zxid, s.zxid
+	s.czxids[p] = s.zxid
 	if flags&zk.FlagEphemeral != 0 {
 		n.stat.EphemeralOwner = c.session.Load()
 	}
@@ -399,6 +402,7 @@ func (s *fakeServer) delete(p string) error {
 		return zk.ErrNotEmpty
 	}
 	s.zxid++
+	s.dzxids[p] = s.zxid
 	delete(s.nodes, p)
 	parent := s.nodes[path.Dir(p)]
 	delete(parent.children, path.Base(p))

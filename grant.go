@@ -29,9 +29,10 @@ type Grant struct {
 	l       *RWLock
 	c       *zkclient.Client
 	mode    Mode
-	node    string // full path
-	session int64  // the session that owns node
-	outer   *Grant // for a nested grant, the grant it is nested in
+	node    string      // full path
+	session int64       // the session that owns node
+	outer   *Grant      // for a nested grant, the grant it is nested in
+	share   *sharedRead // for a reader of a shared node (WithReadCoalescing): the node; outer is its grant
 
 	ctx    context.Context         // done when the grant ends; its cause says why
 	cancel context.CancelCauseFunc // first cause wins
@@ -233,9 +234,16 @@ func (g *Grant) Release(ctx context.Context) error {
 	case g.released:
 		return nil
 	case g.outer != nil:
+		var err error
+		if g.share != nil {
+			// The last reader of a shared node deletes it.
+			if err = g.share.drop(ctx); err != nil && g.outer.ctx.Err() == nil {
+				return err // refused: the node is still held, and so is this grant
+			}
+		}
 		g.released = true
 		g.end(ErrReleased)
-		return nil
+		return err
 	case g.ctx.Err() != nil:
 		g.released = true
 		return nil

@@ -38,8 +38,14 @@ func (l *RWLock) nested(ctx context.Context, w want) (g *Grant, err error, ok bo
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err), true
 	}
+	return nestIn(outer, w.mode), nil, true
+}
+
+// nestIn makes a grant of mode nested in outer: it holds outer's node, and
+// ends when outer does (at once if outer has ended).
+func nestIn(outer *Grant, mode Mode) *Grant {
 	r := outer.root()
-	g = &Grant{l: r.l, c: r.c, mode: w.mode, node: r.node, session: r.session, outer: outer}
+	g := &Grant{l: r.l, c: r.c, mode: mode, node: r.node, session: r.session, outer: outer}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	// Ended by its outer grant on the goroutine that ends that one, so that
 	// its own hooks (a WithRead's function context) run in time too.
@@ -47,5 +53,5 @@ func (l *RWLock) nested(ctx context.Context, w want) (g *Grant, err error, ok bo
 	g.mu.Lock()
 	g.unnest = stop
 	g.mu.Unlock()
-	return g, nil, true
+	return g
 }

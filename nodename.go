@@ -50,6 +50,7 @@ type snapshot struct {
 	before []lockNode
 	self   lockNode
 	peers  uint16 // the markers (bits by index in lockname.Markers) of peers' nodes listed, before ours or after
+	after  bool   // a lock node after ours was listed (see coalesce.go)
 }
 
 // errNotListed means our node is not among the children: it is gone.
@@ -91,6 +92,8 @@ func takeSnapshot(children []string, self string, buf []lockNode) (snapshot, err
 			return snapshot{before: s.before[:0]}, exhausted(n)
 		case lockname.Precedes(n.seq, s.self.seq):
 			kept = append(kept, n)
+		default:
+			s.after = true
 		}
 	}
 	s.before = kept

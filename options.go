@@ -21,6 +21,7 @@ type options struct {
 	maxHold        time.Duration
 	observers      []Observer
 	dialect        Dialect
+	coalesce       bool // WithReadCoalescing
 	err            error
 }
 

@@ -99,6 +99,7 @@ type RWLock struct {
 
 	observers   []Observer // from WithObserver
 	revocations revocations
+	coalesce    *coalescer // the shared read node; nil without WithReadCoalescing
 
 	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
 	noContainers atomic.Bool    // the server refused container nodes
@@ -129,7 +130,12 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 	if err != nil {
 		return nil, err
 	}
+	var co *coalescer
+	if o.coalesce {
+		co = &coalescer{}
+	}
 	return &RWLock{
+		coalesce:       co,
 		conn:           conn,
 		path:           path,
 		acl:            o.acl,

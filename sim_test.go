@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -69,17 +71,34 @@ var (
 	simNoFreeze  = flag.Bool("sim.nofreeze", false, "no stopped processes")
 	simNoCut     = flag.Bool("sim.nocut", false, "no cut links")
 	simBothWays  = flag.Bool("sim.bothways", false, "links are cut both ways only")
+	simCoalesce  = flag.Bool("sim.coalesce", false, "TestSimulation with coalesced reads (see TestSimulationCoalesced)")
+	simCoalesced = flag.Int("sim.coalesced", 1000, "number of schedules TestSimulationCoalesced runs")
 )
 
 func TestSimulation(t *testing.T) {
-	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays}
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce}
+	simulate(t, cfg, *simSchedules)
+}
+
+// TestSimulationCoalesced runs the simulation with WithReadCoalescing: each
+// client's process has a second goroutine that only reads, so that reads
+// of one process share nodes, under every fault. Besides mutual exclusion
+// and no node left behind, it checks the join rule's promise: no reader
+// joins a node behind which a writer's node had been created when the
+// reader arrived, as far as its process could know (the server had told
+// it of a later change: see zkClient.known).
+func TestSimulationCoalesced(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: true}
+	simulate(t, cfg, *simCoalesced)
+}
+
+func simulate(t *testing.T, cfg simConfig, n int) {
 	if *simSeed != 0 {
 		if failure := runSchedule(t, *simSeed, true, cfg); failure != "" {
 			t.Errorf("seed %d: %s", *simSeed, failure)
 		}
 		return
 	}
-	n := *simSchedules
 	if testing.Short() {
 		n = min(n, 200)
 	}
@@ -95,6 +114,7 @@ type simConfig struct {
 	noFreeze bool // no stopped processes
 	noCut    bool // no cut links
 	bothWays bool // links are cut both ways only
+	coalesce bool // coalesced reads, and a reading goroutine more per process
 }
 
 // flags are the test flags that replay seed with c.
@@ -108,6 +128,9 @@ func (c simConfig) flags(seed uint64) string {
 	}
 	if c.bothWays {
 		f += " -sim.bothways"
+	}
+	if c.coalesce {
+		f += " -sim.coalesce"
 	}
 	return f
 }
@@ -160,6 +183,7 @@ type simClient struct {
 	lock  *RWLock
 	steps []simStep // what it will do
 	known bool      // its connection tells the lock the session timeout, as Dial's does
+	twin  bool      // a second goroutine of another client's process (coalesce)
 
 	// Guarded by net.mu:
 	cancel   context.CancelFunc // cancels the acquisition in progress
@@ -205,6 +229,16 @@ type sim struct {
 	failed  string
 	settled bool
 	grants  []simGrant
+	joins   []simJoin
+}
+
+// simJoin is a coalesced read granted: the node it holds, and what its
+// process had been told of when the read began.
+type simJoin struct {
+	client  int
+	node    string
+	known   int64 // zkClient.known when the read began
+	granted int64 // the server's zxid when it was granted
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -286,6 +320,9 @@ func (s *sim) run() {
 		if known && r.IntN(4) != 0 {
 			opts = append(opts, WithSessionTimeout(ask)) // what the caller asked for: no more than a cap
 		}
+		if s.cfg.coalesce {
+			opts = append(opts, WithReadCoalescing())
+		}
 		l, err := newRWLock(conn, dir, opts...)
 		if err != nil {
 			s.fail("newRWLock: %v", err)
@@ -301,12 +338,29 @@ func (s *sim) run() {
 		}
 		s.clients = append(s.clients, c)
 	}
+	if s.cfg.coalesce {
+		// A second goroutine in each process, reading: its reads and the
+		// first goroutine's share nodes when they may.
+		for _, c := range s.clients[:nClients] {
+			t := &simClient{id: len(s.clients), conn: c.conn, zk: c.zk, lock: c.lock, known: c.known, twin: true}
+			for range 1 + r.IntN(4) {
+				hold := time.Duration(r.IntN(100)) * time.Millisecond
+				if r.IntN(4) == 0 {
+					hold = time.Duration(r.Int64N(int64(2 * s.timeout)))
+				}
+				t.steps = append(t.steps, simStep{mode: Read, hold: hold})
+			}
+			s.clients = append(s.clients, t)
+		}
+	}
 	s.logf("session timeout %v, server tick %v, %d host(s), %d clients, faults: %+v", s.timeout, tick, hosts, nClients, s.budget)
 
 	var clients, apps sync.WaitGroup
 	for _, c := range s.clients {
 		clients.Go(func() { s.client(c) })
-		apps.Go(func() { s.app(c) })
+		if !c.twin {
+			apps.Go(func() { s.app(c) })
+		}
 	}
 	clientsDone := make(chan struct{})
 	go func() {
@@ -317,12 +371,51 @@ func (s *sim) run() {
 	if nodes := s.server.lockNodes(dir); len(nodes) > 0 {
 		s.fail("nodes left behind: %v", nodes)
 	}
+	s.checkJoins()
 	for _, c := range s.clients {
-		c.conn.close()
+		if !c.twin {
+			c.conn.close()
+		}
 	}
 	apps.Wait()
 	for _, c := range s.clients {
 		c.lock.background.Wait()
+	}
+}
+
+// checkJoins checks the join rule's promise (see coalesce.go) over the
+// coalesced reads granted: no writer waits for a reader of a node N that
+// arrived after the writer's node was created behind N, as far as the
+// reader's process could know: a reader holds N only if, when it began,
+// its process had not been told of any writer's node behind N that was
+// still there when the reader was granted. The server tells a session of
+// the changes in order, and of a change before any frame it sends later;
+// so "told" is: it had read a frame that the server sent after the
+// writer's node was created.
+func (s *sim) checkJoins() {
+	if !s.cfg.coalesce {
+		return
+	}
+	s.server.mu.Lock()
+	czxids, dzxids := maps.Clone(s.server.czxids), maps.Clone(s.server.dzxids)
+	s.server.mu.Unlock()
+	for _, j := range s.joins {
+		n, ok := parseNode(path.Base(j.node))
+		if !ok {
+			continue
+		}
+		for p, czxid := range czxids {
+			w, ok := parseNode(path.Base(p))
+			if !ok || path.Dir(p) != dir || w.mode != Write || !lockname.Precedes(n.seq, w.seq) || czxid > j.known {
+				continue
+			}
+			if dzxid, gone := dzxids[p]; gone && dzxid <= j.granted {
+				continue // it had given up (or held and released) before the reader held N
+			}
+			s.fail("c%d joined %s though its process had been told of writer %s behind it (created at zxid %d, deleted at %d; the reader began knowing %d, granted at %d)",
+				j.client, path.Base(j.node), path.Base(p), czxid, dzxids[p], j.known, j.granted)
+			return
+		}
 	}
 }
 
@@ -368,6 +461,9 @@ func (s *sim) client(c *simClient) {
 		c.cancel = cancel
 		n.mu.Unlock()
 		w := want{mode: step.mode, block: !step.try}
+		n.mu.Lock()
+		known := c.zk.known
+		n.mu.Unlock()
 		g, err := c.lock.acquire(ctx, w)
 		cancel()
 		c.zk.pause()
@@ -385,6 +481,11 @@ func (s *sim) client(c *simClient) {
 		n.mu.Lock()
 		c.holding, c.holdEnd = g, time.Now().Add(step.hold)
 		s.grants = append(s.grants, simGrant{c.id, g.Mode(), time.Now()})
+		if s.cfg.coalesce && w.mode == Read && w.block {
+			s.server.mu.Lock()
+			s.joins = append(s.joins, simJoin{c.id, g.Node(), known, s.server.zxid})
+			s.server.mu.Unlock()
+		}
 		n.mu.Unlock()
 		s.logf("c%d holds %s %s for %v", c.id, g.Mode(), g.Node(), step.hold)
 		hold := time.NewTimer(step.hold)
@@ -585,8 +686,8 @@ func (s *sim) actions() []func() {
 		}
 		if !s.quiet && s.rng.IntN(40) == 0 {
 			actions = append(actions, func() {
-				s.logf("an application elsewhere writes %s", appPath(c.id))
-				s.server.touchData(appPath(c.id))
+				s.logf("an application elsewhere writes %s", appPath(c.zk.id))
+				s.server.touchData(appPath(c.zk.id))
 			})
 		}
 	}
@@ -669,8 +770,8 @@ func (s *sim) plan(c *simClient) {
 				return
 			}
 			s.budget.planned--
-			s.logf("an application elsewhere writes %s, and at once:", appPath(c.id))
-			s.server.touchData(appPath(c.id))
+			s.logf("an application elsewhere writes %s, and at once:", appPath(c.zk.id))
+			s.server.touchData(appPath(c.zk.id))
 			s.cut(c, true, true, dialTimeout, long())
 		}})
 	}
@@ -774,7 +875,11 @@ func (s *sim) freeze(c *simClient) {
 	}
 	s.logf("c%d's process is stopped for %v", c.id, d)
 	s.net.freeze(c.zk, time.Now().Add(d))
-	c.stopped = len(s.grants)
+	for _, o := range s.clients {
+		if o.zk == c.zk { // c, and the other goroutine of its process
+			o.stopped = len(s.grants)
+		}
+	}
 }
 
 // thaw resumes c's process. Its holder's first look comes first, before
@@ -782,23 +887,33 @@ func (s *sim) freeze(c *simClient) {
 // happened while the process was stopped.
 func (s *sim) thaw(c *simClient) {
 	n := s.net
-	n.mu.Lock()
-	g, from, failed := c.holding, c.zk.frozenAt, s.failed != ""
-	n.mu.Unlock()
-	if g != nil && c.known && !failed {
-		err := g.Err()
-		s.logf("c%d resumes; its first Err: %v", c.id, err)
-		n.mu.Lock()
-		if why := s.lostDuring(c, g); err == nil && why != "" && s.failed == "" {
-			s.failed = fmt.Sprintf("c%d's process was stopped from %v to %v, and its first Err after resuming is nil, though %s",
-				c.id, at(from), at(time.Now()), why)
+	for _, o := range s.clients {
+		if o.zk != c.zk { // c, and the other goroutine of its process
+			continue
 		}
+		n.mu.Lock()
+		g, from, failed := o.holding, o.zk.frozenAt, s.failed != ""
 		n.mu.Unlock()
-		synctest.Wait() // what Err started runs up to its first request
+		if g != nil && o.known && !failed {
+			err := g.Err()
+			s.logf("c%d resumes; its first Err: %v", o.id, err)
+			n.mu.Lock()
+			if why := s.lostDuring(o, g); err == nil && why != "" && s.failed == "" {
+				s.failed = fmt.Sprintf("c%d's process was stopped from %v to %v, and its first Err after resuming is nil, though %s",
+					o.id, at(from), at(time.Now()), why)
+			}
+			n.mu.Unlock()
+			synctest.Wait() // what Err started runs up to its first request
+		}
 	}
 	n.mu.Lock()
 	s.logf("c%d's process resumes", c.id)
-	c.resumed = time.Now()
+	now := time.Now()
+	for _, o := range s.clients {
+		if o.zk == c.zk {
+			o.resumed = now
+		}
+	}
 	n.thaw(c.zk, s.rng.IntN(2) == 0)
 	n.mu.Unlock()
 }

@@ -78,6 +78,15 @@ func BenchmarkDrain(b *testing.B) {
 	}
 }
 
+// BenchmarkW7 is W7, the coalesced burst: 64 goroutines of one process,
+// each RLock then Release on one uncontended lock with WithReadCoalescing,
+// 200 bursts; requests per burst and bursts/s. W7-each is the same
+// without the option (a node per goroutine, as the peers).
+func BenchmarkW7(b *testing.B) {
+	b.Run("coalesced", func(b *testing.B) { benchBurst(b, "W7", true) })
+	b.Run("each", func(b *testing.B) { benchBurst(b, "W7-each", false) })
+}
+
 // BenchmarkReadBatch32 runs 32 functions under the read lock, uncontended,
 // from one session: RB32 with ReadBatch (one shared grant: create, list,
 // delete, so 3 requests a batch) and RL32 with a read grant each, RLock and

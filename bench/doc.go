@@ -37,6 +37,7 @@
 //	BenchmarkW6              W6   200 writers queued behind one holder: drain time, handoffs
 //	BenchmarkW6r             W6r  200 readers queued behind one writer: time until all hold
 //	BenchmarkDrain/...       W6-100, W6-300, W6-1000, W6r-1000: the drain at other queue lengths
+//	BenchmarkW7/...          W7   64 goroutines RLock/Release at once, 200 bursts: coalesced (W7) and a node each (W7-each)
 //	BenchmarkReadBatch32/... RB32: ReadBatch of 32 functions; RL32: 32 concurrent RLock/Release
 //
 // The JSON keys are the peers' for the same workload: W1/W2 clients,

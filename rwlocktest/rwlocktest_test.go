@@ -46,7 +46,11 @@ func TestReportMetrics(t *testing.T) {
 	assert.Equal(t, float64(st.Read.Wait.Quantile(0.5).Nanoseconds()), res.Extra[rwlocktest.UnitWaitP50])
 	assert.Positive(t, res.Extra[rwlocktest.UnitWaitP50])
 	assert.GreaterOrEqual(t, res.Extra[rwlocktest.UnitWaitP99], res.Extra[rwlocktest.UnitWaitP50])
-	assert.InDelta(t, 3, res.Extra[rwlocktest.UnitRequests], 0.1, "create, list, delete (and the first run's directory)")
+	// Create, list, delete; the run's first acquisition also makes the
+	// directory and checks the DELETE permission: a few requests more,
+	// spread over the run's N.
+	assert.GreaterOrEqual(t, res.Extra[rwlocktest.UnitRequests], 3.0)
+	assert.LessOrEqual(t, res.Extra[rwlocktest.UnitRequests], 3+8/float64(res.N), "create, list, delete (and the first acquisition's directory)")
 	assert.Zero(t, res.Extra[rwlocktest.UnitLostByGrant])
 }
 

@@ -357,10 +357,15 @@ func (b *Backoff) Wait(ctx context.Context, c Conn) error {
 	if err := sleep(ctx, b.next); err != nil {
 		return err
 	}
-	suspect := false
+	suspect, waited := false, false
 	for {
 		switch c.State() {
 		case zk.StateHasSession:
+			if waited {
+				// Just reconnected: give go-zookeeper the moment it takes
+				// to re-register its watches before our request goes out.
+				return sleep(ctx, settleAfterReconnect)
+			}
 			return nil
 		case zk.StateDisconnected:
 			// While it reconnects, go-zookeeper passes through this state
@@ -372,11 +377,16 @@ func (b *Backoff) Wait(ctx context.Context, c Conn) error {
 		default:
 			suspect = false
 		}
+		waited = true
 		if err := sleep(ctx, 25*time.Millisecond); err != nil {
 			return err
 		}
 	}
 }
+
+// settleAfterReconnect is how long a retry waits after the session is
+// back (see Wait).
+const settleAfterReconnect = 10 * time.Millisecond
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -1,0 +1,397 @@
+package rwlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/lockname"
+	"github.com/zkrwlock/rwlock/internal/zkclient"
+)
+
+// WithReadCoalescing makes the blocking shared acquisitions of this RWLock
+// (RLock, WithRead, ReadGroup, ReadBatch; not TryRLock) that run at the
+// same time share one read node, as long as that keeps the queue's order:
+// 64 goroutines reading at once cost one node and three requests instead of
+// 64 nodes and 192 requests.
+//
+// A reader joins the shared node, waiting or held, only while nothing has
+// queued behind that node since its listing; otherwise it makes a new node,
+// which later readers may join. So a writer that queued behind a shared
+// node never waits for a reader that arrived after the writer's node.
+//
+// Each reader gets a grant of its own: its Release is its own (and later
+// calls return nil), its Done closes when the shared node is lost, and
+// the node is deleted when the last of its readers releases. A reader
+// whose context ends while it waits leaves; the node is deleted when the
+// last waiting reader leaves before the grant. All the readers of one node
+// share its token, its Deadline and its hold limit (see WithMaxHold),
+// counted from the node's grant. Observers hear of one acquisition per
+// reader, and of one grant per node.
+func WithReadCoalescing() Option {
+	return func(o *options) { o.coalesce = true }
+}
+
+// The fairness argument. A shared node N takes a joiner only if
+//
+//	(1) the listing of N's acquisition that first showed N showed no lock
+//	    node after N, and set a child watch on the directory; and
+//	(2) that watch has not fired (as of the last packet go-zookeeper
+//	    read: Watch.FiredNow) when the joiner arrives, or, for a joiner
+//	    that arrived before that listing, when the listing's verdict is in.
+//
+// Every node created after that listing fires the watch (a child watch
+// fires on any change of the directory's children, and ZooKeeper sends
+// our session the event before it answers any later request of ours, as
+// long as the connection lasts: see connected, which is part of (2)). So
+// when a joiner is admitted, every lock node behind N was created after
+// the joiner's arrival, up to the time the event takes to reach us: a
+// writer W that queued behind N never waits for a reader that arrived
+// after W's node. A reader that joins N is behind whatever N is behind,
+// exactly as a node of its own made at that moment would be, and ahead of
+// nothing that queued before it. Once the watch has fired, or a later
+// listing shows a node after N, or N's acquisition was queued again, N
+// takes no more joiners, for good: a change that is not a node behind N
+// (a deletion that clears N's way, a foreign child) closes it too, which
+// costs a node, never fairness. A node that was lost, released or never
+// granted takes nobody.
+//
+// Holding on: a node with joiners lives while any of them holds it, and
+// takes joiners only while nothing has queued behind it, so once a writer
+// queues, the readers of N are a fixed set, and N goes when the last of
+// them releases: a stream of readers cannot starve the writer.
+
+// coalescer is a lock's shared read node, if any (only with
+// WithReadCoalescing).
+type coalescer struct {
+	mu  sync.Mutex
+	cur *sharedRead // the node the next reader may join; nil for none; guarded by mu
+}
+
+// sharedRead is one shared read node: the acquisition that makes it, run
+// with a context of its own, and then its grant (the root grant, which
+// owns the node and is never handed to a caller: each reader gets a grant
+// nested in it).
+type sharedRead struct {
+	co     *coalescer
+	l      *RWLock
+	a      *acquisition
+	cancel context.CancelFunc
+	listed chan struct{} // closed when the first listing of the node is judged, or the acquisition ended
+	done   chan struct{} // closed when the acquisition ended: root or err is set
+
+	connects uint64 // the connection's count of connections before the node's create
+	counted  bool   // the connection counts them (one made by Dial)
+
+	// guarded by co.mu
+	verdict  bool            // listed is closed
+	dir      *zkclient.Watch // the child watch of the listing that first showed the node
+	open     bool            // joiners are admitted (see the fairness argument)
+	finished bool            // the acquisition ended
+	root     *Grant          // its grant
+	err      error           // or why it failed
+	waiting  int             // readers waiting for the grant
+	holding  int             // readers holding a grant nested in root
+}
+
+// readShared is RLock (and WithRead, ReadGroup, ReadBatch) on a lock with
+// WithReadCoalescing: one acquisition of the caller, with its own event.
+func (l *RWLock) readShared(ctx context.Context, w want) (*Grant, error) {
+	start := time.Now()
+	g, a, err := l.coalesce.read(ctx, l)
+	if a == nil {
+		a = &acquisition{l: l, want: w} // a joiner's event: no request of its own
+	}
+	l.acquired(ctx, a, start, err)
+	if err != nil {
+		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err)
+	}
+	return g, nil
+}
+
+// read returns a grant nested in a shared node, joined or made. a is the
+// node's acquisition if this caller made it and the acquisition ended
+// (for the caller's event), else nil.
+func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, a *acquisition, err error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		s, made := co.enter(ctx, l)
+		if !made {
+			select {
+			case <-s.listed:
+			case <-ctx.Done():
+				return nil, nil, s.leave(ctx, true)
+			}
+			if !s.admits() {
+				s.leave(ctx, false) // not fair to join any more: a node of our own
+				continue
+			}
+		}
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			// As a cancelled RLock promises: the context's error, even if
+			// the grant came at the same moment.
+			return nil, nil, s.leave(ctx, true)
+		}
+		if made {
+			a = s.a
+		}
+		g, err := s.take()
+		return g, a, err
+	}
+}
+
+// enter joins the current node if it may take joiners (or its first
+// listing is not judged yet), and otherwise makes a new one; made reports
+// the latter.
+func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, made bool) {
+	co.mu.Lock()
+	s = co.cur
+	co.mu.Unlock()
+	if s != nil {
+		s.refresh()
+	}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if s = co.cur; s != nil && (!s.verdict || s.joinableLocked()) {
+		s.waiting++
+		return s, false
+	}
+	s = &sharedRead{
+		co: co, l: l, waiting: 1,
+		listed: make(chan struct{}), done: make(chan struct{}),
+		a: &acquisition{l: l, c: zkclient.For(l.conn), want: want{mode: Read, block: true}, guid: lockname.NewGUID()},
+	}
+	s.a.share = s
+	s.connects, s.counted = s.a.c.ConnectCount()
+	co.cur = s
+	var sctx context.Context
+	sctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	l.background.Add(1)
+	go s.run(sctx)
+	return s, true
+}
+
+// run is the node's acquisition, on a goroutine of its own.
+func (s *sharedRead) run(ctx context.Context) {
+	defer s.l.background.Done()
+	defer s.cancel()
+	a := s.a
+	g, err := a.run(a.counting(ctx))
+	if err != nil {
+		a.c.Unref()
+	}
+	co := s.co
+	co.mu.Lock()
+	s.finished, s.root, s.err = true, g, err
+	s.judgedLocked()
+	orphan := g != nil && s.waiting+s.holding == 0 // every reader left as it was granted
+	if err != nil || orphan {
+		s.closeLocked()
+	}
+	co.mu.Unlock()
+	if orphan {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cleanupTimeout)
+		g.Release(rctx) // as an abort: the deletion goes on in the background if it must
+		cancel()
+	}
+	close(s.done)
+}
+
+// listedBy judges a listing of the node's acquisition that showed the node
+// (acquisition.locate): the first tells whether it may take joiners; any
+// later one that shows a node behind it, or belongs to a new node (the
+// acquisition queued again), stops it for good.
+func (s *sharedRead) listedBy(a *acquisition) {
+	co := s.co
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	switch {
+	case !s.verdict:
+		s.dir, s.open = a.dir, a.dir != nil && !a.snap.after && s.connected()
+		s.judgedLocked()
+	case a.dir != s.dir || a.snap.after:
+		s.open = false
+	}
+	if !s.open {
+		s.closeLocked()
+	}
+}
+
+// judgedLocked closes listed, once.
+func (s *sharedRead) judgedLocked() {
+	if !s.verdict {
+		s.verdict = true
+		close(s.listed)
+	}
+}
+
+// closeLocked stops the node taking joiners.
+func (s *sharedRead) closeLocked() {
+	s.open = false
+	if s.co.cur == s {
+		s.co.cur = nil
+	}
+}
+
+// refresh brings what the node knows up to date, outside co.mu: the watch
+// takes an event go-zookeeper has read already, and the lease clock judges
+// the root grant (either may end the root, whose hooks must not run under
+// co.mu).
+func (s *sharedRead) refresh() {
+	s.co.mu.Lock()
+	dir, root := s.dir, s.root
+	s.co.mu.Unlock()
+	if dir != nil {
+		dir.FiredNow()
+	}
+	if root != nil {
+		root.judge()
+	}
+}
+
+// joinableLocked is the rule (see the fairness argument), once the first
+// listing is judged.
+func (s *sharedRead) joinableLocked() bool {
+	if !s.open || s.dir == nil || s.err != nil {
+		return false
+	}
+	select {
+	case <-s.dir.Fired():
+		s.closeLocked()
+		return false
+	default:
+	}
+	if s.root != nil && s.root.ctx.Err() != nil || !s.connected() {
+		s.closeLocked() // lost: never joined; or see connected
+		return false
+	}
+	return true
+}
+
+// connected reports whether the connection is still the one that made
+// the node's create and listing. The watch's event comes before any later
+// answer only on one connection: after a reconnection, go-zookeeper sets
+// its watches again with a request that answers sent earlier may overtake,
+// and the server tells of the changes missed meanwhile only then. A
+// connection made by Dial counts its connections, so a node takes no
+// joiner after a reconnection; on any other, a node takes none while the
+// connection is down, but a reader that arrives right after a
+// reconnection, before the missed events, may join.
+func (s *sharedRead) connected() bool {
+	if n, counted := s.a.c.ConnectCount(); counted {
+		return s.counted && n == s.connects
+	}
+	return s.a.c.Conn().State() == zk.StateHasSession
+}
+
+// admits reports whether a reader that came before the first listing's
+// verdict may stay.
+func (s *sharedRead) admits() bool {
+	s.refresh()
+	s.co.mu.Lock()
+	defer s.co.mu.Unlock()
+	return s.joinableLocked()
+}
+
+// leave takes a waiting reader away: its context ended (cancelled), or
+// it may not join (to make a node of its own). The last reader to leave
+// before the grant cancels the acquisition, whose node goes as any
+// cancelled acquisition's; a cancelled reader then waits for that, as a
+// cancelled RLock leaves no node behind. After the grant, the last reader
+// releases the root. It returns ctx's error for a cancelled reader.
+func (s *sharedRead) leave(ctx context.Context, cancelled bool) error {
+	co := s.co
+	co.mu.Lock()
+	s.waiting--
+	last := s.waiting+s.holding == 0
+	finished, root := s.finished, s.root
+	if last {
+		s.closeLocked()
+		if !finished {
+			s.cancel()
+		}
+	}
+	co.mu.Unlock()
+	var err error
+	if cancelled {
+		err = ctx.Err()
+	}
+	switch {
+	case !last:
+	case !finished:
+		if cancelled {
+			<-s.done // the node is deleted, or its deletion handed to the background
+		}
+	case root != nil:
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cleanupTimeout)
+		defer cancel()
+		if rerr := root.Release(rctx); rerr != nil && err != nil {
+			err = fmt.Errorf("%w (and: %w)", err, rerr)
+		}
+	}
+	return err
+}
+
+// take turns a waiting reader into a holder of a grant nested in the
+// node's grant, once the acquisition ended.
+func (s *sharedRead) take() (*Grant, error) {
+	co := s.co
+	co.mu.Lock()
+	if s.err != nil {
+		s.waiting--
+		err := s.err
+		co.mu.Unlock()
+		return nil, err
+	}
+	s.waiting--
+	s.holding++
+	root := s.root
+	co.mu.Unlock()
+	g := nestIn(root, Read)
+	g.share = s
+	if g.ctx.Err() != nil {
+		// The node was lost before this reader took it: no grant for a
+		// node that may no longer exist.
+		cause := context.Cause(g.ctx)
+		s.drop(context.Background())
+		g.released = true
+		return nil, cause
+	}
+	return g, nil
+}
+
+// drop ends one reader's hold (Release of its grant); the last one's
+// releases the node's grant. If the server refuses that deletion, the
+// reader still holds, and may release again.
+func (s *sharedRead) drop(ctx context.Context) error {
+	co := s.co
+	co.mu.Lock()
+	s.holding--
+	last := s.waiting+s.holding == 0
+	root := s.root
+	if last {
+		s.closeLocked()
+	}
+	co.mu.Unlock()
+	if !last {
+		return nil
+	}
+	if err := root.Release(ctx); err != nil {
+		if root.Err() == nil {
+			co.mu.Lock()
+			s.holding++
+			co.mu.Unlock()
+		}
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,398 @@
+package rwlock
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+)
+
+// coalescing returns a coalescing lock on c, its directory made already
+// (the first acquisition's extra requests out of the way).
+func coalescing(t *testing.T, c *fakeConn, opts ...Option) *RWLock {
+	t.Helper()
+	l := newLock(t, c, append(opts, WithReadCoalescing())...)
+	g, err := l.Lock(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, g.Release(t.Context()))
+	return l
+}
+
+// countCreates counts c's creates of lock nodes in dir.
+func countCreates(c *fakeConn) *atomic.Int64 {
+	var n atomic.Int64
+	c.setBefore(func(op, p string) error {
+		if op == "create" && strings.HasPrefix(p, dir+"/") {
+			n.Add(1)
+		}
+		return nil
+	})
+	return &n
+}
+
+func TestCoalescedBurstOneNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		var rec recorder
+		l := coalescing(t, c, WithObserver(&rec))
+		creates := countCreates(c)
+		before, first := c.calls.Load(), c.appliedCount()
+
+		const n = 64
+		var held sync.WaitGroup
+		held.Add(n)
+		eg, ctx := errgroup.WithContext(t.Context())
+		nodes := make([]string, n)
+		for i := range n {
+			eg.Go(func() error {
+				g, err := l.RLock(ctx)
+				if err != nil {
+					return err
+				}
+				nodes[i] = g.Node()
+				held.Done()
+				held.Wait() // all 64 at once
+				return g.Release(ctx)
+			})
+		}
+		require.NoError(t, eg.Wait())
+		assert.Equal(t, int64(1), creates.Load(), "one node")
+		assert.Equal(t, int64(3+c.overtaken(first)), c.calls.Load()-before, "create, list, delete")
+		for _, node := range nodes {
+			assert.Equal(t, nodes[0], node)
+		}
+		assert.Empty(t, s.lockNodes(dir))
+
+		acquires, grants := rec.events()
+		assert.Len(t, acquires[1:], n, "one event per caller") // [0]: the Lock
+		assert.Len(t, grants[1:], 1, "one grant per node")
+		var requests int
+		for _, e := range acquires[1:] {
+			assert.Equal(t, "granted", e.Outcome)
+			requests += e.Requests
+		}
+		assert.Equal(t, 2+c.overtaken(first), requests, "the node's create and listing, once")
+	})
+}
+
+// Without the option nothing changes: one node per RLock.
+func TestWithoutCoalescingOneNodeEach(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		l := newLock(t, s.conn())
+		g1, err := l.RLock(t.Context())
+		require.NoError(t, err)
+		g2, err := l.RLock(t.Context())
+		require.NoError(t, err)
+		assert.NotEqual(t, g1.Node(), g2.Node())
+		require.NoError(t, g1.Release(t.Context()))
+		require.NoError(t, g2.Release(t.Context()))
+	})
+}
+
+// A reader joins a held node only while nothing queued behind it: once a
+// remote writer queues, the next local reader makes a node of its own,
+// behind the writer, and the writer goes first.
+func TestCoalescedNeverJoinsBehindAWriter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := coalescing(t, s.conn())
+		r1, err := l.RLock(ctx)
+		require.NoError(t, err)
+		r2, err := l.RLock(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, r1.Node(), r2.Node(), "joined the held node")
+
+		w := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		pending(t, w)
+		r3 := start(ctx, l.RLock)
+		synctest.Wait()
+		pending(t, r3)
+		assert.Len(t, s.lockNodes(dir), 3, "shared node, writer, a new node behind the writer")
+
+		require.NoError(t, r1.Release(ctx))
+		synctest.Wait()
+		pending(t, w)
+		require.NoError(t, r2.Release(ctx))
+		synctest.Wait()
+		wg := granted(t, w)
+		pending(t, r3)
+		require.NoError(t, wg.Release(ctx))
+		synctest.Wait()
+		g3 := granted(t, r3)
+		assert.NotEqual(t, r1.Node(), g3.Node())
+		require.NoError(t, g3.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A waiting node takes joiners until something queues behind it.
+func TestCoalescedJoinsAWaitingNodeUntilAWriterQueues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := coalescing(t, s.conn())
+		w0, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		r1 := start(ctx, l.RLock)
+		synctest.Wait()
+		r2 := start(ctx, l.RLock)
+		synctest.Wait()
+		assert.Len(t, s.lockNodes(dir), 2, "the second reader joined the waiting node")
+		w1 := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		r3 := start(ctx, l.RLock)
+		synctest.Wait()
+		assert.Len(t, s.lockNodes(dir), 4, "a new node behind the writer")
+
+		require.NoError(t, w0.Release(ctx))
+		synctest.Wait()
+		g1, g2 := granted(t, r1), granted(t, r2)
+		assert.Equal(t, g1.Node(), g2.Node())
+		pending(t, w1)
+		pending(t, r3)
+		require.NoError(t, g1.Release(ctx))
+		require.NoError(t, g2.Release(ctx))
+		synctest.Wait()
+		gw := granted(t, w1)
+		pending(t, r3)
+		require.NoError(t, gw.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, r3).Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A waiting reader whose context ends leaves; the others still get the
+// node; the last to leave before the grant takes the node with it.
+func TestCoalescedCancelLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := coalescing(t, s.conn())
+		w, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+
+		ctxs := make([]context.Context, 3)
+		cancels := make([]context.CancelFunc, 3)
+		rs := make([]<-chan result, 3)
+		for i := range rs {
+			ctxs[i], cancels[i] = context.WithCancel(ctx)
+			rs[i] = start(ctxs[i], l.RLock)
+			synctest.Wait()
+		}
+		require.Len(t, s.lockNodes(dir), 2)
+		cancels[0]() // the one that made the node
+		cancels[2]()
+		synctest.Wait()
+		assert.ErrorIs(t, (<-rs[0]).err, context.Canceled)
+		assert.ErrorIs(t, (<-rs[2]).err, context.Canceled)
+		require.Len(t, s.lockNodes(dir), 2, "one reader still waits on the node")
+		pending(t, rs[1])
+
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		g := granted(t, rs[1])
+		require.NoError(t, g.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+		cancels[1]()
+
+		// Now all of them leave before the grant.
+		w, err = newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		for i := range rs {
+			ctxs[i], cancels[i] = context.WithCancel(ctx)
+			rs[i] = start(ctxs[i], l.RLock)
+			synctest.Wait()
+		}
+		require.Len(t, s.lockNodes(dir), 2)
+		for i := range rs {
+			cancels[i]()
+			assert.ErrorIs(t, (<-rs[i]).err, context.Canceled)
+		}
+		assert.Equal(t, []string{w.Node()[len(dir)+1:]}, s.lockNodes(dir), "the last to leave took the node")
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		g, err = l.RLock(ctx) // and the next reader makes a new one
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// The loss of the shared node is every reader's: each Done closes, each
+// WithRead's context is cancelled, and the lost node takes no joiner.
+func TestCoalescedLossReachesEveryReader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := coalescing(t, s.conn())
+		var gs []*Grant
+		for range 3 {
+			g, err := l.RLock(ctx)
+			require.NoError(t, err)
+			gs = append(gs, g)
+		}
+		inside := make(chan struct{})
+		withRead := make(chan error, 1)
+		go func() {
+			withRead <- l.WithRead(ctx, func(fctx context.Context) error {
+				close(inside)
+				<-fctx.Done()
+				return context.Cause(fctx)
+			})
+		}()
+		<-inside
+		nested, err := gs[0].l.RLock(ContextWithGrant(ctx, gs[0]))
+		require.NoError(t, err)
+		require.Len(t, s.lockNodes(dir), 1)
+		synctest.Wait()
+
+		require.NoError(t, s.conn().Delete(gs[0].Node(), -1))
+		synctest.Wait()
+		for _, g := range append(gs, nested) {
+			assert.True(t, doneClosed(g))
+			assert.ErrorIs(t, g.Err(), ErrLost)
+		}
+		assert.ErrorIs(t, <-withRead, ErrLost)
+
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		assert.NotEqual(t, gs[0].Node(), g.Node(), "a lost node takes no joiner")
+		require.NoError(t, g.Release(ctx))
+		for _, g := range gs {
+			require.NoError(t, g.Release(ctx))
+		}
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// Each reader's Release is its own and idempotent; the node goes with the
+// last one.
+func TestCoalescedReleaseIsEachReadersOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := coalescing(t, s.conn())
+		var gs []*Grant
+		for range 3 {
+			g, err := l.RLock(ctx)
+			require.NoError(t, err)
+			gs = append(gs, g)
+		}
+		inner, err := l.RLock(ContextWithGrant(ctx, gs[2]))
+		require.NoError(t, err)
+		require.NoError(t, inner.Release(ctx))
+		assert.NoError(t, gs[2].Err(), "a nested grant's release leaves its reader's")
+
+		for i, g := range gs {
+			require.NoError(t, g.Release(ctx))
+			require.NoError(t, g.Release(ctx))
+			assert.ErrorIs(t, g.Err(), ErrReleased)
+			if i < len(gs)-1 {
+				assert.Len(t, s.lockNodes(dir), 1, "held by the others")
+				assert.NoError(t, gs[i+1].Err())
+			}
+		}
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// ReadGroup and ReadBatch share the node too.
+func TestCoalescedReadBatchShares(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := coalescing(t, s.conn())
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		err = l.ReadBatch(ctx, func(bctx context.Context) error {
+			assert.Len(t, s.lockNodes(dir), 1)
+			return nil
+		})
+		require.NoError(t, err)
+		assert.NoError(t, g.Err())
+		require.NoError(t, g.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A reader that arrives while the node's first listing is under way waits
+// for it: a node listed behind ours (a writer that queued meanwhile) sends
+// it to a node of its own.
+func TestCoalescedJoinerWaitsForTheListing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := coalescing(t, c)
+		gate := make(chan struct{})
+		var once sync.Once
+		c.setBefore(func(op, p string) error {
+			if op == "children" && p == dir {
+				once.Do(func() { <-gate })
+			}
+			return nil
+		})
+		r1 := start(ctx, l.RLock)
+		synctest.Wait()
+		r2 := start(ctx, l.RLock)
+		synctest.Wait()
+		require.Len(t, s.lockNodes(dir), 1)
+		w := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		close(gate)
+		synctest.Wait()
+		g1 := granted(t, r1)
+		pending(t, w)
+		pending(t, r2)
+		assert.Len(t, s.lockNodes(dir), 3, "the reader made a node behind the writer")
+		require.NoError(t, g1.Release(ctx))
+		synctest.Wait()
+		gw := granted(t, w)
+		pending(t, r2)
+		require.NoError(t, gw.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, r2).Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// After a reconnection a node takes no joiner: the server tells of the
+// changes missed meanwhile only once go-zookeeper has set its watches
+// again, which answers may overtake.
+func TestCoalescedNoJoinAfterReconnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := coalescing(t, c)
+		w, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		r1 := start(ctx, l.RLock)
+		synctest.Wait()
+		r2 := start(ctx, l.RLock)
+		synctest.Wait()
+		require.Len(t, s.lockNodes(dir), 2, "joined while the connection lasts")
+		c.disconnect()
+		c.reconnect()
+		r3 := start(ctx, l.RLock)
+		synctest.Wait()
+		assert.Len(t, s.lockNodes(dir), 3, "a node of its own after the reconnection")
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		for _, r := range []<-chan result{r1, r2, r3} {
+			require.NoError(t, granted(t, r).Release(ctx))
+		}
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}

@@ -1,0 +1,281 @@
+package integration
+
+import (
+	"cmp"
+	"context"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
+)
+
+// A burst of 64 goroutines of one process, each RLock then Release on an
+// uncontended coalescing lock, costs one node: at most 6 requests by the
+// server's count (192 without the option).
+func TestCoalescedBurstRequests(t *testing.T) {
+	zk := zkserver.StartStandalone(t)
+	c := connect(t, zk.ConnectString(), 0)
+	path := zktest.LockPath(t, "/it")
+	l := c.lock(t, path, rwlock.WithReadCoalescing())
+	ctx := testContext(t)
+	g, err := l.Lock(ctx) // the directory and the ACL check, before measuring
+	require.NoError(t, err)
+	require.NoError(t, g.Release(ctx))
+
+	burst := func() {
+		const n = 64
+		var ready sync.WaitGroup
+		ready.Add(n)
+		start := make(chan struct{})
+		eg, ectx := errgroup.WithContext(ctx)
+		for range n {
+			eg.Go(func() error {
+				ready.Done()
+				<-start
+				g, err := l.RLock(ectx)
+				if err != nil {
+					return err
+				}
+				return g.Release(ectx)
+			})
+		}
+		ready.Wait()
+		close(start)
+		require.NoError(t, eg.Wait())
+	}
+	const bursts = 20
+	var total, most int64
+	for range bursts {
+		n := requestCount(t, zk, burst)
+		total += n
+		most = max(most, n)
+		assert.LessOrEqual(t, n, int64(6), "requests for a burst of 64 readers")
+	}
+	t.Logf("requests per burst of 64 readers: %.2f on average over %d bursts, at most %d", float64(total)/bursts, bursts, most)
+	assert.Empty(t, lockNodes(t, c.conn, path))
+}
+
+// Fairness under stress: readers of one process arrive continuously on a
+// coalescing lock while writers on other connections queue. Every writer
+// is granted; no reader joins a node behind which a writer had queued when
+// the reader arrived; exclusion holds; no node is left.
+func TestCoalescedFairnessUnderStress(t *testing.T) {
+	zk := sharedServer(t)
+	path := zktest.LockPath(t, "/it")
+	local := connect(t, zk.ConnectString(), 0)
+	lr := local.lock(t, path, rwlock.WithReadCoalescing())
+	ctx := testContext(t)
+	duration := 20 * time.Second
+	if testing.Short() {
+		duration = 3 * time.Second
+	}
+	stop := time.Now().Add(duration)
+
+	type join struct {
+		arrival time.Time
+		node    string
+	}
+	type queued struct {
+		node    string
+		created time.Time // the node's ctime, by the server's clock (this machine's)
+	}
+	var (
+		x       exclusion
+		mu      sync.Mutex
+		joins   []join
+		writers []queued
+		granted [3]atomic.Int64
+		reads   atomic.Int64
+		cancels atomic.Int64
+	)
+	eg, ectx := errgroup.WithContext(ctx)
+	for range 16 {
+		eg.Go(func() error {
+			for time.Now().Before(stop) {
+				rctx, cancel := ectx, context.CancelFunc(func() {})
+				if rand.IntN(8) == 0 { // some give up while they wait
+					rctx, cancel = context.WithTimeout(ectx, time.Duration(rand.IntN(5000))*time.Microsecond)
+				}
+				arrival := time.Now()
+				g, err := lr.RLock(rctx)
+				cancel()
+				switch {
+				case err != nil && rctx.Err() != nil && ectx.Err() == nil:
+					cancels.Add(1)
+					continue
+				case err != nil:
+					return err
+				}
+				x.enter(rwlock.Read)
+				time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+				x.leave(rwlock.Read)
+				mu.Lock()
+				joins = append(joins, join{arrival, g.Node()})
+				mu.Unlock()
+				reads.Add(1)
+				if err := g.Release(ectx); err != nil {
+					return err
+				}
+				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+			}
+			return nil
+		})
+	}
+	for i := range granted {
+		c := connect(t, zk.ConnectString(), 0)
+		lw := c.lock(t, path)
+		eg.Go(func() error {
+			for time.Now().Before(stop) {
+				g, err := lw.Lock(ectx)
+				if err != nil {
+					return err
+				}
+				_, st, err := c.conn.Get(g.Node())
+				if err != nil {
+					return err
+				}
+				x.enter(rwlock.Write)
+				time.Sleep(time.Millisecond)
+				x.leave(rwlock.Write)
+				mu.Lock()
+				writers = append(writers, queued{g.Node(), time.UnixMilli(st.Ctime)})
+				mu.Unlock()
+				granted[i].Add(1)
+				if err := g.Release(ectx); err != nil {
+					return err
+				}
+				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+			}
+			return nil
+		})
+	}
+	require.NoError(t, eg.Wait())
+
+	// A writer W waits for every reader of every node before its own. A
+	// reader that joined such a node must have arrived before W's node was
+	// there: before its ctime (a millisecond's rounding), give or take the
+	// time the server takes to commit the create and tell our session
+	// (the join rule can only know of W's node from that event). Lateness
+	// is how long after W's ctime a reader joined a node ahead of W.
+	seq := func(node string) int64 {
+		n, err := strconv.ParseInt(node[len(node)-10:], 10, 64)
+		require.NoError(t, err, node)
+		return n
+	}
+	const allowance = 100 * time.Millisecond
+	// For each writer, the latest arrival among the readers of the nodes
+	// ahead of it: joins in node order, with a running maximum.
+	type arrival struct {
+		seq    int64
+		latest time.Time
+		node   string
+	}
+	byNode := make([]arrival, len(joins))
+	for i, j := range joins {
+		byNode[i] = arrival{seq(j.node), j.arrival, j.node}
+	}
+	slices.SortFunc(byNode, func(a, b arrival) int { return cmp.Compare(a.seq, b.seq) })
+	for i := 1; i < len(byNode); i++ {
+		if byNode[i].latest.Before(byNode[i-1].latest) {
+			byNode[i].latest, byNode[i].node = byNode[i-1].latest, byNode[i-1].node
+		}
+	}
+	var violations int
+	var lateness time.Duration
+	for _, w := range writers {
+		ws := seq(w.node)
+		i, _ := slices.BinarySearchFunc(byNode, ws, func(a arrival, s int64) int { return cmp.Compare(a.seq, s) })
+		if i == 0 {
+			continue // no reader joined a node ahead of it
+		}
+		ahead := byNode[i-1]
+		late := ahead.latest.Sub(w.created.Add(time.Millisecond))
+		lateness = max(lateness, late)
+		if late > allowance {
+			violations++
+			if violations <= 5 {
+				t.Errorf("a reader arrived %v after writer %s was created, and joined %s ahead of it", late, w.node, ahead.node)
+			}
+		}
+	}
+	nodes := map[string]bool{}
+	for _, j := range joins {
+		nodes[j.node] = true
+	}
+	t.Logf("%d reads on %d nodes (%d cancelled), writers granted %d/%d/%d; latest join ahead of a writer: %v after its node",
+		reads.Load(), len(nodes), cancels.Load(), granted[0].Load(), granted[1].Load(), granted[2].Load(), lateness)
+	assert.Zero(t, violations, "readers that joined a node after a writer queued behind it")
+	assert.Zero(t, x.violations.Load(), "exclusion")
+	for i := range granted {
+		assert.Positive(t, granted[i].Load(), "writer %d granted", i)
+	}
+	assert.Less(t, len(nodes), int(reads.Load()), "readers shared nodes")
+	zktest.Poll(t, 10*time.Second, func() bool { return len(lockNodes(t, local.conn, path)) == 0 },
+		func() string { return "nodes left behind" })
+}
+
+// The loss of a shared node (deleted by hand) reaches every reader that
+// joined it: each Done closes with ErrLost, each WithRead's context is
+// cancelled; a writer queued behind it is granted.
+func TestCoalescedLossReachesEveryJoiner(t *testing.T) {
+	zk := sharedServer(t)
+	path := zktest.LockPath(t, "/it")
+	a, b := connect(t, zk.ConnectString(), 0), connect(t, zk.ConnectString(), 0)
+	l := a.lock(t, path, rwlock.WithReadCoalescing())
+	ctx := testContext(t)
+
+	var gs []*rwlock.Grant
+	for range 8 {
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		gs = append(gs, g)
+	}
+	inside := make(chan struct{}, 4)
+	withReads := make(chan error, 4)
+	for range 4 {
+		go func() {
+			withReads <- l.WithRead(ctx, func(fctx context.Context) error {
+				inside <- struct{}{}
+				<-fctx.Done()
+				return context.Cause(fctx)
+			})
+		}()
+	}
+	for range 4 {
+		<-inside
+	}
+	require.Len(t, lockNodes(t, a.conn, path), 1, "one node for 12 readers")
+	w := goAcquire(t, ctx, b.lock(t, path).Lock)
+	waitQueue(t, l, 2)
+
+	require.NoError(t, b.conn.Delete(gs[0].Node(), -1))
+	for _, g := range gs {
+		select {
+		case <-g.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("a reader never heard of the loss")
+		}
+		assert.ErrorIs(t, g.Err(), rwlock.ErrLost)
+	}
+	for range 4 {
+		assert.ErrorIs(t, <-withReads, rwlock.ErrLost)
+	}
+	wg, err := w.wait(t)
+	require.NoError(t, err)
+	require.NoError(t, wg.Release(ctx))
+	for _, g := range gs {
+		assert.NoError(t, g.Release(ctx))
+	}
+	assert.Empty(t, lockNodes(t, a.conn, path))
+}
