@@ -76,7 +76,10 @@ var (
 	_ func(time.Duration) rw.Option                                        = rw.WithMaxHold
 	_ func(*rw.Grant, context.Context, ...any) ([]zk.MultiResponse, error) = (*rw.Grant).Multi
 	_ func(*rw.Grant, context.Context) error                               = (*rw.Grant).Check
+	_ func(*rw.RWLock, context.Context, string) error                      = (*rw.RWLock).Revoke
+	_ func(*rw.Grant) <-chan struct{}                                      = (*rw.Grant).Revoked
+	_ func() rw.Option                                                     = rw.WithReadCoalescing
 
 	_ []error = []error{rw.ErrWouldBlock, rw.ErrLost, rw.ErrReleased, rw.ErrInvalidPath, rw.ErrUpgrade,
-		rw.ErrInvalidArgument, rw.ErrSequenceExhausted, rw.ErrHoldLimit}
+		rw.ErrInvalidArgument, rw.ErrSequenceExhausted, rw.ErrHoldLimit, rw.ErrRevoked}
 )
