@@ -356,14 +356,6 @@ func (g *Grant) ended() error {
 	return ErrReleased
 }
 
-// root returns the grant that owns the node.
-func (g *Grant) root() *Grant {
-	for g.outer != nil {
-		g = g.outer
-	}
-	return g
-}
-
 // end ends the grant with cause, unless it has ended already, and runs its
 // onEnd hooks on the caller's goroutine, so that the contexts derived from
 // it are cancelled before end returns. A grant that owns its node leaves

@@ -55,3 +55,11 @@ func nestIn(outer *Grant, mode Mode) *Grant {
 	g.mu.Unlock()
 	return g
 }
+
+// root returns the grant that owns the node.
+func (g *Grant) root() *Grant {
+	for g.outer != nil {
+		g = g.outer
+	}
+	return g
+}
