@@ -67,8 +67,23 @@ func WithReadCoalescing() Option {
 // coalescer is a lock's shared read node, if any (only with
 // WithReadCoalescing).
 type coalescer struct {
-	mu  sync.Mutex
-	cur *sharedRead // the node the next reader may join; nil for none; guarded by mu
+	mu   sync.Mutex
+	cur  *sharedRead            // the node the next reader may join; nil for none; guarded by mu
+	live map[string]*sharedRead // the nodes with readers, by full path (for Queue); guarded by mu
+}
+
+// readers returns how many readers of this process hold or wait on the
+// shared node at path; 0 for any other node.
+func (co *coalescer) readers(path string) int {
+	if co == nil {
+		return 0
+	}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if s := co.live[path]; s != nil {
+		return s.waiting + s.holding
+	}
+	return 0
 }
 
 // sharedRead is one shared read node: the acquisition that makes it, run
@@ -87,6 +102,7 @@ type sharedRead struct {
 	counted  bool   // the connection counts them (one made by Dial)
 
 	// guarded by co.mu
+	node     string          // its full path, once listed
 	verdict  bool            // listed is closed
 	dir      *zkclient.Watch // the child watch of the listing that first showed the node
 	open     bool            // joiners are admitted (see the fairness argument)
@@ -196,6 +212,7 @@ func (s *sharedRead) run(ctx context.Context) {
 	orphan := g != nil && s.waiting+s.holding == 0 // every reader left as it was granted
 	if err != nil || orphan {
 		s.closeLocked()
+		s.forgetLocked()
 	}
 	co.mu.Unlock()
 	if orphan {
@@ -214,6 +231,13 @@ func (s *sharedRead) listedBy(a *acquisition) {
 	co := s.co
 	co.mu.Lock()
 	defer co.mu.Unlock()
+	if s.node != a.path { // the first listing, or one of a new node
+		s.forgetLocked()
+		s.node = a.path
+		if s.waiting+s.holding > 0 {
+			co.live[s.node] = s
+		}
+	}
 	switch {
 	case !s.verdict:
 		s.dir, s.open = a.dir, a.dir != nil && !a.snap.after && s.connected()
@@ -231,6 +255,13 @@ func (s *sharedRead) judgedLocked() {
 	if !s.verdict {
 		s.verdict = true
 		close(s.listed)
+	}
+}
+
+// forgetLocked takes the node out of co.live: no reader is left.
+func (s *sharedRead) forgetLocked() {
+	if s.node != "" && s.co.live[s.node] == s {
+		delete(s.co.live, s.node)
 	}
 }
 
@@ -316,6 +347,7 @@ func (s *sharedRead) leave(ctx context.Context, cancelled bool) error {
 	finished, root := s.finished, s.root
 	if last {
 		s.closeLocked()
+		s.forgetLocked()
 		if !finished {
 			s.cancel()
 		}
@@ -380,15 +412,19 @@ func (s *sharedRead) drop(ctx context.Context) error {
 	root := s.root
 	if last {
 		s.closeLocked()
+		s.forgetLocked()
 	}
 	co.mu.Unlock()
 	if !last {
 		return nil
 	}
 	if err := root.Release(ctx); err != nil {
-		if root.Err() == nil {
+		if root.Err() == nil { // still held: by this reader, who may release again
 			co.mu.Lock()
 			s.holding++
+			if s.node != "" {
+				co.live[s.node] = s
+			}
 			co.mu.Unlock()
 		}
 		return err

@@ -220,6 +220,7 @@ func TestCoalescedCancelLeaves(t *testing.T) {
 			assert.ErrorIs(t, (<-rs[i]).err, context.Canceled)
 		}
 		assert.Equal(t, []string{w.Node()[len(dir)+1:]}, s.lockNodes(dir), "the last to leave took the node")
+		assert.Empty(t, l.coalesce.live)
 		require.NoError(t, w.Release(ctx))
 		synctest.Wait()
 		g, err = l.RLock(ctx) // and the next reader makes a new one
@@ -291,8 +292,15 @@ func TestCoalescedReleaseIsEachReadersOwn(t *testing.T) {
 		}
 		inner, err := l.RLock(ContextWithGrant(ctx, gs[2]))
 		require.NoError(t, err)
+		q, err := l.Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 1, "the node once")
+		assert.Equal(t, 3, q[0].Readers, "a nested grant is no reader of its own")
 		require.NoError(t, inner.Release(ctx))
 		assert.NoError(t, gs[2].Err(), "a nested grant's release leaves its reader's")
+		q, err = newLock(t, s.conn()).Queue(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, q[0].Readers, "another process's view")
 
 		for i, g := range gs {
 			require.NoError(t, g.Release(ctx))
@@ -301,8 +309,12 @@ func TestCoalescedReleaseIsEachReadersOwn(t *testing.T) {
 			if i < len(gs)-1 {
 				assert.Len(t, s.lockNodes(dir), 1, "held by the others")
 				assert.NoError(t, gs[i+1].Err())
+				q, err := l.Queue(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, len(gs)-1-i, q[0].Readers)
 			}
 		}
+		assert.Empty(t, l.coalesce.live)
 		assert.Empty(t, s.lockNodes(dir))
 	})
 }
@@ -383,6 +395,9 @@ func TestCoalescedNoJoinAfterReconnection(t *testing.T) {
 		r2 := start(ctx, l.RLock)
 		synctest.Wait()
 		require.Len(t, s.lockNodes(dir), 2, "joined while the connection lasts")
+		q, err := l.Queue(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []int{0, 2}, []int{q[0].Readers, q[1].Readers}, "two readers wait on the node")
 		c.disconnect()
 		c.reconnect()
 		r3 := start(ctx, l.RLock)

@@ -25,6 +25,10 @@ type Entry struct {
 	Created   time.Time // when the node was created, by the server's clock
 	Family    Dialect   // whose names the node carries (kazoo's Lock and WriteLock: DialectKazoo)
 	Peer      bool      // not made by zkrwlock's guarded names (Curator, kazoo, zk.Lock): Owner is its data as text
+	// Readers is, for this process's own shared read node (see
+	// WithReadCoalescing), how many of its readers hold or wait on it
+	// (the node is one entry); 0 for every other node.
+	Readers int
 }
 
 // Queue returns the holders and then the waiters of the lock, in queue
@@ -79,7 +83,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 			entries[i] = Entry{
 				Node: path, Mode: mode, Seq: n.seq, SessionID: r.V.Stat.EphemeralOwner,
 				Owner: lockname.Owner(r.V.Data), Created: time.UnixMilli(r.V.Stat.Ctime),
-				Family: n.family, Peer: !n.ours,
+				Family: n.family, Peer: !n.ours, Readers: l.coalesce.readers(path),
 			}
 			found[i] = true
 			return nil

@@ -132,7 +132,7 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 	}
 	var co *coalescer
 	if o.coalesce {
-		co = &coalescer{}
+		co = &coalescer{live: map[string]*sharedRead{}}
 	}
 	return &RWLock{
 		coalesce:       co,

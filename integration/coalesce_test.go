@@ -256,6 +256,7 @@ func TestCoalescedLossReachesEveryJoiner(t *testing.T) {
 		<-inside
 	}
 	require.Len(t, lockNodes(t, a.conn, path), 1, "one node for 12 readers")
+	assert.Equal(t, 12, waitQueue(t, l, 1)[0].Readers)
 	w := goAcquire(t, ctx, b.lock(t, path).Lock)
 	waitQueue(t, l, 2)
 
