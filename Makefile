@@ -36,12 +36,19 @@ demo: zookeeper
 ## benchmark harnesses briefly), with the race detector; then the ensemble's mixed
 ## workload through a leader kill without it (go-zookeeper's own data race); then
 ## 100,000 simulated fault schedules (about a minute on two free cores)
+## The fault tests that reconnect with requests in flight run without the race
+## detector, in the pass below: go-zookeeper v1.0.4 has a data race of its own
+## there (Conn.lastZxid, written by recvLoop while sendSetWatches reads it;
+## go-zookeeper/zk#35), which fails them under -race on a busy machine. The
+## root package's simulation keeps the race detector on our reconnection code.
+ZK35 := ^TestFault|^TestLockAllLostMultiResponse$$|^TestLockAllThroughLeaderKill$$|^TestRevokeThrough
+
 test: zookeeper peers check
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -timeout 15m -skip '$(ZK35)' ./...
 	@for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -timeout 15m ./..."; \
 		(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done
 	@# Built without the race detector only: see integration/faults_ensemble_mixed_test.go.
-	$(GO) test -count=1 -timeout 10m -run 'TestFaultEnsembleLeaderKillMixedRun$$|TestChaos$$' -v ./integration/
+	$(GO) test -count=1 -timeout 15m -run '$(ZK35)|^TestChaos$$' ./integration/
 	$(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' -sim.schedules=100000 -v .
 	@# The mutants run above, with the current Go only: Go 1.25's synctest can leave
 	@# a mutant's schedule waiting forever on a WaitGroup it does not count as

@@ -46,11 +46,11 @@ func TestReportMetrics(t *testing.T) {
 	assert.Equal(t, float64(st.Read.Wait.Quantile(0.5).Nanoseconds()), res.Extra[rwlocktest.UnitWaitP50])
 	assert.Positive(t, res.Extra[rwlocktest.UnitWaitP50])
 	assert.GreaterOrEqual(t, res.Extra[rwlocktest.UnitWaitP99], res.Extra[rwlocktest.UnitWaitP50])
-	// Create, list, delete; the run's first acquisition also makes the
-	// directory and checks the DELETE permission: a few requests more,
-	// spread over the run's N.
+	// Create, list, delete. A few more: the run's first acquisition makes
+	// the directory and checks the DELETE permission, and, with the CPU
+	// busy, a listing now and then overtakes its create and is sent again.
 	assert.GreaterOrEqual(t, res.Extra[rwlocktest.UnitRequests], 3.0)
-	assert.LessOrEqual(t, res.Extra[rwlocktest.UnitRequests], 3+8/float64(res.N), "create, list, delete (and the first acquisition's directory)")
+	assert.LessOrEqual(t, res.Extra[rwlocktest.UnitRequests], 3.25, "create, list, delete")
 	assert.Zero(t, res.Extra[rwlocktest.UnitLostByGrant])
 }
 
