@@ -165,9 +165,13 @@ func (c *fakeConn) apply(op, p string, f func() error) error {
 	}
 	c.calls.Add(1)
 	c.s.mu.Lock()
-	if zk.State(c.state.Load()) == zk.StateDisconnected {
+	switch {
+	case zk.State(c.state.Load()) == zk.StateDisconnected:
 		c.s.mu.Unlock()
 		return zk.ErrConnectionClosed // closed while the call waited for the server
+	case c.dead:
+		c.s.mu.Unlock()
+		return zk.ErrSessionExpired // as the server answers a session it expired
 	}
 	c.applied = append(c.applied, op+" "+p)
 	err := f()
