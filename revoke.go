@@ -27,12 +27,12 @@ import (
 // was made (Revoke reads the queue first), by sequence number, so a grant
 // made later, a waiter granted later included, is not revoked.
 //
-// What it costs: nothing, unless a holder listens. Grant.Revoked, WithRead
-// and WithWrite listen: the lock keeps one data watch on its directory
-// (zkclient shares it among the lock's grants) while any of its grants
-// listen, set with one read when the first one starts, and read again, with
-// a new watch, each time it fires. A revocation reaches a listening holder
-// in one notification and that read.
+// What it costs: nothing per acquisition. Grant.Revoked, WithRead and
+// WithWrite listen: the lock keeps one data watch on its directory, set
+// with one read by the first grant of the session that listens, kept while
+// nobody listens (a watch costs nothing until it fires), and read again,
+// with a new watch, each time it fires while someone listens. A revocation
+// reaches a listening holder in one notification and that read.
 
 // Revoke asks the grants that hold the lock now, in this process or any
 // other, to let go, for reason: their Revoked channels close, and WithRead's
@@ -69,7 +69,7 @@ func (l *RWLock) Revoke(ctx context.Context, reason string) error {
 // Revoked returns a channel that is closed when a revocation (see
 // RWLock.Revoke) that names this grant reaches its holder. A downgraded
 // grant and a nested one are revoked with the node they hold. The first
-// call starts listening, which costs one request per lock.
+// call of a session on a lock costs one request; later ones cost none.
 func (g *Grant) Revoked() <-chan struct{} {
 	r := g.root()
 	r.mu.Lock()
@@ -97,11 +97,20 @@ func (g *Grant) revoke() {
 }
 
 // revocations are one lock's listening grants and its directory watch.
+//
+// The watch outlives its listeners: once set, it costs nothing until the
+// directory's data changes, which only a revocation does (or the
+// directory's deletion, or the session's end). So only the first listener
+// of a lock in a session pays the read that sets it; later ones find it
+// set and unfired, check the request it last read (a revocation that came
+// between their grant and their listening), and wait on it.
 type revocations struct {
 	mu        sync.Mutex
 	listeners map[*Grant]int32 // listening grants, by their node's sequence number
-	reading   bool             // a read of the directory is under way, or its watch is set
-	idle      chan struct{}    // closed when the last listener leaves: the reader stops
+	reading   bool             // a goroutine reads the directory or waits on watch
+	idle      chan struct{}    // closed when the last listener leaves: the goroutine stops
+	watch     *zkclient.Watch  // the directory's data watch, set by the last read; nil before
+	named     []int32          // the nodes named by the request the last read found
 }
 
 // listen adds g, a grant that owns its node, to the listeners until it
@@ -112,6 +121,14 @@ func (rv *revocations) listen(g *Grant) {
 		return
 	}
 	rv.mu.Lock()
+	if slices.Contains(rv.named, n.Seq) && rv.watch != nil && !rv.watch.FiredNow() {
+		// Asked to let go between its grant and now, as the last read
+		// found, and nothing changed since.
+		rv.mu.Unlock()
+		g.l.debug("revoked", g.node)
+		g.revoke()
+		return
+	}
 	if rv.listeners == nil {
 		rv.listeners = make(map[*Grant]int32)
 	}
@@ -120,11 +137,12 @@ func (rv *revocations) listen(g *Grant) {
 	if start {
 		rv.reading, rv.idle = true, make(chan struct{})
 	}
+	w := rv.watch
 	rv.mu.Unlock()
 	g.whenEnded(func(error) { rv.leave(g) })
 	if start {
 		g.l.background.Add(1)
-		go rv.read(g.l, g.c)
+		go rv.read(g.l, g.c, w)
 	}
 }
 
@@ -146,10 +164,12 @@ func (rv *revocations) stopIfIdleLocked() {
 	}
 }
 
-// read reads the directory's data with a watch, revokes the listeners it
-// names, and reads again when the watch fires, while anyone listens. The
-// client is the grant's that started it; grants hold a reference to it.
-func (rv *revocations) read(l *RWLock, c *zkclient.Client) {
+// read waits for w, the directory's data watch, to fire (it reads at once
+// if w is nil or has fired), then reads the directory's data with a new
+// watch, revokes the listeners it names, and waits again, while anyone
+// listens. The client is the grant's that started it; grants hold a
+// reference to it.
+func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch) {
 	defer l.background.Done()
 	rv.mu.Lock()
 	idle := rv.idle
@@ -159,14 +179,23 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client) {
 	ctx := context.Background()
 	var retry zkclient.Backoff
 	for {
-		r, w := c.GetW(ctx, l.path)
+		if w != nil {
+			select {
+			case <-w.Fired():
+			case <-idle:
+				return
+			}
+		}
+		r, next := c.GetW(ctx, l.path)
 		switch {
 		case isClosed(idle):
+			rv.keep(next, r.V.Data, r.Err)
 			return // nobody listens any more
 		case r.Err != nil && zkclient.ConnectionLoss(r.Err):
 			if retry.Wait(ctx, c.Conn()) != nil {
 				return
 			}
+			w = nil
 			continue
 		case r.Err != nil:
 			// The directory is gone (with every node in it) or the client
@@ -174,15 +203,24 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client) {
 			l.debug("no longer listening for revocations: "+r.Err.Error(), l.path)
 			return
 		}
-		if _, _, nodes, ok := lockname.ParseRevocation(r.V.Data); ok {
-			rv.revoke(nodes)
-		}
-		select {
-		case <-w.Fired():
-		case <-idle:
-			return
-		}
+		rv.revoke(rv.keep(next, r.V.Data, nil))
+		w = next
 	}
+}
+
+// keep records what a read of the directory found, and returns the nodes
+// it names.
+func (rv *revocations) keep(w *zkclient.Watch, data []byte, err error) []int32 {
+	var named []int32
+	if err == nil {
+		_, _, named, _ = lockname.ParseRevocation(data)
+	} else {
+		w = nil
+	}
+	rv.mu.Lock()
+	rv.watch, rv.named = w, named
+	rv.mu.Unlock()
+	return named
 }
 
 // revoke revokes the listeners whose nodes are named.

@@ -86,3 +86,60 @@ func TestRevokeOfNobody(t *testing.T) {
 		assert.Empty(t, data)
 	})
 }
+
+// The directory's watch outlives its listeners: only the first grant of a
+// session that listens pays a request for it. A revocation that came
+// between a grant and its listening still reaches it.
+func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		cost := func(fn func()) int64 {
+			synctest.Wait()
+			before := c.calls.Load()
+			fn()
+			synctest.Wait()
+			return c.calls.Load() - before
+		}
+		noop := func(context.Context) error { return nil }
+		warm, err := l.Lock(ctx) // makes the directory
+		require.NoError(t, err)
+		require.NoError(t, warm.Release(ctx))
+		assert.Equal(t, int64(4), cost(func() { require.NoError(t, l.WithRead(ctx, noop)) }),
+			"the first WithRead: create, list, delete, and the read that sets the watch")
+		for range 3 {
+			assert.Equal(t, int64(3), cost(func() { require.NoError(t, l.WithRead(ctx, noop)) }),
+				"a later WithRead: create, list, delete")
+		}
+
+		// a listens; b, read by the same read as a, only asks later.
+		a, err := l.RLock(ctx)
+		require.NoError(t, err)
+		aRevoked := a.Revoked()
+		b, err := l.RLock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "a and b"))
+		synctest.Wait()
+		require.True(t, isClosed(aRevoked))
+		assert.Zero(t, cost(func() {
+			assert.True(t, isClosed(b.Revoked()), "b, revoked before it listened")
+		}), "the last read named b")
+		require.NoError(t, a.Release(ctx))
+		require.NoError(t, b.Release(ctx))
+
+		// A revocation while nobody listens fires the watch: the next
+		// listener reads again.
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "g"))
+		synctest.Wait()
+		assert.Equal(t, int64(1), cost(func() {
+			revoked := g.Revoked()
+			synctest.Wait()
+			assert.True(t, isClosed(revoked))
+		}), "the read that finds the revocation and sets the watch again")
+		require.NoError(t, g.Release(ctx))
+	})
+}

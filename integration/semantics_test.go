@@ -697,6 +697,18 @@ func TestRequestCosts(t *testing.T) {
 	}), "ReadBatch of 32: create, list, delete")
 	assert.Equal(t, int32(32), ran.Load())
 
+	// WithRead and WithWrite listen for revocations: the first one of the
+	// session sets a watch on the directory's data, with one read that may
+	// arrive after it returned; later ones find it set and pay nothing.
+	noop := func(context.Context) error { return nil }
+	assert.Equal(t, int64(4), requestCountAwaiting(t, srv, func() int64 { return 4 }, func() {
+		assert.NoError(t, l.WithRead(ctx, noop))
+	}), "the first WithRead: create, list, delete, and the read that sets the revocation watch")
+	assert.Equal(t, int64(3), costOf(func() { assert.NoError(t, l.WithRead(ctx, noop)) }),
+		"WithRead: create, list, delete")
+	assert.Equal(t, int64(3), costOf(func() { assert.NoError(t, l.WithWrite(ctx, noop)) }),
+		"WithWrite: create, list, delete")
+
 	// Nested grants cost nothing: no node, no request (see reentrancy_test.go).
 	var nested int64
 	require.NoError(t, l.WithWrite(ctx, func(ctx context.Context) error {
