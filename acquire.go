@@ -336,8 +336,12 @@ func (a *acquisition) locate(r zkclient.Reply[[]string]) (step, error) {
 	case err != nil:
 		return 0, err
 	}
+	if m := a.l.blind(snap.peers); m != nil {
+		// Before or after ours, such a node breaks exclusion: refuse to
+		// queue (abort deletes our node), loudly.
+		return 0, m
+	}
 	a.snap = snap
-	a.l.notePeers(snap.peers)
 	a.writers = a.writers || slices.ContainsFunc(snap.before, func(n lockNode) bool { return n.mode == Write })
 	if a.share != nil {
 		a.share.listedBy(a)
@@ -391,6 +395,7 @@ func (a *acquisition) newGrant() *Grant {
 	// reader anything, and cost a reader waiting on us a request.
 	g.markRelease = a.mode == Write && a.waited && a.writers
 	g.watchFrom(a.own, a.dir)
+	a.l.peerWatch.join(g, a.dir)
 	return g
 }
 

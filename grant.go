@@ -254,6 +254,7 @@ func (g *Grant) Release(ctx context.Context) error {
 		if g.setReleasing(false) {
 			g.watchNode() // someone else's delete may have come meanwhile: look again
 		}
+		g.l.peerWatch.join(g, nil) // the watching may have stopped for our release
 		return fmt.Errorf("rwlock: release %s: %w", g.node, err)
 	}
 	g.released = true
@@ -342,6 +343,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	g.released, g.successor = true, d
 	g.c.Ref() // the read grant's own use of the client
 	g.c.Hold((*holder)(d))
+	l.peerWatch.join(d, nil) // before g leaves, so that the watching goes on
 	g.end(ErrReleased)
 	d.watchNode()
 	l.debug("downgraded", g.node)

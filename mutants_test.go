@@ -54,9 +54,11 @@ var mutants = []mutant{
 	// go-zookeeper's state alone, as if T were unknown. It must fail in both
 	// ways the issue reported, and where notifications keep coming through
 	// a one-way partition; or the model is not faithful enough to trust its
-	// verdict on the lease.
-	{name: "the state rule: a partition right after a notification", flags: []string{"-sim.nofreeze", "-sim.bothways"},
-		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
+	// verdict on the lease. (A two-way partition right after a
+	// notification no longer tells it apart: the holders' listing for
+	// peers that each notification starts (peers.go) is in flight when the
+	// link goes, and a lock that knows no T gives its grants up as soon as
+	// go-zookeeper reports the disconnection.)
 	{name: "the state rule: a stopped process", flags: []string{"-sim.nocut"},
 		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
 	{name: "the state rule: any fault",

@@ -71,7 +71,7 @@ type GrantEvent struct {
 	// connection, a downgrade whose outcome is unknown, ...). It is "" for
 	// a release or a downgrade.
 	Loss     string
-	Requests int   // the requests the grant sent: its release, Token, watch, Downgrade
+	Requests int   // the requests the grant sent: its release, Token, watches, Downgrade, listings for peers (see WithDialect)
 	Err      error // ErrReleased, or an error wrapping ErrLost
 }
 

@@ -99,6 +99,7 @@ type RWLock struct {
 
 	observers   []Observer // from WithObserver
 	revocations revocations
+	peerWatch   peerWatch
 	coalesce    *coalescer // the shared read node; nil without WithReadCoalescing
 
 	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
