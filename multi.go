@@ -246,6 +246,7 @@ func (s *set) advance(ctx context.Context, next []step) ([]step, error) {
 	for i, a := range s.members {
 		wg.Go(func() {
 			next[i], errs[i] = a.advance(a.counting(members), next[i])
+			// mutant: set-partial
 			if errs[i] != nil || next[i] == stepCreate || next[i] == stepRequeue {
 				stop()
 			}

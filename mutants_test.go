@@ -50,6 +50,12 @@ var mutants = []mutant{
 		{file: "internal/zkclient/lease.go", point: "trust-asked-timeout", new: "if limit > 0 {"}}},
 	{name: "a reconnection granted less is not heard", edits: []mutantEdit{
 		{file: "internal/zkclient/dial.go", point: "shorter-grant-unheard", new: "if last := d.last.Load(); last == nil || last.session != session {"}}},
+	// Sets (LockAll): the members stop waiting once one is clear. (A
+	// member's node deleted while the set waits for the others is a hand
+	// deletion, which the simulation does not make: multi_test.go's
+	// real-server test covers it.)
+	{name: "a set granted before all its members", flags: []string{"-sim.set"}, edits: []mutantEdit{
+		{file: "multi.go", point: "set-partial", new: "if errs[i] != nil || next[i] != stepWait {"}}},
 	// The rule the lock had before its lease clock: a grant judged by
 	// go-zookeeper's state alone, as if T were unknown. It must fail in both
 	// ways the issue reported, and where notifications keep coming through

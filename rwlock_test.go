@@ -18,7 +18,10 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-const dir = "/locks/x"
+const (
+	dir  = "/locks/x"
+	dir2 = "/locks/y" // a second lock, for sets
+)
 
 func newLock(t *testing.T, c *fakeConn, opts ...Option) *RWLock {
 	t.Helper()
