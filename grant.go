@@ -64,6 +64,7 @@ type Grant struct {
 func newGrant(l *RWLock, c *zkclient.Client, mode Mode, node string, session int64) *Grant {
 	g := &Grant{l: l, c: c, mode: mode, node: node, session: session}
 	g.initContext()
+	l.granted(g)
 	c.Hold((*holder)(g))
 	return g
 }
@@ -343,6 +344,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	g.c.Ref() // the read grant's own use of the client
 	g.c.Hold((*holder)(d))
 	g.end(ErrReleased)
+	l.granted(d) // after g's end, so that the node is never counted twice
 	d.watchNode()
 	l.debug("downgraded", g.node)
 	return d, nil
