@@ -18,6 +18,8 @@ import (
 // module github.com/zkrwlock/rwlock/otelrwlock has one that feeds
 // OpenTelemetry. Set one with [WithObserver].
 //
+// To hear of them as they begin too, implement [StartObserver].
+//
 // Its methods run on the goroutine that ends the acquisition or the
 // grant, inside the lock's call, so they must be quick and must not block
 // or call the lock; an Observer shared by several locks must be safe for
