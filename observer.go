@@ -104,8 +104,9 @@ type StartObserver interface {
 }
 
 // WithObserver makes the lock tell o of every acquisition and grant (see
-// [Observer], and [StartObserver] for one that hears of their starts too). Each WithObserver adds one: observers hear every event, in
-// the order they were given.
+// [Observer], and [StartObserver] for one that hears of their starts
+// too). Each WithObserver adds one: observers hear every event, in the
+// order they were given.
 func WithObserver(o Observer) Option {
 	return func(opts *options) {
 		if o == nil {
