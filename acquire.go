@@ -109,6 +109,7 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	}
 	a := &acquisition{l: l, c: zkclient.For(l.conn), want: w, guid: lockname.NewGUID()}
 	start := time.Now()
+	l.starting(ctx, w, start)
 	g, err := a.run(a.counting(ctx))
 	l.acquired(ctx, a, start, err)
 	if err != nil {

@@ -64,6 +64,7 @@ type Grant struct {
 func newGrant(l *RWLock, c *zkclient.Client, mode Mode, node string, session int64) *Grant {
 	g := &Grant{l: l, c: c, mode: mode, node: node, session: session}
 	g.initContext()
+	l.granted(g)
 	c.Hold((*holder)(g))
 	return g
 }
@@ -345,6 +346,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	g.c.Hold((*holder)(d))
 	l.peerWatch.join(d, nil) // before g leaves, so that the watching goes on
 	g.end(ErrReleased)
+	l.granted(d) // after g's end, so that the node is never counted twice
 	d.watchNode()
 	l.debug("downgraded", g.node)
 	return d, nil

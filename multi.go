@@ -69,6 +69,9 @@ func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
 		return nil, nil
 	}
 	start := time.Now()
+	for _, a := range s.members {
+		a.l.starting(ctx, a.want, start)
+	}
 	grants, err := s.run(ctx)
 	for _, a := range s.members {
 		a.l.acquired(ctx, a, start, err)
