@@ -3,7 +3,6 @@ package rwlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"slices"
 	"time"
@@ -99,7 +98,7 @@ type acquisition struct {
 // acquire runs the protocol for ctx's caller.
 func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if l.conn == nil {
-		return nil, fmt.Errorf("rwlock: %s: %w: the RWLock was not made by New", verb(w), ErrInvalidArgument)
+		return nil, errorf("rwlock: %s: %w: the RWLock was not made by New", verb(w), ErrInvalidArgument)
 	}
 	if g, err, ok := l.nested(ctx, w); ok {
 		return g, err
@@ -114,7 +113,7 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	l.acquired(ctx, a, start, err)
 	if err != nil {
 		a.c.Unref()
-		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err)
+		return nil, errorf("rwlock: %s %s: %w", verb(w), l.path, err)
 	}
 	return g, nil
 }
@@ -246,7 +245,7 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 			}
 		case errors.Is(r.Err, zk.ErrNoAuth):
 			a.removeCreatedDirs()
-			return 0, fmt.Errorf("create a node in %s: %w (the directory's ACL does not let this client create; see WithACL)", l.path, r.Err)
+			return 0, cannotCreate(l.path, r.Err)
 		case zkclient.ConnectionLoss(r.Err):
 			a.unsure = true // look for it by guid once we can list again
 			return stepReconnect, nil

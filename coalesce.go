@@ -124,7 +124,7 @@ func (l *RWLock) readShared(ctx context.Context, w want) (*Grant, error) {
 	}
 	l.acquired(ctx, a, start, err)
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err)
+		return nil, errorf("rwlock: %s %s: %w", verb(w), l.path, err)
 	}
 	return g, nil
 }

@@ -256,12 +256,12 @@ func (g *Grant) Release(ctx context.Context) error {
 			g.watchNode() // someone else's delete may have come meanwhile: look again
 		}
 		g.l.peerWatch.join(g, nil) // the watching may have stopped for our release
-		return fmt.Errorf("rwlock: release %s: %w", g.node, err)
+		return errorf("rwlock: release %s: %w", g.node, err)
 	}
 	g.released = true
 	g.end(ErrReleased)
 	if err != nil {
-		return fmt.Errorf("rwlock: release %s: %w", g.node, err)
+		return errorf("rwlock: release %s: %w", g.node, err)
 	}
 	return nil
 }
@@ -298,7 +298,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	}
 	g.ops.Lock()
 	defer g.ops.Unlock()
-	fail := func(err error) (*Grant, error) { return nil, fmt.Errorf("rwlock: downgrade %s: %w", g.node, err) }
+	fail := func(err error) (*Grant, error) { return nil, errorf("rwlock: downgrade %s: %w", g.node, err) }
 	g.judge() // a grant the clock has given up must not let readers in
 	switch {
 	case g.released || g.ctx.Err() != nil:

@@ -63,7 +63,7 @@ type Request struct {
 func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
 	s, err := newSet(ctx, reqs)
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: lockall: %w", err)
+		return nil, errorf("rwlock: lockall: %w", err)
 	}
 	if len(s.members) == 0 {
 		return nil, nil
@@ -82,7 +82,7 @@ func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
 				a.c.Unref()
 			}
 		}
-		return nil, fmt.Errorf("rwlock: lockall %s: %w", s, err)
+		return nil, errorf("rwlock: lockall %s: %w", s, err)
 	}
 	return grants, nil
 }
@@ -226,8 +226,7 @@ func (s *set) create(ctx context.Context) ([]step, error) {
 				return nil, err
 			}
 		case errors.Is(r.Err, zk.ErrNoAuth) && failed >= 0:
-			return nil, fmt.Errorf("create a node in %s: %w (the directory's ACL does not let this client create; see WithACL)",
-				s.members[failed].l.path, r.Err)
+			return nil, cannotCreate(s.members[failed].l.path, r.Err)
 		case zkclient.ConnectionLoss(r.Err):
 			return s.settle(ctx)
 		default:

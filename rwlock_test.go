@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -739,5 +740,23 @@ func TestListingBehindTheCreateTakesOneRoundTrip(t *testing.T) {
 		c.setBefore(nil)
 		c.setAfter(nil)
 		require.NoError(t, g.Release(ctx))
+	})
+}
+
+// A message says "rwlock: " once, however deep the errors it wraps.
+func TestErrorsSayRwlockOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := newLock(t, s.conn())
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		_, err = newLock(t, s.conn()).TryLock(ctx)
+		require.ErrorIs(t, err, ErrWouldBlock)
+		assert.Equal(t, "rwlock: trylock "+dir+": would block", err.Error())
+		require.NoError(t, g.Release(ctx))
+		_, err = g.Downgrade(ctx)
+		require.ErrorIs(t, err, ErrReleased)
+		assert.Equal(t, 1, strings.Count(err.Error(), "rwlock: "), err.Error())
 	})
 }
