@@ -109,22 +109,23 @@ func (pw *peerWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, w
 		switch {
 		case isClosed(idle):
 			return
-		case r.Err != nil && zkclient.ConnectionLoss(r.Err):
+		case r.Err != nil:
+			// A connection loss; or the session's end, or the directory's
+			// deletion, which end the holders of the moment (they hear of it
+			// from their own watches and the lease), but not those of a new
+			// session that may join meanwhile: look again, until the last
+			// holder leaves (ctx) or the client is closed.
 			if retry.Wait(ctx, c.Conn()) != nil {
 				return
 			}
 			w = nil
 			continue
-		case r.Err != nil:
-			// The directory is gone, or the client closed or expired: the
-			// holders hear of it from their own watches and the lease.
-			return
 		}
 		if m := l.blind(peersOf(r.V)); m != nil {
 			pw.endAll(idle, m)
 			return
 		}
-		w = next
+		w, retry = next, zkclient.Backoff{}
 	}
 }
 
