@@ -87,8 +87,8 @@ func (e mutantEdit) apply(src string) (string, error) {
 
 // TestSimulationCatchesMutants builds each mutant in a copy of the module
 // (the root package and internal/) and runs the simulation, or the test
-// it names, on it: it must
-// fail (and not merely fail to build). It takes a few seconds per mutant.
+// it names, on it: it must fail (and not merely fail to build). It takes a
+// few seconds per mutant.
 func TestSimulationCatchesMutants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a copy of the module per mutant")
