@@ -23,7 +23,9 @@ const execUsage = `Usage: zkrwlock exec (--write | --read) [flags] PATH [--] COM
 
 Takes the lock whose directory is PATH (exclusive with --write, shared with
 --read), runs COMMAND while holding it, releases it when COMMAND exits, and
-exits with COMMAND's status.
+exits with COMMAND's status. Waiters queue in order (FIFO); a waiting writer
+holds back the readers that come after it. Without --timeout or --no-wait
+it waits as long as it takes; --timeout 0 does not wait, as --no-wait.
 
 The second form takes several locks at once, each flag followed by its
 PATH: --write A --write B --read C. Their nodes are made in one ZooKeeper
@@ -34,9 +36,7 @@ that lock. A PATH may be named once. The forms do not mix: a --write or
 --read not followed by its PATH makes it the first form, with one lock.
 With several locks there are no progress lines, --no-wait and --timeout 0
 are refused (give a --timeout), and ZKRWLOCK_NODE has their nodes, one a
-line, in the order given. Waiters queue in order (FIFO); a waiting writer
-holds back the readers that come after it. Without --timeout or --no-wait
-it waits as long as it takes; --timeout 0 does not wait, as --no-wait.
+line, in the order given.
 
 While it waits longer than a second, it says why on stderr, when that
 changes and every 10s otherwise (--quiet: never):
@@ -109,8 +109,8 @@ type execOptions struct {
 	path string
 	argv []string
 	mode rwlock.Mode
-	// locks are the locks of the first form (see locks.go), nil in the
-	// second; with one, path and mode are its own.
+	// locks are the locks to take (see locks.go); path and mode are the
+	// first's, the only one in the first form.
 	locks []lockArg
 }
 
@@ -118,7 +118,7 @@ func runExec(std stdio, args []string) int {
 	const prog = "zkrwlock exec"
 	o := execOptions{std: std}
 	fs := o.flagSet()
-	// A first pass on a copy finds the form, so that the second form is
+	// A first pass on a copy finds the form, so that the first form is
 	// parsed as it always was.
 	probe := execOptions{}
 	var pos, rest []string
@@ -198,7 +198,7 @@ func (o *execOptions) validate(pos, rest []string, given map[string]bool) error 
 		// "wait forever" would let cron jobs pile up.
 		o.noWait, o.giveUp = true, "--timeout 0"
 	}
-	if o.locks == nil {
+	if o.locks == nil { // the first form
 		mode := rwlock.Read
 		if o.write.set {
 			mode = rwlock.Write

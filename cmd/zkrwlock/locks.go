@@ -10,12 +10,12 @@ import (
 
 // The locks exec takes are named in one of two forms:
 //
-//	exec --write A --write B --read C [flags] [--] COMMAND   (each flag followed by its PATH)
 //	exec (--write | --read) [flags] PATH [--] COMMAND        (one lock, PATH anywhere)
+//	exec --write A --write B --read C [flags] [--] COMMAND   (each flag followed by its PATH)
 //
-// The first form with one lock reads as the second. A mode flag followed
-// by another flag has no PATH of its own: that is the second form, and it
-// does not mix with the first.
+// The second form with one lock reads as the first. A mode flag followed
+// by another flag has no PATH of its own: that is the first form, and it
+// does not mix with the second.
 
 // lockArg is one lock exec takes: its directory and mode.
 type lockArg struct {
@@ -51,12 +51,13 @@ func (f *modeFlag) Set(s string) error {
 	return nil
 }
 
-// parseLocks parses exec's arguments in the first form: every --write and
-// --read directly followed by an absolute PATH takes it. It returns the
-// locks in the order given and the command; no locks when the arguments
-// are not in that form, or are one lock with a mode flag more (the caller
-// parses them as the second form, which refuses that as ever), and the
-// locks with an error when a mode flag without a PATH mixes in with more.
+// parseLocks parses exec's arguments in the second form: every --write
+// and --read directly followed by an absolute PATH takes it. It returns
+// the locks in the order given and the command; no locks when the
+// arguments are not in that form, or are one lock with a mode flag more
+// (the caller parses them in the first form, which refuses that as ever),
+// and the locks with an error when a mode flag without a PATH mixes in
+// with more.
 func parseLocks(fs *flag.FlagSet, write, read *modeFlag, args []string) ([]lockArg, []string, error) {
 	var locks []lockArg
 	for {
@@ -89,7 +90,7 @@ func parseLocks(fs *flag.FlagSet, write, read *modeFlag, args []string) ([]lockA
 func finishLocks(locks []lockArg, rest []string, write, read *modeFlag) ([]lockArg, []string, error) {
 	bare := write.uses > 0 || read.uses > 0
 	switch {
-	case len(locks) == 0, len(locks) == 1 && bare: // the second form's, "exactly one of" and all
+	case len(locks) == 0, len(locks) == 1 && bare: // the first form's, "exactly one of" and all
 		return nil, nil, nil
 	case bare:
 		return locks, nil, fail(exitUsage, "a --write or --read without a PATH right after it: "+
