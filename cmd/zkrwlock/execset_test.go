@@ -91,3 +91,39 @@ func TestExecSetEnvironment(t *testing.T) {
 	require.True(t, strings.HasPrefix(lines[1], b+"/") && strings.Contains(lines[1], "read-"), lines[1])
 	require.True(t, strings.HasPrefix(lines[2], a+"/") && strings.Contains(lines[2], "write-"), lines[2])
 }
+
+// One member revoked stops the set's command as one revoked lock does
+// (exit 113, naming that member), and every member is released.
+func TestExecSetMemberRevoked(t *testing.T) {
+	server(t)
+	a, b := zktest.LockPath(t, "/cli-a"), zktest.LockPath(t, "/cli-b")
+	conn := client(t)
+	f := filepath.Join(t.TempDir(), "f")
+	p := start(t, []string{"F=" + f}, "exec", "--read", a, "--write", b, "--", "sh", "-c", lostScript)
+	sleeper := startedPid(t, f)
+	rv := runCLI(t, nil, "revoke", b)
+	require.Equal(t, 0, rv.code, rv.stderr)
+	r := p.wait(t, 30*time.Second)
+	require.Equal(t, exitRevoked, r.code, r.stderr)
+	require.Contains(t, r.stderr, "the command was stopped because the write lock on "+b+" was revoked")
+	requireGone(t, sleeper)
+	require.Empty(t, children(t, conn, a))
+	require.Empty(t, children(t, conn, b))
+}
+
+// --max-hold limits every member: the command is stopped as for one lock
+// (exit 112), and the locks are freed.
+func TestExecSetMaxHold(t *testing.T) {
+	server(t)
+	a, b := zktest.LockPath(t, "/cli-a"), zktest.LockPath(t, "/cli-b")
+	conn := client(t)
+	f := filepath.Join(t.TempDir(), "f")
+	p := start(t, []string{"F=" + f}, "exec", "--write", a, "--read", b, "--max-hold", "2s", "--", "sh", "-c", lostScript)
+	sleeper := startedPid(t, f)
+	r := p.wait(t, 30*time.Second)
+	require.Equal(t, exitHoldLimit, r.code, r.stderr)
+	require.Contains(t, r.stderr, "for --max-hold 2s")
+	requireGone(t, sleeper)
+	zktest.Poll(t, 10*time.Second, func() bool { return len(children(t, conn, a))+len(children(t, conn, b)) == 0 },
+		func() string { return fmt.Sprintf("nodes left: %v %v", children(t, conn, a), children(t, conn, b)) })
+}
