@@ -131,6 +131,7 @@ func (g *Grant) judge() {
 	if r.ctx.Err() == nil {
 		r.c.Judge((*holder)(r))
 	}
+	// mutant: judge-ignores-hold-limit
 	if r.ctx.Err() == nil && r.overHold() {
 		r.holdLimitReached()
 	}

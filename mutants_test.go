@@ -18,11 +18,14 @@ import (
 // must find. The code marks each place a mutant changes with a comment,
 // `// mutant: <point>`, on the line before: the mutant replaces that next
 // line, so code around it can be renamed and reflowed freely. flags are
-// the simulation's, to aim it at the faults the bug is about.
+// the simulation's, to aim it at the faults the bug is about. run names
+// the test that must catch it instead, for a bug the simulation does not
+// model.
 type mutant struct {
 	name  string
 	edits []mutantEdit
 	flags []string
+	run   string
 }
 
 // mutantEdit replaces, in file, the line after `// mutant: point` by new
@@ -69,6 +72,9 @@ var mutants = []mutant{
 		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
 	{name: "the state rule: any fault",
 		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
+	// The simulation has no hold limits.
+	{name: "a resumed holder waits for the hold timer", run: "TestHoldLimitAfterAPause",
+		edits: []mutantEdit{{file: "grant.go", point: "judge-ignores-hold-limit", new: "if false && r.ctx.Err() == nil && r.overHold() {"}}},
 }
 
 // apply makes e's change in src, or says why it cannot.
@@ -88,8 +94,9 @@ func (e mutantEdit) apply(src string) (string, error) {
 }
 
 // TestSimulationCatchesMutants builds each mutant in a copy of the module
-// (the root package and internal/) and runs the simulation on it: it must
-// fail (and not merely fail to build). It takes a few seconds per mutant.
+// (the root package and internal/) and runs the simulation, or the test
+// it names, on it: it must fail (and not merely fail to build). It takes a
+// few seconds per mutant.
 func TestSimulationCatchesMutants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a copy of the module per mutant")
@@ -112,12 +119,21 @@ func TestSimulationCatchesMutants(t *testing.T) {
 			}
 			const limit = 20000
 			args := append([]string{"test", "-count=1", "-run", "TestSimulation$", fmt.Sprintf("-sim.schedules=%d", limit)}, m.flags...)
+			if m.run != "" {
+				args = []string{"test", "-count=1", "-run", "^" + m.run + "$"}
+			}
 			cmd := exec.Command(goTool, append(args, ".")...)
 			cmd.Dir = dir
 			// The module cache has what the package needs; the copy has no
 			// go.work.
 			cmd.Env = append(os.Environ(), "GOPROXY=off", "GOWORK=off", "GOFLAGS=-mod=mod")
 			out, err := cmd.CombinedOutput()
+			if m.run != "" {
+				if err == nil || !strings.Contains(string(out), "--- FAIL: "+m.run) {
+					t.Fatalf("not caught by %s (err %v):\n%s", m.run, err, out)
+				}
+				return
+			}
 			found := regexp.MustCompile(`(?s)schedule (\d+) failed: (.*?)\n\s*replay it with`).FindSubmatch(out)
 			if err == nil || found == nil {
 				t.Fatalf("not caught in %d schedules (err %v):\n%s", limit, err, out)
