@@ -3,6 +3,7 @@ package integration
 import (
 	"cmp"
 	"context"
+	"flag"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -68,6 +69,8 @@ func TestCoalescedBurstRequests(t *testing.T) {
 	assert.Empty(t, lockNodes(t, c.conn, path))
 }
 
+var coalescedFor = flag.Duration("coalesced.for", 20*time.Second, "how long TestCoalescedFairnessUnderStress runs (3s with -short)")
+
 // Fairness under stress: readers of one process arrive continuously on a
 // coalescing lock while writers on other connections queue. Every writer
 // is granted; no reader joins a node behind which a writer had queued when
@@ -77,11 +80,13 @@ func TestCoalescedFairnessUnderStress(t *testing.T) {
 	path := zktest.LockPath(t, "/it")
 	local := connect(t, zk.ConnectString(), 0)
 	lr := local.lock(t, path, rwlock.WithReadCoalescing())
-	ctx := testContext(t)
-	duration := 20 * time.Second
+	duration := *coalescedFor
 	if testing.Short() {
-		duration = 3 * time.Second
+		duration = min(duration, 3*time.Second)
 	}
+	// testContext's minute, after the run: coalesced.for may exceed it.
+	ctx, cancel := context.WithTimeout(t.Context(), duration+time.Minute)
+	defer cancel()
 	stop := time.Now().Add(duration)
 
 	type join struct {
@@ -219,8 +224,9 @@ func TestCoalescedFairnessUnderStress(t *testing.T) {
 	for _, j := range joins {
 		nodes[j.node] = true
 	}
-	t.Logf("%d reads on %d nodes (%d cancelled), writers granted %d/%d/%d; latest join ahead of a writer: %v after its node",
-		reads.Load(), len(nodes), cancels.Load(), granted[0].Load(), granted[1].Load(), granted[2].Load(), lateness)
+	t.Logf("%v: %d reads on %d nodes (%d cancelled), writers granted %d/%d/%d; latest join ahead of a writer: %v after its node; %d late joins, %d exclusion violations",
+		duration, reads.Load(), len(nodes), cancels.Load(), granted[0].Load(), granted[1].Load(), granted[2].Load(), lateness,
+		violations, x.violations.Load())
 	assert.Zero(t, violations, "readers that joined a node after a writer queued behind it")
 	assert.Zero(t, x.violations.Load(), "exclusion")
 	for i := range granted {
