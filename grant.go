@@ -346,7 +346,12 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	g.c.Ref() // the read grant's own use of the client
 	g.c.Hold((*holder)(d))
 	l.peerWatch.join(d, nil) // before g leaves, so that the watching goes on
-	g.end(ErrReleased)
+	if !g.end(ErrReleased) {
+		// Lost since the mark was written (its node is being deleted):
+		// the read grant is no better.
+		d.end(g.ended())
+		return fail(g.ended())
+	}
 	l.granted(d) // after g's end, so that the node is never counted twice
 	d.watchNode()
 	l.debug("downgraded", g.node)

@@ -2,8 +2,11 @@ package rwlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
@@ -41,6 +44,7 @@ func (pw *peerWatch) join(g *Grant, dir *zkclient.Watch) {
 	if pw.holders == nil {
 		pw.holders = make(map[*Grant]struct{})
 	}
+	_, joined := pw.holders[g]
 	pw.holders[g] = struct{}{}
 	start := !pw.watching
 	var ctx context.Context
@@ -50,7 +54,9 @@ func (pw *peerWatch) join(g *Grant, dir *zkclient.Watch) {
 	}
 	idle := pw.idle
 	pw.mu.Unlock()
-	g.whenEnded(func(error) { pw.leave(g) })
+	if !joined { // a Release refused joins again
+		g.whenEnded(func(error) { pw.leave(g) })
+	}
 	if !start {
 		return
 	}
@@ -109,6 +115,12 @@ func (pw *peerWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, w
 		switch {
 		case isClosed(idle):
 			return
+		case r.Err != nil && !zkclient.ConnectionLoss(r.Err) && !zkclient.SessionGone(r.Err) && !errors.Is(r.Err, zk.ErrNoNode):
+			// Refused (an ACL that changed): looking again would not help.
+			l.log.Warn("rwlock: cannot list the lock directory; a peer that does not see this lock's nodes "+
+				"will not be noticed", "lock", l.path, "err", r.Err)
+			pw.stopIf(idle)
+			return
 		case r.Err != nil:
 			// A connection loss; or the session's end, or the directory's
 			// deletion, which end the holders of the moment (they hear of it
@@ -161,10 +173,25 @@ func (pw *peerWatch) count() {
 	}
 }
 
+// stopIf stops the watching, if it is still the one that idle ends.
+func (pw *peerWatch) stopIf(idle chan struct{}) {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if pw.idle == idle && !isClosed(idle) {
+		pw.stopLocked()
+	}
+}
+
 // endAll ends every holder's grant with a mixed fleet as the cause, and
-// stops the watching.
+// stops the watching; unless the watching stopped and started again since
+// the listing that found the peer (idle is not the current one): the new
+// watching looks for itself.
 func (pw *peerWatch) endAll(idle chan struct{}, m *mixedError) {
 	pw.mu.Lock()
+	if pw.idle != idle {
+		pw.mu.Unlock()
+		return
+	}
 	var hit []*Grant
 	for g := range pw.holders {
 		hit = append(hit, g)

@@ -156,6 +156,16 @@ func (rv *revocations) leave(g *Grant) {
 	rv.stopIfIdleLocked()
 }
 
+// stopIf marks the reading stopped, if it is still the one that idle ends.
+func (rv *revocations) stopIf(idle chan struct{}) {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	if rv.idle == idle && rv.reading {
+		rv.reading = false
+		close(rv.idle)
+	}
+}
+
 func (rv *revocations) stopIfIdleLocked() {
 	if len(rv.listeners) == 0 && rv.reading {
 		rv.reading = false
@@ -192,14 +202,17 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch) {
 			return // nobody listens any more
 		case r.Err != nil && zkclient.ConnectionLoss(r.Err):
 			if retry.Wait(ctx, c.Conn()) != nil {
+				rv.stopIf(idle)
 				return
 			}
 			w = nil
 			continue
 		case r.Err != nil:
 			// The directory is gone (with every node in it) or the client
-			// closed: the listeners' grants end too.
+			// closed or expired: the listeners' grants end too. A listener
+			// that comes later starts reading again.
 			l.debug("no longer listening for revocations: "+r.Err.Error(), l.path)
+			rv.stopIf(idle)
 			return
 		}
 		rv.revoke(rv.keep(next, r.V.Data, nil))
