@@ -231,6 +231,9 @@ func (c *fakeConn) children(p string, watch bool) (children []string, st *zk.Sta
 		// Deterministic whatever the random guids, and unlike sequence order.
 		slices.SortFunc(children, func(a, b string) int { return strings.Compare(unguided(b), unguided(a)) })
 		s := n.stat
+		// What the server shows (DataNode.copyStat): creates and
+		// deletions together, in int32 arithmetic.
+		s.Cversion = n.counter*2 - int32(len(n.children))
 		st = &s
 		if watch {
 			ch = c.watch(p, childWatch)
@@ -379,10 +382,15 @@ func (s *fakeServer) create(c *fakeConn, p string, data []byte, flags int32) (st
 	if s.nodes[p] != nil {
 		return "", zk.ErrNodeExists
 	}
-	if parent.counter < math.MaxInt32 {
-		parent.counter++ // ZooKeeper 3.8 stores only a larger counter: it sticks at the top
-	}
 	s.zxid++
+	if parent.counter < math.MaxInt32 {
+		// The counter is the server's cversion, a count of creates: a
+		// create sets it to the node's number + 1 and pzxid to its zxid;
+		// ZooKeeper 3.8 stores only a larger count, so at the top neither
+		// changes.
+		parent.counter++
+		parent.stat.Pzxid = s.zxid
+	}
 	n := &fakeNode{data: slices.Clone(data), children: map[string]bool{}}
 	n.stat.Czxid, n.stat.Mzxid = s.zxid, s.zxid
 	s.czxids[p] = s.zxid
@@ -391,7 +399,6 @@ func (s *fakeServer) create(c *fakeConn, p string, data []byte, flags int32) (st
 	}
 	s.nodes[p] = n
 	parent.children[path.Base(p)] = true
-	parent.stat.Cversion++
 	parent.stat.NumChildren++
 	s.fire(path.Dir(p), childWatch, zk.EventNodeChildrenChanged)
 	return p, nil
@@ -410,7 +417,7 @@ func (s *fakeServer) delete(p string) error {
 	delete(s.nodes, p)
 	parent := s.nodes[path.Dir(p)]
 	delete(parent.children, path.Base(p))
-	parent.stat.Cversion++
+	parent.stat.Pzxid = s.zxid // a deletion leaves cversion alone (DataTree.deleteNode)
 	parent.stat.NumChildren--
 	s.fire(p, dataWatch, zk.EventNodeDeleted)
 	s.fire(p, childWatch, zk.EventNodeDeleted)
@@ -630,6 +637,13 @@ func (s *fakeServer) lockNodes(dir string) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// czxid returns the zxid that created the node at p.
+func (s *fakeServer) czxid(p string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.czxids[p]
 }
 
 // setCounter sets the next sequence number of dir's children (creating

@@ -49,7 +49,7 @@ type Grant struct {
 	holdEnd    time.Time     // WithMaxHold: when the node goes; zero for no limit
 	holdNotice time.Time     // WithMaxHold: when the grant ends (see holdlimit.go)
 
-	token       atomic.Int64 // czxid of node; 0 until read
+	token       atomic.Int64 // czxid of node (see acquisition.dated), set before the grant is returned
 	markRelease bool         // release marks the node held (see Release)
 
 	ops       sync.Mutex // serialises Release and Downgrade
@@ -173,36 +173,12 @@ func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 // downgraded grant keeps its token; readers granted together carry tokens
 // in no particular order.
 //
-// The first call reads the node (one request) unless the acquisition read
-// it already; through a disconnection it waits for the client to
-// reconnect or the grant to be lost. It returns 0 if the grant ended before
-// the token could be read, or if the node cannot be read (an ACL without
-// read permission).
-func (g *Grant) Token() int64 {
-	r := g.root()
-	if t := r.token.Load(); t != 0 {
-		return t
-	}
-	var retry zkclient.Backoff
-	for {
-		n := r.c.Get(r.ctx, r.node)
-		switch {
-		case n.Err == nil:
-			r.token.CompareAndSwap(0, n.V.Stat.Czxid)
-			return r.token.Load()
-		case errors.Is(n.Err, zk.ErrNoNode):
-			r.lost(r.whyDeleted())
-			return 0
-		case r.ctx.Err() != nil:
-			return r.token.Load()
-		case !zkclient.ConnectionLoss(n.Err):
-			return 0
-		}
-		if retry.Wait(r.ctx, r.c.Conn()) != nil {
-			return r.token.Load()
-		}
-	}
-}
+// The token is recorded when the grant is made (from the listing or
+// watch that granted it, or a read of the node before the grant): Token
+// never blocks and sends no request. A nested grant, the read grant a
+// Downgrade made and the write grant it came from, and every grant of one
+// LockAll set carry the same token.
+func (g *Grant) Token() int64 { return g.root().token.Load() }
 
 // Release ends the grant and deletes its node, so the next waiter may go.
 // It returns nil if the grant had already ended (a lost grant's node is

@@ -246,7 +246,10 @@ func TestFirstErrAfterAPauseSeesTheLoss(t *testing.T) {
 	}
 }
 
-func TestTokenIsLazyAndStable(t *testing.T) {
+// The token is the czxid of the grant's node, known when the grant is
+// made: Token sends no request, uncontended or after a wait, and stays
+// after the release.
+func TestTokenIsFixedAtTheGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
 		c := s.conn()
@@ -255,79 +258,18 @@ func TestTokenIsLazyAndStable(t *testing.T) {
 		require.NoError(t, err)
 		before := c.calls.Load()
 		t1 := g1.Token()
-		assert.Equal(t, int64(1), c.calls.Load()-before, "one read")
-		assert.Equal(t, t1, g1.Token())
-		assert.Equal(t, int64(1), c.calls.Load()-before, "then cached")
+		assert.Zero(t, c.calls.Load()-before, "no request")
+		assert.Equal(t, s.czxid(g1.Node()), t1)
+
+		waiter := start(t.Context(), newLock(t, s.conn()).Lock)
+		synctest.Wait()
 		require.NoError(t, g1.Release(t.Context()))
 		assert.Equal(t, t1, g1.Token())
-
-		g2, err := l.Lock(t.Context())
-		require.NoError(t, err)
+		synctest.Wait()
+		g2 := granted(t, waiter)
+		assert.Equal(t, s.czxid(g2.Node()), g2.Token(), "a writer that waited")
 		assert.Greater(t, g2.Token(), t1, "tokens grow")
 		require.NoError(t, g2.Release(t.Context()))
-	})
-}
-
-func TestNestedGrants(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newFakeServer()
-		c := s.conn()
-		l := newLock(t, c)
-		ctx := t.Context()
-		w, err := l.Lock(ctx)
-		require.NoError(t, err)
-		wctx := ContextWithGrant(ctx, w)
-		before := c.calls.Load()
-
-		r, err := l.RLock(wctx)
-		require.NoError(t, err, "read inside write")
-		assert.Equal(t, w.Node(), r.Node())
-		assert.Equal(t, Read, r.Mode())
-		_, err = l.Lock(ContextWithGrant(ctx, r))
-		assert.ErrorIs(t, err, ErrUpgrade, "write inside a read grant, even one nested in a write grant")
-		w2, err := l.Lock(wctx)
-		require.NoError(t, err, "write inside write")
-		r2, err := l.RLock(ContextWithGrant(ctx, w2))
-		require.NoError(t, err, "read inside write inside write")
-		assert.Equal(t, before, c.calls.Load(), "no request")
-		require.NoError(t, w2.Release(ctx))
-		assert.ErrorIs(t, r2.Err(), ErrReleased, "a grant nested in a nested grant ends with it")
-		require.NoError(t, r.Release(ctx))
-		assert.NoError(t, w.Err(), "releasing nested grants leaves the outer one held")
-
-		_, err = newLock(t, c).RLock(wctx)
-		require.NoError(t, err, "another *RWLock, same path, same conn: still nested")
-		_, err = newLock(t, s.conn()).TryRLock(wctx)
-		assert.ErrorIs(t, err, ErrWouldBlock, "another connection is another client")
-		r3, err := l.RLock(wctx)
-		require.NoError(t, err)
-		require.NoError(t, w.Release(ctx))
-		assert.ErrorIs(t, r3.Err(), ErrReleased, "the outer grant's end ends its nested grants")
-		_, err = l.RLock(wctx)
-		assert.ErrorIs(t, err, ErrReleased)
-
-		rd, err := l.RLock(ctx)
-		require.NoError(t, err)
-		_, err = l.Lock(ContextWithGrant(ctx, rd))
-		assert.ErrorIs(t, err, ErrUpgrade)
-		require.NoError(t, rd.Release(ctx))
-		assert.Empty(t, s.lockNodes(dir))
-	})
-}
-
-func TestNestedGrantsEndWithALoss(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newFakeServer()
-		l := newLock(t, s.conn())
-		w, err := l.Lock(t.Context())
-		require.NoError(t, err)
-		r, err := l.RLock(ContextWithGrant(t.Context(), w))
-		require.NoError(t, err)
-		done := r.Done()
-		synctest.Wait()
-		require.NoError(t, s.conn().Delete(w.Node(), -1))
-		<-done
-		assert.ErrorIs(t, r.Err(), ErrLost)
 	})
 }
 
@@ -353,6 +295,8 @@ func TestDowngrade(t *testing.T) {
 		assert.Equal(t, Read, r.Mode())
 		assert.Equal(t, w.Node(), r.Node())
 		assert.Equal(t, token, r.Token())
+		assert.Equal(t, token, w.Token(), "the write grant keeps it too")
+		assert.Equal(t, s.czxid(w.Node()), token)
 		assert.ErrorIs(t, w.Err(), ErrReleased)
 		synctest.Wait()
 		joined := granted(t, reader)
