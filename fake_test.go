@@ -646,6 +646,28 @@ func (s *fakeServer) czxid(p string) int64 {
 	return s.czxids[p]
 }
 
+// checkToken says what is wrong with tok as the fencing token of the
+// grant of node, or "": it must order against every node's czxid as
+// node's own does (see acquisition.dated), so no smaller than node's and
+// smaller than that of every node created in its directory after it.
+func (s *fakeServer) checkToken(node string, tok int64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	own, ok := s.czxids[node]
+	switch {
+	case !ok:
+		return fmt.Sprintf("no node %s was ever created", node)
+	case tok < own || tok > s.zxid:
+		return fmt.Sprintf("token %d of %s (czxid %d, now %d)", tok, node, own, s.zxid)
+	}
+	for p, z := range s.czxids {
+		if path.Dir(p) == path.Dir(node) && z > own && tok >= z {
+			return fmt.Sprintf("token %d of %s (czxid %d) is not below the czxid %d of %s, created later", tok, node, own, z, p)
+		}
+	}
+	return ""
+}
+
 // setCounter sets the next sequence number of dir's children (creating
 // dir), to test the wrap past 2147483647.
 func (s *fakeServer) setCounter(dir string, next int32) {

@@ -175,7 +175,10 @@ func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 //
 // The token is recorded when the grant is made (from the listing or
 // watch that granted it, or a read of the node before the grant): Token
-// never blocks and sends no request. A nested grant, the read grant a
+// never blocks and sends no request. (Where a node ahead was deleted
+// between the create and the listing that granted it, the token is that
+// deletion's zxid, which orders against every other node's czxid exactly
+// as this node's does: see docs/guarantees.md.) A nested grant, the read grant a
 // Downgrade made and the write grant it came from, and every grant of one
 // LockAll set carry the same token.
 func (g *Grant) Token() int64 { return g.root().token.Load() }

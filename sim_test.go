@@ -477,6 +477,9 @@ func (s *sim) client(c *simClient) {
 			}
 			continue
 		}
+		if msg := s.server.checkToken(g.Node(), g.Token()); msg != "" {
+			s.fail("c%d: %s", c.id, msg)
+		}
 		done := g.Done() // a careful holder watches from the start
 		n.mu.Lock()
 		c.holding, c.holdEnd = g, time.Now().Add(step.hold)
