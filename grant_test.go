@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -273,6 +274,69 @@ func TestTokenIsFixedAtTheGrant(t *testing.T) {
 	})
 }
 
+func TestNestedGrants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c)
+		ctx := t.Context()
+		w, err := l.Lock(ctx)
+		require.NoError(t, err)
+		wctx := ContextWithGrant(ctx, w)
+		before := c.calls.Load()
+
+		r, err := l.RLock(wctx)
+		require.NoError(t, err, "read inside write")
+		assert.Equal(t, w.Node(), r.Node())
+		assert.Equal(t, Read, r.Mode())
+		_, err = l.Lock(ContextWithGrant(ctx, r))
+		assert.ErrorIs(t, err, ErrUpgrade, "write inside a read grant, even one nested in a write grant")
+		w2, err := l.Lock(wctx)
+		require.NoError(t, err, "write inside write")
+		r2, err := l.RLock(ContextWithGrant(ctx, w2))
+		require.NoError(t, err, "read inside write inside write")
+		assert.Equal(t, before, c.calls.Load(), "no request")
+		require.NoError(t, w2.Release(ctx))
+		assert.ErrorIs(t, r2.Err(), ErrReleased, "a grant nested in a nested grant ends with it")
+		require.NoError(t, r.Release(ctx))
+		assert.NoError(t, w.Err(), "releasing nested grants leaves the outer one held")
+
+		_, err = newLock(t, c).RLock(wctx)
+		require.NoError(t, err, "another *RWLock, same path, same conn: still nested")
+		_, err = newLock(t, s.conn()).TryRLock(wctx)
+		assert.ErrorIs(t, err, ErrWouldBlock, "another connection is another client")
+		r3, err := l.RLock(wctx)
+		require.NoError(t, err)
+		require.NoError(t, w.Release(ctx))
+		assert.ErrorIs(t, r3.Err(), ErrReleased, "the outer grant's end ends its nested grants")
+		_, err = l.RLock(wctx)
+		assert.ErrorIs(t, err, ErrReleased)
+
+		rd, err := l.RLock(ctx)
+		require.NoError(t, err)
+		_, err = l.Lock(ContextWithGrant(ctx, rd))
+		assert.ErrorIs(t, err, ErrUpgrade)
+		require.NoError(t, rd.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+func TestNestedGrantsEndWithALoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		l := newLock(t, s.conn())
+		w, err := l.Lock(t.Context())
+		require.NoError(t, err)
+		r, err := l.RLock(ContextWithGrant(t.Context(), w))
+		require.NoError(t, err)
+		done := r.Done()
+		synctest.Wait()
+		require.NoError(t, s.conn().Delete(w.Node(), -1))
+		<-done
+		assert.ErrorIs(t, r.Err(), ErrLost)
+	})
+}
+
 // A reader queued behind our write grant joins on Downgrade; a writer
 // queued behind it waits for both readers.
 func TestDowngrade(t *testing.T) {
@@ -367,5 +431,44 @@ func TestReleasingTheDowngradedWriteGrantReleasesTheNode(t *testing.T) {
 		assert.ErrorIs(t, r.Err(), ErrReleased)
 		assert.Empty(t, s.lockNodes(dir))
 		assert.NoError(t, r.Release(ctx), "and releasing the read grant afterwards is a no-op")
+	})
+}
+
+// A grant whose listing cannot date its node (a node was created behind
+// it before the listing) reads its node once before the grant: the token
+// is still its czxid, and Token sends nothing.
+func TestTokenReadWhenTheListingCannotTell(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c)
+		warm, err := l.Lock(t.Context()) // makes the directory
+		require.NoError(t, err)
+		require.NoError(t, warm.Release(t.Context()))
+		other := s.conn()
+		var once sync.Once
+		c.setAfter(func(op, p string, err error) error {
+			if op == "create" {
+				once.Do(func() {
+					_, err := other.Create(dir+"/read-", nil, zk.FlagEphemeral|zk.FlagSequence, nil)
+					require.NoError(t, err)
+				})
+			}
+			return err
+		})
+		var gets atomic.Int64
+		c.setBefore(func(op, p string) error {
+			if op == "get" {
+				gets.Add(1)
+			}
+			return nil
+		})
+		g, err := l.RLock(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), gets.Load(), "one read of the node")
+		before := c.calls.Load()
+		assert.Equal(t, s.czxid(g.Node()), g.Token())
+		assert.Equal(t, before, c.calls.Load(), "Token sends nothing")
+		require.NoError(t, g.Release(t.Context()))
 	})
 }
