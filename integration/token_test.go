@@ -61,8 +61,11 @@ func TestServerSequenceNumbering(t *testing.T) {
 // requests.
 func TestTokenIsTheNodesCzxid(t *testing.T) {
 	srv := zkserver.StartStandalone(t)
-	a := connect(t, srv.ConnectString(), 0)
-	other := connect(t, srv.ConnectString(), 0).conn
+	// A long session timeout: the lease's renewals (every T/16) stay out
+	// of the windows that count requests.
+	const timeout = 60 * time.Second
+	a := connect(t, srv.ConnectString(), timeout)
+	other := connect(t, srv.ConnectString(), timeout).conn
 	ctx := testContext(t)
 	czxid := func(t *testing.T, g *rwlock.Grant) int64 {
 		t.Helper()
@@ -101,9 +104,10 @@ func TestTokenIsTheNodesCzxid(t *testing.T) {
 	t.Run("contended writer", func(t *testing.T) {
 		holder, err := l.Lock(ctx)
 		require.NoError(t, err)
-		waiter := goAcquire(t, ctx, connect(t, srv.ConnectString(), 0).lock(t, path).Lock)
-		waiter.stillWaiting(t, "behind the holder")
 		holderTok := token(t, holder)
+		waiter := goAcquire(t, ctx, connect(t, srv.ConnectString(), timeout).lock(t, path).Lock)
+		waitQueue(t, l, 2)
+		waiter.stillWaiting(t, "behind the holder")
 		require.NoError(t, holder.Release(ctx))
 		g := waiter.granted(t, 10*time.Second)
 		assert.Equal(t, czxid(t, g), token(t, g))
