@@ -169,18 +169,17 @@ func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 // seen for this lock: a holder that lost its grant without noticing (a long
 // pause, a partition) is then turned away. Tokens of different locks are
 // not ordered by grant time (a node created early may be granted late), so
-// a store that several locks protect keeps the largest token per lock. A
-// downgraded grant keeps its token; readers granted together carry tokens
-// in no particular order.
+// a store that several locks protect keeps the largest token per lock.
+// Readers granted together carry tokens in no particular order.
 //
-// The token is recorded when the grant is made (from the listing or
-// watch that granted it, or a read of the node before the grant): Token
-// never blocks and sends no request. (Where a node ahead was deleted
-// between the create and the listing that granted it, the token is that
-// deletion's zxid, which orders against every other node's czxid exactly
-// as this node's does: see docs/guarantees.md.) A nested grant, the read grant a
-// Downgrade made and the write grant it came from, and every grant of one
-// LockAll set carry the same token.
+// The token is recorded when the grant is made, from the listing or watch
+// that granted it or a read of the node before the grant: Token never
+// blocks and sends no request. A nested grant, the read grant a Downgrade
+// made and the write grant it came from, and every grant of one LockAll set
+// carry the same token. (Where a node ahead was deleted between the create
+// and the listing that granted it, the token is that deletion's zxid, which
+// orders against every other node's czxid exactly as this node's does; see
+// docs/guarantees.md.)
 func (g *Grant) Token() int64 { return g.root().token.Load() }
 
 // Release ends the grant and deletes its node, so the next waiter may go.
