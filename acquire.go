@@ -83,7 +83,7 @@ type acquisition struct {
 
 	dir     *zkclient.Watch // child watch on the directory, from our first listing
 	own     *zkclient.Watch // data watch on our own node, set before we wait
-	tok     int64           // our node's czxid, when read
+	tok     int64           // our node's czxid (or a listing's stand-in: see dated), once known
 	oneTrip bool            // the listing sent behind the create showed our node
 
 	member bool        // one of a set's acquisitions (see multi.go)
@@ -230,7 +230,7 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 			l.debug("created", a.path)
 			if first.Err == nil && first.Session == a.session && slices.Contains(first.V, a.node) {
 				a.dir, a.oneTrip = first.watch, true
-				return a.locate(first.Reply)
+				return a.locate(first.Reply, first.stat)
 			}
 			return stepList, nil // the listing overtook the create, or failed: list again
 		case errors.Is(r.Err, zk.ErrNoNode) && tries < 5:
@@ -255,10 +255,16 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 	}
 }
 
-// A listing is the outcome of a listing with its child watch.
+// A listing is the outcome of a listing with its child watch, and the
+// directory's stat.
 type listing struct {
 	zkclient.Reply[[]string]
 	watch *zkclient.Watch
+	stat  *zk.Stat
+}
+
+func listed(r zkclient.Reply[zkclient.Listing]) zkclient.Reply[[]string] {
+	return zkclient.Reply[[]string]{V: r.V.Names, Session: r.Session, Err: r.Err}
 }
 
 // listBehind sends the acquisition's first listing, with its child watch
@@ -291,8 +297,8 @@ func (a *acquisition) listBehind(ctx context.Context, sending <-chan struct{}) <
 			runtime.Gosched()
 		case <-ctx.Done():
 		}
-		r, w := a.c.ChildrenW(ctx, a.l.path, true)
-		ch <- listing{r, w}
+		r, w := a.c.ListW(ctx, a.l.path)
+		ch <- listing{listed(r), w, r.V.Stat}
 	}()
 	return ch
 }
@@ -303,12 +309,13 @@ func (a *acquisition) listBehind(ctx context.Context, sending <-chan struct{}) <
 // grant's watch for its node's deletion, if we are granted at once (see
 // Grant.watchFrom).
 func (a *acquisition) list(ctx context.Context) (step, error) {
-	var r zkclient.Reply[[]string]
+	var lr zkclient.Reply[zkclient.Listing]
 	if a.dir == nil {
-		r, a.dir = a.c.ChildrenW(ctx, a.l.path, true)
+		lr, a.dir = a.c.ListW(ctx, a.l.path)
 	} else {
-		r = a.c.Children(ctx, a.l.path)
+		lr = a.c.List(ctx, a.l.path)
 	}
+	r := listed(lr)
 	switch {
 	case errors.Is(r.Err, zk.ErrNoNode):
 		r.Err, r.V = nil, nil // no directory, so no node of ours in it
@@ -318,12 +325,12 @@ func (a *acquisition) list(ctx context.Context) (step, error) {
 	if a.unsure {
 		return a.adopt(ctx, r)
 	}
-	return a.locate(r)
+	return a.locate(r, lr.V.Stat)
 }
 
 // locate finds our node in a listing and takes the snapshot of the nodes
 // before it.
-func (a *acquisition) locate(r zkclient.Reply[[]string]) (step, error) {
+func (a *acquisition) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, error) {
 	if !a.ours(r.Session) {
 		return stepRequeue, nil
 	}
@@ -342,6 +349,7 @@ func (a *acquisition) locate(r zkclient.Reply[[]string]) (step, error) {
 		return 0, m
 	}
 	a.snap = snap
+	a.dated(dir)
 	a.writers = a.writers || slices.ContainsFunc(snap.before, func(n lockNode) bool { return n.mode == Write })
 	if a.share != nil {
 		a.share.listedBy(a)
@@ -350,6 +358,52 @@ func (a *acquisition) locate(r zkclient.Reply[[]string]) (step, error) {
 		return stepGrant, nil // the listing is the proof: our node, and nothing in our way
 	}
 	return stepWait, nil
+}
+
+// dated takes our node's token from the listing that found it, at no
+// request, when the directory's stat proves it. ZooKeeper names a
+// sequential node after its parent's count of creates, and a create sets
+// that count to the node's number + 1 and the parent's pzxid to the
+// create's zxid; a deletion moves pzxid and leaves the count alone
+// (PrepRequestProcessor, DataTree.createNode/deleteNode). The stat a client
+// gets shows cversion = 2·creates − children, creates and deletions
+// together (DataNode.copyStat); TestServerSequenceNumbering checks all of
+// this against the server. So when (cversion + children)/2 = our number +
+// 1, no child was created after ours, and pzxid is our czxid, unless a
+// child created before ours was deleted in between: then it is that
+// deletion's zxid, still smaller than the czxid of every node created
+// after the listing and larger than that of every node created before
+// ours. Either way it orders against every other grant's token exactly as
+// our czxid does: no later holder is turned away, no earlier one let in.
+// Past the top of the counter (no count change) the rule never holds. A
+// token read from our node (a waiter's own watch) is exact and is kept.
+func (a *acquisition) dated(dir *zk.Stat) {
+	if a.tok != 0 || dir == nil {
+		return
+	}
+	creates := (int64(dir.Cversion) + int64(dir.NumChildren)) / 2
+	// mutant: token-any-listing
+	if creates == int64(a.snap.self.seq)+1 {
+		a.tok = dir.Pzxid
+	}
+}
+
+// readToken reads our node's czxid when no listing or watch told it: the
+// token is known when the grant is made. It returns stepGrant when it is.
+func (a *acquisition) readToken(ctx context.Context) (step, error) {
+	r := a.c.Get(ctx, a.path)
+	switch {
+	case errors.Is(r.Err, zk.ErrNoNode):
+		a.node = "" // not ours to delete any more
+		return 0, lostError(a.path, errNodeDeleted)
+	case r.Err != nil:
+		return a.after(r.Err)
+	case !a.ours(r.Session):
+		return stepRequeue, nil
+	}
+	a.tok = r.V.Stat.Czxid
+	a.l.debug("read the token", a.path)
+	return stepGrant, nil
 }
 
 // ready checks, once nothing is in our way, that the grant can be made,
@@ -377,6 +431,9 @@ func (a *acquisition) ready(ctx context.Context) (step, error) {
 		case !a.ours(r.Session):
 			return stepRequeue, nil
 		}
+	}
+	if a.tok == 0 && !a.member { // a set shares one token (see set.ready)
+		return a.readToken(ctx)
 	}
 	return stepGrant, nil
 }

@@ -231,6 +231,9 @@ func (c *fakeConn) children(p string, watch bool) (children []string, st *zk.Sta
 		// Deterministic whatever the random guids, and unlike sequence order.
 		slices.SortFunc(children, func(a, b string) int { return strings.Compare(unguided(b), unguided(a)) })
 		s := n.stat
+		// What the server shows (DataNode.copyStat): creates and
+		// deletions together, in int32 arithmetic.
+		s.Cversion = n.counter*2 - int32(len(n.children))
 		st = &s
 		if watch {
 			ch = c.watch(p, childWatch)
@@ -402,10 +405,15 @@ func (s *fakeServer) create(c *fakeConn, p string, data []byte, flags int32) (st
 	if s.nodes[p] != nil {
 		return "", zk.ErrNodeExists
 	}
-	if parent.counter < math.MaxInt32 {
-		parent.counter++ // ZooKeeper 3.8 stores only a larger counter: it sticks at the top
-	}
 	s.zxid++
+	if parent.counter < math.MaxInt32 {
+		// The counter is the server's cversion, a count of creates: a
+		// create sets it to the node's number + 1 and pzxid to its zxid;
+		// ZooKeeper 3.8 stores only a larger count, so at the top neither
+		// changes.
+		parent.counter++
+		parent.stat.Pzxid = s.zxid
+	}
 	n := &fakeNode{data: slices.Clone(data), children: map[string]bool{}}
 	n.stat.Czxid, n.stat.Mzxid = s.zxid, s.zxid
 	s.czxids[p] = s.zxid
@@ -414,7 +422,6 @@ func (s *fakeServer) create(c *fakeConn, p string, data []byte, flags int32) (st
 	}
 	s.nodes[p] = n
 	parent.children[path.Base(p)] = true
-	parent.stat.Cversion++
 	parent.stat.NumChildren++
 	s.fire(path.Dir(p), childWatch, zk.EventNodeChildrenChanged)
 	return p, nil
@@ -433,7 +440,7 @@ func (s *fakeServer) delete(p string) error {
 	delete(s.nodes, p)
 	parent := s.nodes[path.Dir(p)]
 	delete(parent.children, path.Base(p))
-	parent.stat.Cversion++
+	parent.stat.Pzxid = s.zxid // a deletion leaves cversion alone (DataTree.deleteNode)
 	parent.stat.NumChildren--
 	s.fire(p, dataWatch, zk.EventNodeDeleted)
 	s.fire(p, childWatch, zk.EventNodeDeleted)
@@ -653,6 +660,35 @@ func (s *fakeServer) lockNodes(dir string) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// czxid returns the zxid that created the node at p.
+func (s *fakeServer) czxid(p string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.czxids[p]
+}
+
+// checkToken says what is wrong with tok as the fencing token of the
+// grant of node, or "": it must order against every node's czxid as
+// node's own does (see acquisition.dated), so no smaller than node's and
+// smaller than that of every node created in its directory after it.
+func (s *fakeServer) checkToken(node string, tok int64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	own, ok := s.czxids[node]
+	switch {
+	case !ok:
+		return fmt.Sprintf("no node %s was ever created", node)
+	case tok < own || tok > s.zxid:
+		return fmt.Sprintf("token %d of %s (czxid %d, now %d)", tok, node, own, s.zxid)
+	}
+	for p, z := range s.czxids {
+		if path.Dir(p) == path.Dir(node) && z > own && tok >= z {
+			return fmt.Sprintf("token %d of %s (czxid %d) is not below the czxid %d of %s, created later", tok, node, own, z, p)
+		}
+	}
+	return ""
 }
 
 // setCounter sets the next sequence number of dir's children (creating

@@ -49,7 +49,7 @@ type Grant struct {
 	holdEnd    time.Time     // WithMaxHold: when the node goes; zero for no limit
 	holdNotice time.Time     // WithMaxHold: when the grant ends (see holdlimit.go)
 
-	token       atomic.Int64 // czxid of node; 0 until read
+	token       atomic.Int64 // czxid of node (see acquisition.dated), set before the grant is returned
 	markRelease bool         // release marks the node held (see Release)
 
 	ops       sync.Mutex // serialises Release and Downgrade
@@ -171,40 +171,18 @@ func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 // seen for this lock: a holder that lost its grant without noticing (a long
 // pause, a partition) is then turned away. Tokens of different locks are
 // not ordered by grant time (a node created early may be granted late), so
-// a store that several locks protect keeps the largest token per lock. A
-// downgraded grant keeps its token; readers granted together carry tokens
-// in no particular order.
+// a store that several locks protect keeps the largest token per lock.
+// Readers granted together carry tokens in no particular order.
 //
-// The first call reads the node (one request) unless the acquisition read
-// it already; through a disconnection it waits for the client to
-// reconnect or the grant to be lost. It returns 0 if the grant ended before
-// the token could be read, or if the node cannot be read (an ACL without
-// read permission).
-func (g *Grant) Token() int64 {
-	r := g.root()
-	if t := r.token.Load(); t != 0 {
-		return t
-	}
-	var retry zkclient.Backoff
-	for {
-		n := r.c.Get(r.ctx, r.node)
-		switch {
-		case n.Err == nil:
-			r.token.CompareAndSwap(0, n.V.Stat.Czxid)
-			return r.token.Load()
-		case errors.Is(n.Err, zk.ErrNoNode):
-			r.lost(r.whyDeleted())
-			return 0
-		case r.ctx.Err() != nil:
-			return r.token.Load()
-		case !zkclient.ConnectionLoss(n.Err):
-			return 0
-		}
-		if retry.Wait(r.ctx, r.c.Conn()) != nil {
-			return r.token.Load()
-		}
-	}
-}
+// The token is recorded when the grant is made, from the listing or watch
+// that granted it or a read of the node before the grant: Token never
+// blocks and sends no request. A nested grant, the read grant a Downgrade
+// made and the write grant it came from, and every grant of one LockAll set
+// carry the same token. (Where a node ahead was deleted between the create
+// and the listing that granted it, the token is that deletion's zxid, which
+// orders against every other node's czxid exactly as this node's does; see
+// docs/guarantees.md.)
+func (g *Grant) Token() int64 { return g.root().token.Load() }
 
 // Release ends the grant and deletes its node, so the next waiter may go.
 // It returns nil if the grant had already ended (a lost grant's node is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -246,7 +247,10 @@ func TestFirstErrAfterAPauseSeesTheLoss(t *testing.T) {
 	}
 }
 
-func TestTokenIsLazyAndStable(t *testing.T) {
+// The token is the czxid of the grant's node, known when the grant is
+// made: Token sends no request, uncontended or after a wait, and stays
+// after the release.
+func TestTokenIsFixedAtTheGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
 		c := s.conn()
@@ -255,14 +259,16 @@ func TestTokenIsLazyAndStable(t *testing.T) {
 		require.NoError(t, err)
 		before := c.calls.Load()
 		t1 := g1.Token()
-		assert.Equal(t, int64(1), c.calls.Load()-before, "one read")
-		assert.Equal(t, t1, g1.Token())
-		assert.Equal(t, int64(1), c.calls.Load()-before, "then cached")
+		assert.Zero(t, c.calls.Load()-before, "no request")
+		assert.Equal(t, s.czxid(g1.Node()), t1)
+
+		waiter := start(t.Context(), newLock(t, s.conn()).Lock)
+		synctest.Wait()
 		require.NoError(t, g1.Release(t.Context()))
 		assert.Equal(t, t1, g1.Token())
-
-		g2, err := l.Lock(t.Context())
-		require.NoError(t, err)
+		synctest.Wait()
+		g2 := granted(t, waiter)
+		assert.Equal(t, s.czxid(g2.Node()), g2.Token(), "a writer that waited")
 		assert.Greater(t, g2.Token(), t1, "tokens grow")
 		require.NoError(t, g2.Release(t.Context()))
 	})
@@ -353,6 +359,8 @@ func TestDowngrade(t *testing.T) {
 		assert.Equal(t, Read, r.Mode())
 		assert.Equal(t, w.Node(), r.Node())
 		assert.Equal(t, token, r.Token())
+		assert.Equal(t, token, w.Token(), "the write grant keeps it too")
+		assert.Equal(t, s.czxid(w.Node()), token)
 		assert.ErrorIs(t, w.Err(), ErrReleased)
 		synctest.Wait()
 		joined := granted(t, reader)
@@ -423,5 +431,44 @@ func TestReleasingTheDowngradedWriteGrantReleasesTheNode(t *testing.T) {
 		assert.ErrorIs(t, r.Err(), ErrReleased)
 		assert.Empty(t, s.lockNodes(dir))
 		assert.NoError(t, r.Release(ctx), "and releasing the read grant afterwards is a no-op")
+	})
+}
+
+// A grant whose listing cannot date its node (a node was created behind
+// it before the listing) reads its node once before the grant: the token
+// is still its czxid, and Token sends nothing.
+func TestTokenReadWhenTheListingCannotTell(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := newLock(t, c)
+		warm, err := l.Lock(t.Context()) // makes the directory
+		require.NoError(t, err)
+		require.NoError(t, warm.Release(t.Context()))
+		other := s.conn()
+		var once sync.Once
+		c.setAfter(func(op, p string, err error) error {
+			if op == "create" {
+				once.Do(func() {
+					_, err := other.Create(dir+"/read-", nil, zk.FlagEphemeral|zk.FlagSequence, nil)
+					require.NoError(t, err)
+				})
+			}
+			return err
+		})
+		var gets atomic.Int64
+		c.setBefore(func(op, p string) error {
+			if op == "get" {
+				gets.Add(1)
+			}
+			return nil
+		})
+		g, err := l.RLock(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), gets.Load(), "one read of the node")
+		before := c.calls.Load()
+		assert.Equal(t, s.czxid(g.Node()), g.Token())
+		assert.Equal(t, before, c.calls.Load(), "Token sends nothing")
+		require.NoError(t, g.Release(t.Context()))
 	})
 }

@@ -206,7 +206,7 @@ func (s *set) create(ctx context.Context) ([]step, error) {
 				if first.Err == nil && first.Session == a.session && slices.Contains(first.V, a.node) {
 					a.dir, a.oneTrip = first.watch, true
 					var err error
-					if next[i], err = a.locate(first.Reply); err != nil {
+					if next[i], err = a.locate(first.Reply, first.stat); err != nil {
 						return nil, err
 					}
 					continue
@@ -328,17 +328,34 @@ func (s *set) ready(ctx context.Context) ([]step, error) {
 			s.requeue(true)
 			return all(stepCreate), nil
 		}
+		a.tok = r.V.Stat.Czxid
+	}
+	if !slices.ContainsFunc(s.members, func(a *acquisition) bool { return a.tok != 0 }) {
+		// No listing or watch told any member's czxid, which all share:
+		// read one, so that the token is known at the grant.
+		next, err := s.members[0].readToken(s.members[0].counting(ctx))
+		switch {
+		case next == stepRequeue:
+			s.requeue(true)
+			return all(stepCreate), err
+		case err != nil || next != stepGrant:
+			return all(next), err
+		}
 	}
 	return nil, nil
 }
 
 // grant makes every member's grant. They share the token of the set's
-// transaction. A member already known lost (its node went between its
-// proof and now) fails the set: every grant is released.
+// transaction: the smallest a member knows, since a member's token is its
+// node's czxid (the transaction's zxid) or a listing's stand-in no smaller
+// (see acquisition.dated). A member already known lost (its node went
+// between its proof and now) fails the set: every grant is released.
 func (s *set) grant(ctx context.Context) ([]*Grant, error) {
 	var tok int64
 	for _, a := range s.members {
-		tok = max(tok, a.tok)
+		if a.tok != 0 && (tok == 0 || a.tok < tok) {
+			tok = a.tok
+		}
 	}
 	grants := make([]*Grant, len(s.members))
 	for i, a := range s.members {

@@ -43,6 +43,8 @@ var mutants = []mutant{
 		{file: "internal/lockname/lockname.go", point: "usable-seq", new: "return seq >= 0 || seq < math.MaxInt32"},
 		{file: "nodename.go", point: "self-duplicate", new: "case false:"},
 		{file: "nodename.go", point: "duplicate", new: "if false {"}}},
+	{name: "a token taken from any listing", edits: []mutantEdit{
+		{file: "acquire.go", point: "token-any-listing", new: "if _ = creates; true {"}}},
 	{name: "readers ignore writers", edits: []mutantEdit{
 		{file: "reader.go", point: "readers-ignore-writers", new: "if n := before[i]; false && n.mode == Write && !downgraded(n.name) {"}}},
 	{name: "a waiter that gives up marks its node held", edits: []mutantEdit{

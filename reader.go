@@ -82,7 +82,9 @@ func (gr *Group) SetLimit(n int) { gr.eg.SetLimit(n) }
 
 // Wait waits for every function, then releases the grant. It returns the
 // first error: a function's, or one wrapping ErrLost if the grant was lost
-// first; else an error from the release.
+// first; else an error from the release. A release cut short by the
+// connection (a failover) is no error: the grant was held until it was
+// sent, and its deletion goes on in the background (see [Grant.Release]).
 func (gr *Group) Wait() error {
 	gr.eg.Wait()
 	gr.mu.Lock()
@@ -98,7 +100,7 @@ func (gr *Group) Wait() error {
 	gr.cancel(context.Canceled)
 	ctx, cancel := context.WithTimeout(gr.releaseCtx, gr.grant.l.releaseTimeout())
 	defer cancel()
-	rerr := gr.grant.Release(ctx)
+	rerr := finished(gr.grant.Release(ctx))
 	gr.mu.Lock()
 	defer gr.mu.Unlock()
 	if gr.err != nil {
@@ -116,7 +118,8 @@ func (gr *Group) fail(err error) {
 }
 
 // ReadBatch runs fns concurrently under one shared grant and returns the
-// first error, as a ReadGroup would. Uncontended, the whole batch costs
+// first error, as a ReadGroup's Wait would (nil when only the release was
+// cut short by the connection). Uncontended, the whole batch costs
 // three requests to ZooKeeper: create, list, delete.
 func (l *RWLock) ReadBatch(ctx context.Context, fns ...func(context.Context) error) error {
 	gr, gctx, err := l.ReadGroup(ctx)

@@ -206,7 +206,10 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Grant, error) {
 // at the clock's next look, within a sixteenth of the session timeout.
 // WithWrite then returns an error wrapping ErrLost (joined with fn's
 // error). Errors acquiring the lock are returned as from Lock, without
-// running fn.
+// running fn. When fn succeeded under a grant that was never lost, it
+// returns nil even if the release's deletion was cut short by the
+// connection (a failover): the deletion then goes on in the background
+// until the node is gone or its session ends, as [Grant.Release] describes.
 func (l *RWLock) WithWrite(ctx context.Context, fn func(context.Context) error) error {
 	return l.with(ctx, Write, fn)
 }

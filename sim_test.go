@@ -529,6 +529,14 @@ func (s *sim) client(c *simClient) {
 			}
 			continue
 		}
+		for _, g := range []*Grant{g, g2} {
+			if g == nil {
+				continue
+			}
+			if msg := s.server.checkToken(g.Node(), g.Token()); msg != "" {
+				s.fail("c%d: %s", c.id, msg)
+			}
+		}
 		done, done2 := g.Done(), (<-chan struct{})(nil) // a careful holder watches from the start
 		n.mu.Lock()
 		c.holding, c.holdEnd = g, time.Now().Add(step.hold)

@@ -82,7 +82,7 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 		cancel(context.Canceled)
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout())
 		defer rcancel()
-		rerr := g.Release(rctx)
+		rerr := finished(g.Release(rctx))
 		if lost != nil {
 			err = errors.Join(lost, err)
 		} else {
@@ -90,6 +90,18 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 		}
 	}()
 	return fn(fctx)
+}
+
+// finished drops a release error that only says the deletion goes on in
+// the background: the grant was held until the release was sent, so fn ran
+// under the lock and its result stands. A failover under the release (the
+// connection cut before its answer) is no failure of the caller's work,
+// and the node goes as soon as the client is back, or with its session.
+func finished(err error) error {
+	if errors.Is(err, errFinishing) {
+		return nil
+	}
+	return err
 }
 
 func isClosed(ch <-chan struct{}) bool {

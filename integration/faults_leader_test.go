@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"strings"
@@ -102,4 +103,53 @@ func describeLoss(lostAt time.Duration, err error) string {
 		return "held"
 	}
 	return fmt.Sprintf("LOST after %v (%v)", msec(lostAt), err)
+}
+
+// Issue 23, item 2: WithRead and ReadBatch whose functions succeeded
+// under grants that were never lost report success when the leader they
+// were connected to dies right under their release (the deletion cut by
+// the connection goes on in the background), and the nodes go once the
+// session is back on another member. Before, every call returned
+// "release …: zk: connection closed".
+func TestFaultLeaderKillUnderReleaseIsNoFailure(t *testing.T) {
+	const timeout = 10 * time.Second
+	const calls = 16
+	cl := faultServer(t, 3)
+	leader, err := cl.Leader()
+	require.NoError(t, err)
+	c := connect(t, cl.ConnectString(), timeout, withHome(leader))
+	require.Equal(t, cl.Addr(leader), c.conn.Server(), "the client is on the leader")
+	path := zktest.LockPath(t, "/it")
+	l, err := rwlock.New(c.conn, path, rwlock.WithSessionTimeout(timeout))
+	require.NoError(t, err)
+	ctx := testContext(t)
+
+	held, killed := make(chan struct{}, calls), make(chan struct{})
+	fn := func(ctx context.Context) error {
+		held <- struct{}{}
+		<-killed
+		return nil
+	}
+	errs := make(chan error, calls)
+	for i := range calls {
+		go func() {
+			if i%2 == 0 {
+				errs <- l.WithRead(ctx, fn)
+			} else {
+				errs <- l.ReadBatch(ctx, fn)
+			}
+		}()
+	}
+	for range calls {
+		<-held
+	}
+	session := c.conn.SessionID()
+	require.NoError(t, cl.Kill(leader))
+	defer restartMember(t, cl, leader)
+	close(killed)
+	for range calls {
+		require.NoError(t, <-errs, "fn succeeded under a grant never lost")
+	}
+	waitSession(t, c.conn, session, 30*time.Second)
+	waitNodes(t, c.conn, path, 30*time.Second)
 }

@@ -229,9 +229,23 @@ func (c *Client) CreateContainer(ctx context.Context, path string, acl []zk.ACL)
 
 // Children lists path's children.
 func (c *Client) Children(ctx context.Context, path string) Reply[[]string] {
-	return request(c, ctx, false, func() ([]string, error) {
-		children, _, err := c.zk.Children(path)
-		return children, err
+	r := c.List(ctx, path)
+	return Reply[[]string]{r.V.Names, r.Session, r.Err}
+}
+
+// A Listing is a directory's children, with the directory's stat as of
+// the same moment (its Cversion and Pzxid date the last change of its
+// children).
+type Listing struct {
+	Names []string
+	Stat  *zk.Stat
+}
+
+// List lists path's children, with path's stat.
+func (c *Client) List(ctx context.Context, path string) Reply[Listing] {
+	return request(c, ctx, false, func() (Listing, error) {
+		children, stat, err := c.zk.Children(path)
+		return Listing{children, stat}, err
 	}, nil)
 }
 

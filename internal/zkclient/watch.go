@@ -176,19 +176,25 @@ func (c *Client) ChildrenW(ctx context.Context, path string, private bool) (Repl
 		return children, ch, err
 	}
 	if private {
-		w := &Watch{fired: make(chan struct{})}
-		r := request(c, ctx, false, func() ([]string, error) {
-			before := c.zk.SessionID()
-			children, ch, err := op()
-			c.settle(watchKey{}, w, ch, before, err, false)
-			return children, err
-		}, func(Reply[[]string]) {})
-		if r.Err != nil {
-			return r, nil
-		}
-		return r, w
+		r, w := c.ListW(ctx, path)
+		return Reply[[]string]{r.V.Names, r.Session, r.Err}, w
 	}
 	return watchShared(c, ctx, watchKey{path, childWatch}, op, func() Reply[[]string] { return c.Children(ctx, path) })
+}
+
+// ListW is ChildrenW with a private watch, and the directory's stat.
+func (c *Client) ListW(ctx context.Context, path string) (Reply[Listing], *Watch) {
+	w := &Watch{fired: make(chan struct{})}
+	r := request(c, ctx, false, func() (Listing, error) {
+		before := c.zk.SessionID()
+		children, stat, ch, err := c.zk.ChildrenW(path)
+		c.settle(watchKey{}, w, ch, before, err, false)
+		return Listing{children, stat}, err
+	}, func(Reply[Listing]) {})
+	if r.Err != nil {
+		return r, nil
+	}
+	return r, w
 }
 
 // watchShared reads and watches key's node: at most one registration per
