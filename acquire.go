@@ -84,6 +84,7 @@ type acquisition struct {
 	dir     *zkclient.Watch // child watch on the directory, from our first listing
 	own     *zkclient.Watch // data watch on our own node, set before we wait
 	tok     int64           // our node's czxid (or a listing's stand-in: see dated), once known
+	exact   bool            // tok was read from our node's stat, not dated by a listing
 	oneTrip bool            // the listing sent behind the create showed our node
 
 	member bool        // one of a set's acquisitions (see multi.go)
@@ -199,7 +200,7 @@ func (a *acquisition) ours(session int64) bool { return session == a.session && 
 func (a *acquisition) requeue(guid string) {
 	a.guid = guid
 	a.node, a.path, a.session, a.unsure = "", "", 0, false
-	a.snap, a.dir, a.own, a.tok = snapshot{}, nil, nil, 0
+	a.snap, a.dir, a.own, a.tok, a.exact = snapshot{}, nil, nil, 0, false
 }
 
 // create makes our node, and the lock directory when it is missing; the
@@ -401,7 +402,7 @@ func (a *acquisition) readToken(ctx context.Context) (step, error) {
 	case !a.ours(r.Session):
 		return stepRequeue, nil
 	}
-	a.tok = r.V.Stat.Czxid
+	a.tok, a.exact = r.V.Stat.Czxid, true
 	a.l.debug("read the token", a.path)
 	return stepGrant, nil
 }

@@ -341,6 +341,7 @@ func (c *fakeConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 				c.s.zxid = txn
 				n := c.s.nodes[p]
 				n.stat.Czxid, n.stat.Mzxid, c.s.czxids[p] = txn, txn, txn
+				c.s.nodes[path.Dir(p)].stat.Pzxid = txn
 				res = append(res, zk.MultiResponse{String: p})
 				continue
 			case *zk.SetDataRequest:

@@ -328,11 +328,17 @@ func (s *set) ready(ctx context.Context) ([]step, error) {
 			s.requeue(true)
 			return all(stepCreate), nil
 		}
-		a.tok = r.V.Stat.Czxid
+		a.tok, a.exact = r.V.Stat.Czxid, true
 	}
-	if !slices.ContainsFunc(s.members, func(a *acquisition) bool { return a.tok != 0 }) {
-		// No listing or watch told any member's czxid, which all share:
-		// read one, so that the token is known at the grant.
+	exact := slices.ContainsFunc(s.members, func(a *acquisition) bool { return a.exact })
+	dated := !slices.ContainsFunc(s.members, func(a *acquisition) bool { return a.tok == 0 })
+	if !exact && !dated {
+		// The members share one czxid, and no watch read it. A listing's
+		// stand-in (see acquisition.dated) is below every node created
+		// later in its own directory only: the smallest stand-in is below
+		// every later node of every member's directory only if each
+		// member has one. Otherwise read one member's node, so that the
+		// token is known at the grant.
 		next, err := s.members[0].readToken(s.members[0].counting(ctx))
 		switch {
 		case next == stepRequeue:
@@ -348,7 +354,8 @@ func (s *set) ready(ctx context.Context) ([]step, error) {
 // grant makes every member's grant. They share the token of the set's
 // transaction: the smallest a member knows, since a member's token is its
 // node's czxid (the transaction's zxid) or a listing's stand-in no smaller
-// (see acquisition.dated). A member already known lost (its node went
+// (see acquisition.dated), and ready made sure that it is exact or that
+// every member has a stand-in. A member already known lost (its node went
 // between its proof and now) fails the set: every grant is released.
 func (s *set) grant(ctx context.Context) ([]*Grant, error) {
 	var tok int64

@@ -123,7 +123,7 @@ func (a *acquisition) settleOwn(r ownResult) (next step, err error, ok bool) {
 	case !a.ours(r.session):
 		return stepRequeue, nil, false
 	}
-	a.own, a.tok = r.watch, r.stat.Czxid
+	a.own, a.tok, a.exact = r.watch, r.stat.Czxid, true
 	return 0, nil, true
 }
 
