@@ -316,7 +316,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	l := g.l
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(g.counting(ctx)), l.cleanupTimeout)
 	defer cancel()
-	r := g.c.Set(sctx, g.node, lockname.Data(l.owner, false, true))
+	r := g.c.Set(sctx, g.node, lockname.Data(l.owner, l.maxHold, false, true))
 	switch {
 	case errors.Is(r.Err, zk.ErrNoNode):
 		g.lost(g.whyDeleted())
