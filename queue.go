@@ -34,6 +34,13 @@ type Entry struct {
 	// node goes at MaxHold after its grant, by the holder's clock, so not
 	// before Created+MaxHold.
 	MaxHold time.Duration
+	// Set is, for a node LockAll made, the lock directories of the other
+	// locks of its set, as many as its data names (it names up to 8);
+	// nil for a node in no set.
+	Set []string
+	// SetSize is how many locks that set has, this one included; 0 for a
+	// node in no set. It exceeds len(Set)+1 when the data names only some.
+	SetSize int
 }
 
 // Queue returns the holders and then the waiters of the lock, in queue
@@ -92,6 +99,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 			}
 			if n.ours {
 				entries[i].MaxHold = lockname.MaxHold(r.V.Data)
+				entries[i].Set, entries[i].SetSize = lockname.Set(r.V.Data)
 			}
 			found[i] = true
 			return nil

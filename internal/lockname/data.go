@@ -2,6 +2,7 @@ package lockname
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -151,4 +152,62 @@ func ParseRevocation(data []byte) (reason, by string, nodes []int32, ok bool) {
 		nodes = append(nodes, int32(seq))
 	}
 	return strings.TrimPrefix(lines[0], revokeKey), strings.TrimPrefix(lines[1], byKey), nodes, true
+}
+
+// A node that LockAll made carries its set in its data, written by the
+// same transaction that creates the set, at no request more:
+//
+//	set-size=3
+//	set=/locks/b
+//	set=/locks/c
+//
+// set-size counts every member, this node's lock included; the set= lines
+// name the other members' lock directories, one a line (ZooKeeper paths
+// hold no newline), the first maxSetShown of them only, so that a set of
+// many locks keeps each node's data small.
+const (
+	setSizeKey  = "set-size="
+	setKey      = "set="
+	maxSetShown = 8
+)
+
+// InSet returns data followed by the set lines of the member at index self
+// of a set whose lock directories are paths.
+func InSet(data []byte, paths []string, self int) []byte {
+	b := append(slices.Clip(data), setSizeKey...)
+	b = strconv.AppendInt(b, int64(len(paths)), 10)
+	b = append(b, '\n')
+	shown := 0
+	for i, p := range paths {
+		if i == self || shown == maxSetShown {
+			continue
+		}
+		b = append(b, setKey...)
+		b = append(b, p...)
+		b = append(b, '\n')
+		shown++
+	}
+	return b
+}
+
+// Set returns the other members' lock directories and the size of the set
+// that a node's data names; size is 0 for a node in no set, and for data
+// whose set-size does not parse or is less than the members it names.
+func Set(data []byte) (others []string, size int) {
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSuffix(line, "\n")
+		if v, ok := strings.CutPrefix(line, setSizeKey); ok && size == 0 {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return nil, 0
+			}
+			size = n
+		} else if p, ok := strings.CutPrefix(line, setKey); ok && size > 0 && len(others) < maxSetShown {
+			others = append(others, p)
+		}
+	}
+	if len(others) >= size {
+		return nil, 0
+	}
+	return others, size
 }
