@@ -45,8 +45,10 @@ queue --help').
 With --older-than D, a lock whose oldest holder is older than D is "old",
 and "stuck" when others wait for it too; FLAG says so. Locks are sorted
 stuck first, then by WAITING, then by HELD, longest first, then by path.
-Under the table, a line for each lock whose holders a revocation ('zkrwlock
-revoke') asks to let go says how long ago, by whom and why.
+Under the table, a line for each lock whose oldest holder took it in a set
+(LockAll) names the set, and a line for each lock whose holders a
+revocation ('zkrwlock revoke') asks to let go says how long ago, by whom
+and why.
 
 Locks nobody holds or waits for are not listed: nothing tells their empty
 directories from other znodes, and ZooKeeper deletes them soon. A directory
@@ -439,6 +441,11 @@ func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
 		return err
 	}
 	now := time.Now()
+	for _, l := range locks {
+		if err := writeSet(w, printable(l.path)+": held ", l.oldestHolder); err != nil {
+			return err
+		}
+	}
 	for _, l := range locks {
 		if err := l.revocation.write(w, printable(l.path)+": ", now); err != nil {
 			return err

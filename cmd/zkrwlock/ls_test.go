@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
@@ -337,4 +338,51 @@ func TestDialectFlag(t *testing.T) {
 	}
 	var f dialectFlag
 	require.ErrorContains(t, f.Set("zookeeper"), "one of native, curator, mutex, kazoo, kazoo-lock")
+}
+
+// queue and ls name the set (LockAll) a node was made in.
+func TestQueueAndLsShowSet(t *testing.T) {
+	server(t)
+	prefix := zktest.LockPath(t, "/cli")
+	a, b := prefix+"/a", prefix+"/b"
+	conn := client(t)
+	grants, err := rwlock.LockAll(t.Context(), rwlock.Request{Lock: lockOf(t, conn, a), Mode: rwlock.Write},
+		rwlock.Request{Lock: lockOf(t, conn, b), Mode: rwlock.Read})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, g := range grants {
+			g.Release(context.Background())
+		}
+	})
+
+	r := runIn(t, nil, "queue", a)
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	require.Len(t, lines, 3, r.stdout)
+	require.Regexp(t, `^write-\d{10}: in a set of 2 with `+b+`$`, lines[2])
+
+	r = runIn(t, nil, "queue", "--json", b)
+	require.Equal(t, 0, r.code, r.stderr)
+	var entries []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &entries), r.stdout)
+	require.Len(t, entries, 1)
+	require.Equal(t, []any{a}, entries[0]["set"])
+	require.Equal(t, 2.0, entries[0]["set_size"])
+
+	r = runIn(t, nil, "ls", prefix)
+	require.Equal(t, 0, r.code, r.stderr)
+	lines = strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	require.Len(t, lines, 5, r.stdout)
+	require.ElementsMatch(t, []string{a + ": held in a set of 2 with " + b, b + ": held in a set of 2 with " + a}, lines[3:])
+
+	r = runIn(t, nil, "ls", "--json", prefix)
+	require.Equal(t, 0, r.code, r.stderr)
+	var locks []lsEntry
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &locks), r.stdout)
+	require.Len(t, locks, 2)
+	for _, l := range locks {
+		other := map[string]string{a: b, b: a}[l.Path]
+		require.Equal(t, []any{other}, l.OldestHolder["set"], l.Path)
+		require.Equal(t, 2.0, l.OldestHolder["set_size"], l.Path)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -51,7 +52,10 @@ age_seconds, family (as FAMILY), peer (true for another library's node),
 max_hold_seconds (as LIMIT; absent for none), and, for a holder that a
 revocation ('zkrwlock revoke') asks to let go, revoked (true),
 revoke_reason, revoke_by and revoke_age_seconds (since the revocation was
-written, by the server's clock). Such a holder's STATE is "revoked" in
+written, by the server's clock), and, for a node that 'LockAll' made with
+others at once, set (the other locks of its set that its data names) and
+set_size (how many locks the set has; more than named for a big set).
+Under the table, a line for each such node names its set. Such a holder's STATE is "revoked" in
 the table, which ends with the revocation's age, author and reason.
 A lock nobody holds prints [].
 
@@ -72,6 +76,9 @@ type queueEntry struct {
 	Peer       bool      `json:"peer"`
 	// MaxHoldSeconds is the node's hold limit; 0 (absent) for none.
 	MaxHoldSeconds float64 `json:"max_hold_seconds,omitempty"`
+	// Set and SetSize: the node's set (rwlock.Entry's); absent for none.
+	Set     []string `json:"set,omitempty"`
+	SetSize int      `json:"set_size,omitempty"`
 	// Revoked: a revocation ('zkrwlock revoke') asks this holder to let go.
 	Revoked          bool     `json:"revoked,omitempty"`
 	RevokeReason     string   `json:"revoke_reason,omitempty"`
@@ -224,6 +231,8 @@ func jsonEntry(e rwlock.Entry, now time.Time) queueEntry {
 		Peer:       e.Peer,
 
 		MaxHoldSeconds: e.MaxHold.Seconds(),
+		Set:            e.Set,
+		SetSize:        e.SetSize,
 	}
 }
 
@@ -248,6 +257,11 @@ func writeTable(w io.Writer, path string, q []rwlock.Entry, rev *pendingRevocati
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, e := range q {
+		if err := writeSet(w, printable(nodeName(e.Node))+": ", e); err != nil {
+			return err
+		}
+	}
 	return rev.write(w, "", now)
 }
 
@@ -258,6 +272,24 @@ func (r *pendingRevocation) write(w io.Writer, prefix string, now time.Time) err
 		return nil
 	}
 	_, err := fmt.Fprintf(w, "%srevoked %s ago by %s: %s\n", prefix, formatAge(age(now, r.at)), printable(r.by), printable(r.reason))
+	return err
+}
+
+// writeSet prints, after prefix, the line that names e's set; nothing for
+// a node in no set.
+func writeSet(w io.Writer, prefix string, e rwlock.Entry) error {
+	if e.SetSize == 0 {
+		return nil
+	}
+	names := make([]string, len(e.Set))
+	for i, p := range e.Set {
+		names[i] = printable(p)
+	}
+	more := ""
+	if n := e.SetSize - 1 - len(e.Set); n > 0 {
+		more = fmt.Sprintf(" and %d more", n)
+	}
+	_, err := fmt.Fprintf(w, "%sin a set of %d with %s%s\n", prefix, e.SetSize, strings.Join(names, ", "), more)
 	return err
 }
 
