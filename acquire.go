@@ -3,7 +3,6 @@ package rwlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"slices"
 	"time"
@@ -100,7 +99,7 @@ type acquisition struct {
 // acquire runs the protocol for ctx's caller.
 func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if l.conn == nil {
-		return nil, fmt.Errorf("rwlock: %s: %w: the RWLock was not made by New", verb(w), ErrInvalidArgument)
+		return nil, errorf("rwlock: %s: %w: the RWLock was not made by New", verb(w), ErrInvalidArgument)
 	}
 	if g, err, ok := l.nested(ctx, w); ok {
 		return g, err
@@ -110,11 +109,12 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	}
 	a := &acquisition{l: l, c: zkclient.For(l.conn), want: w, guid: lockname.NewGUID()}
 	start := time.Now()
+	l.starting(ctx, w, start)
 	g, err := a.run(a.counting(ctx))
 	l.acquired(ctx, a, start, err)
 	if err != nil {
 		a.c.Unref()
-		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err)
+		return nil, errorf("rwlock: %s %s: %w", verb(w), l.path, err)
 	}
 	return g, nil
 }
@@ -246,7 +246,7 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 			}
 		case errors.Is(r.Err, zk.ErrNoAuth):
 			a.removeCreatedDirs()
-			return 0, fmt.Errorf("create a node in %s: %w (the directory's ACL does not let this client create; see WithACL)", l.path, r.Err)
+			return 0, cannotCreate(l.path, r.Err)
 		case zkclient.ConnectionLoss(r.Err):
 			a.unsure = true // look for it by guid once we can list again
 			return stepReconnect, nil
@@ -337,8 +337,12 @@ func (a *acquisition) locate(r zkclient.Reply[[]string]) (step, error) {
 	case err != nil:
 		return 0, err
 	}
+	if m := a.l.blind(snap.peers); m != nil {
+		// Before or after ours, such a node breaks exclusion: refuse to
+		// queue (abort deletes our node), loudly.
+		return 0, m
+	}
 	a.snap = snap
-	a.l.notePeers(snap.peers)
 	a.writers = a.writers || slices.ContainsFunc(snap.before, func(n lockNode) bool { return n.mode == Write })
 	if a.share != nil {
 		a.share.listedBy(a)
@@ -393,6 +397,7 @@ func (a *acquisition) newGrant() *Grant {
 	// reader anything, and cost a reader waiting on us a request.
 	g.markRelease = a.mode == Write && a.waited && a.writers
 	g.watchFrom(a.own, a.dir)
+	a.l.peerWatch.join(g, a.dir)
 	return g
 }
 

@@ -117,13 +117,14 @@ type sharedRead struct {
 // WithReadCoalescing: one acquisition of the caller, with its own event.
 func (l *RWLock) readShared(ctx context.Context, w want) (*Grant, error) {
 	start := time.Now()
+	l.starting(ctx, w, start)
 	g, a, err := l.coalesce.read(ctx, l)
 	if a == nil {
 		a = &acquisition{l: l, want: w} // a joiner's event: no request of its own
 	}
 	l.acquired(ctx, a, start, err)
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err)
+		return nil, errorf("rwlock: %s %s: %w", verb(w), l.path, err)
 	}
 	return g, nil
 }

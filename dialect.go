@@ -77,25 +77,76 @@ func (d Dialect) valid() bool { return d >= 0 && d < numDialects }
 // rather than a container (see lockname.Family.PersistentDir).
 func (d Dialect) persistentDir() bool { return lockname.Family(d).PersistentDir() }
 
-// notePeers warns, once per lock, when a listing showed peer nodes whose
-// library does not see the nodes of the lock's dialect (peers has a bit per
-// marker, as snapshot.peers): between that peer and zkrwlock, mutual
-// exclusion does not hold, in both directions, as the peer ignores our
-// nodes or misorders them.
-func (l *RWLock) notePeers(peers uint16) {
-	if peers == 0 || l.peersWarned.Load() {
-		return
+// blind returns the peers, among those whose markers are set in peers (a
+// bit per index in lockname.Markers, as snapshot.peers), that do not count
+// the names of the lock's dialect in their queue: between such a peer and
+// zkrwlock, mutual exclusion does not hold, in either direction. nil if
+// there are none.
+func (l *RWLock) blind(peers uint16) *mixedError {
+	var m *mixedError
+	for i, mk := range lockname.Markers {
+		if peers&(1<<i) == 0 || mk.SeenBy&lockname.Family(l.dialect).Bit() != 0 {
+			continue
+		}
+		if m == nil {
+			m = &mixedError{dialect: l.dialect, seenBy: ^uint8(0)}
+		}
+		if !slices.Contains(m.peers, mk.Peer) {
+			m.peers = append(m.peers, mk.Peer)
+		}
+		m.seenBy &= mk.SeenBy
 	}
-	var blind []string
-	for i, m := range lockname.Markers {
-		if peers&(1<<i) != 0 && m.SeenBy&lockname.Family(l.dialect).Bit() == 0 && !slices.Contains(blind, m.Peer) {
-			blind = append(blind, m.Peer)
+	return m
+}
+
+// A mixedError says that a lock directory holds nodes of peers that do not
+// see the lock's own: the fleet on the path is mixed, and needs one
+// dialect. It wraps ErrInvalidArgument.
+type mixedError struct {
+	dialect Dialect
+	peers   []string // whom, as lockname.Marker.Peer says
+	seenBy  uint8    // the families every one of them sees (lockname.Family.Bit)
+}
+
+func (e *mixedError) Error() string {
+	fix := "keep one family of lock on the path"
+	for d := range Dialect(numDialects) {
+		if e.seenBy&lockname.Family(d).Bit() != 0 {
+			fix = "give every zkrwlock client of the path WithDialect(" + d.constName() + ")"
+			break
 		}
 	}
-	if len(blind) == 0 || l.peersWarned.Swap(true) {
+	they := "it does"
+	if len(e.peers) > 1 {
+		they = "they do"
+	}
+	return fmt.Sprintf("invalid argument: a mixed fleet: nodes of %s are on the path, and %s not count this lock's "+
+		"%s names, so mutual exclusion with them does not hold: %s", strings.Join(e.peers, " and "), they, e.dialect, fix)
+}
+
+func (e *mixedError) Unwrap() error { return ErrInvalidArgument }
+
+// constName returns the name of d's constant, for messages.
+func (d Dialect) constName() string {
+	switch d {
+	case DialectCurator:
+		return "DialectCurator"
+	case DialectMutex:
+		return "DialectMutex"
+	case DialectKazoo:
+		return "DialectKazoo"
+	case DialectKazooLock:
+		return "DialectKazooLock"
+	}
+	return "DialectNative"
+}
+
+// notePeers warns, once per lock, when a listing showed peer nodes whose
+// library does not see the nodes of the lock's dialect (see blind).
+func (l *RWLock) notePeers(peers uint16) {
+	m := l.blind(peers)
+	if m == nil || l.peersWarned.Swap(true) {
 		return
 	}
-	l.log.Warn("rwlock: peers on this lock path do not see its nodes: mutual exclusion with them does not hold; "+
-		"give every zkrwlock client of the path the dialect of its peers, and keep other families off it",
-		"lock", l.path, "dialect", l.dialect.String(), "peers", strings.Join(blind, ", "))
+	l.log.Warn("rwlock: "+m.Error(), "lock", l.path)
 }

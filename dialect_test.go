@@ -39,11 +39,15 @@ func peerNode(t *testing.T, c *fakeConn, prefix string, data string) string {
 	return p[len(dir)+1:]
 }
 
-// Every peer's node queues like one of ours of its mode, in every dialect:
+// Every peer's node queues like one of ours of its mode, in every dialect
+// that the peer sees (see TestRefusesPeersThatDoNotSeeUs for the others):
 // a writer blocks everyone after it, a reader blocks writers.
 func TestPeersQueue(t *testing.T) {
 	for _, d := range []Dialect{DialectNative, DialectCurator, DialectMutex, DialectKazoo, DialectKazooLock} {
 		for _, p := range peerNodes {
+			if n, _ := parseNode(p.prefix + "0000000001"); (&RWLock{dialect: d}).blind(1<<n.marker) != nil {
+				continue
+			}
 			t.Run(d.String()+"/"+p.prefix, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					s := newFakeServer()
@@ -204,27 +208,30 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// A lock warns, once, of peers on its path that do not see its nodes; not
-// of those that do, and not of our own nodes in another dialect.
-func TestWarnsOnceOfPeersThatDoNotSeeUs(t *testing.T) {
+// A mixed fleet fails loudly: an acquisition that lists a node of a peer
+// that does not see its names refuses to queue, leaving no node, with an
+// error that names the dialect to use, and Queue warns once; a peer that
+// sees them, or one of our own nodes in another dialect, is no error.
+func TestRefusesPeersThatDoNotSeeUs(t *testing.T) {
 	tests := []struct {
 		dialect Dialect
 		peer    string // "" for one of our own nodes in another dialect
-		warns   string // "" for no warning
+		refuses string // who, or "" for none
+		fix     string
 	}{
-		{DialectNative, "_c_" + uuid + "-__WRIT__", "Curator InterProcessReadWriteLock"},
-		{DialectNative, "_c_" + guid + "-lock-", "Curator InterProcessMutex or go-zookeeper zk.Lock"},
-		{DialectNative, guid + "__lock__", ""}, // kazoo with extra_lock_patterns
-		{DialectCurator, "_c_" + uuid + "-__READ__", ""},
-		{DialectCurator, guid + "__rlock__", "kazoo ReadLock"},
-		{DialectCurator, "write-", "unprotected read-/write- names"},
-		{DialectCurator, "_c_" + guid + "-write-", ""},
-		{DialectMutex, "_c_" + uuid + "-lock-", ""},
-		{DialectMutex, "_c_" + uuid + "-__WRIT__", "Curator InterProcessReadWriteLock"},
-		{DialectKazoo, guid + "__lock__", ""},
-		{DialectKazoo, "_c_" + uuid + "-lock-", "Curator InterProcessMutex or go-zookeeper zk.Lock"},
-		{DialectKazooLock, guid + "__lock__", ""},
-		{DialectKazooLock, guid + "__rlock__", ""},
+		{DialectNative, "_c_" + uuid + "-__WRIT__", "Curator InterProcessReadWriteLock", "WithDialect(DialectCurator)"},
+		{DialectNative, "_c_" + guid + "-lock-", "Curator InterProcessMutex or go-zookeeper zk.Lock", "WithDialect(DialectMutex)"},
+		{DialectNative, guid + "__lock__", "", ""}, // kazoo with extra_lock_patterns
+		{DialectCurator, "_c_" + uuid + "-__READ__", "", ""},
+		{DialectCurator, guid + "__rlock__", "kazoo ReadLock", "WithDialect(DialectNative)"},
+		{DialectCurator, "write-", "unprotected read-/write- names", "WithDialect(DialectNative)"},
+		{DialectCurator, "_c_" + guid + "-write-", "", ""},
+		{DialectMutex, "_c_" + uuid + "-lock-", "", ""},
+		{DialectMutex, "_c_" + uuid + "-__WRIT__", "Curator InterProcessReadWriteLock", "WithDialect(DialectCurator)"},
+		{DialectKazoo, guid + "__lock__", "", ""},
+		{DialectKazoo, "_c_" + uuid + "-lock-", "Curator InterProcessMutex or go-zookeeper zk.Lock", "WithDialect(DialectMutex)"},
+		{DialectKazooLock, guid + "__lock__", "", ""},
+		{DialectKazooLock, guid + "__rlock__", "", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.dialect.String()+"/"+tc.peer, func(t *testing.T) {
@@ -237,27 +244,140 @@ func TestWarnsOnceOfPeersThatDoNotSeeUs(t *testing.T) {
 				g, err := l.Lock(ctx)
 				require.NoError(t, err)
 				require.NoError(t, g.Release(ctx))
-				peerNode(t, s.conn(), tc.peer, "")
+				peer := peerNode(t, s.conn(), tc.peer, "")
 				for range 3 {
 					g, err := l.TryRLock(ctx)
-					if err == nil {
+					switch {
+					case err == nil:
 						require.NoError(t, g.Release(ctx))
-					} else {
+					case tc.refuses == "":
 						require.ErrorIs(t, err, ErrWouldBlock)
+					default:
+						require.ErrorIs(t, err, ErrInvalidArgument)
+						assert.Contains(t, err.Error(), tc.refuses)
+						assert.Contains(t, err.Error(), tc.fix)
+						assert.Contains(t, err.Error(), "this lock's "+tc.dialect.String()+" names")
 					}
+					assert.Equal(t, []string{peer}, s.lockNodes(dir), "no node of ours is left")
 					_, err = l.Queue(ctx)
 					require.NoError(t, err)
 				}
-				if tc.warns == "" {
+				if tc.refuses == "" {
 					assert.Empty(t, log.String())
 					return
 				}
 				assert.Equal(t, 1, strings.Count(log.String(), "level=WARN"), log.String())
-				assert.Contains(t, log.String(), tc.warns)
-				assert.Contains(t, log.String(), "dialect="+tc.dialect.String())
+				assert.Contains(t, log.String(), tc.refuses)
 			})
 		})
 	}
+}
+
+// A holder hears of a blind peer's node that comes after its grant, in one
+// notification and one listing, and its grant is lost with a cause that
+// names the dialect to use; its node goes. Every way of holding: granted at
+// once, after waiting, downgraded, several grants of one process.
+func TestHolderLosesToABlindPeer(t *testing.T) {
+	const curatorWriter = "_c_" + uuid + "-__WRIT__"
+	holds := map[string]func(t *testing.T, s *fakeServer, l *RWLock) []*Grant{
+		"at once": func(t *testing.T, _ *fakeServer, l *RWLock) []*Grant {
+			g, err := l.Lock(t.Context())
+			require.NoError(t, err)
+			return []*Grant{g}
+		},
+		"after waiting": func(t *testing.T, s *fakeServer, l *RWLock) []*Grant {
+			first, err := newLock(t, s.conn()).Lock(t.Context())
+			require.NoError(t, err)
+			w := start(t.Context(), l.Lock)
+			synctest.Wait()
+			require.NoError(t, first.Release(t.Context()))
+			synctest.Wait()
+			return []*Grant{granted(t, w)}
+		},
+		"downgraded": func(t *testing.T, _ *fakeServer, l *RWLock) []*Grant {
+			g, err := l.Lock(t.Context())
+			require.NoError(t, err)
+			r, err := g.Downgrade(t.Context())
+			require.NoError(t, err)
+			return []*Grant{r}
+		},
+		"three readers": func(t *testing.T, _ *fakeServer, l *RWLock) []*Grant {
+			var gs []*Grant
+			for range 3 {
+				g, err := l.RLock(t.Context())
+				require.NoError(t, err)
+				gs = append(gs, g)
+			}
+			return gs
+		},
+	}
+	for name, hold := range holds {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newFakeServer()
+				l := newLock(t, s.conn())
+				gs := hold(t, s, l)
+				synctest.Wait()
+				for _, g := range gs {
+					require.NoError(t, g.Err())
+				}
+				peer := peerNode(t, s.conn(), curatorWriter, "")
+				synctest.Wait()
+				for _, g := range gs {
+					require.True(t, isClosed(g.Done()), "told")
+					require.ErrorIs(t, g.Err(), ErrLost)
+					require.ErrorIs(t, g.Err(), ErrInvalidArgument)
+					assert.Contains(t, g.Err().Error(), "WithDialect(DialectCurator)")
+				}
+				assert.Equal(t, []string{peer}, s.lockNodes(dir), "the holders' nodes went")
+			})
+		})
+	}
+}
+
+// The holders' watch costs nothing while the directory does not change, and
+// one listing per change while a process holds, whatever its grants.
+func TestHolderPeerWatchCost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		cost := func(fn func()) int64 {
+			synctest.Wait()
+			before := c.calls.Load()
+			fn()
+			synctest.Wait()
+			return c.calls.Load() - before
+		}
+		warm, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, warm.Release(ctx))
+		for range 3 {
+			assert.Equal(t, int64(3), cost(func() {
+				g, err := l.Lock(ctx)
+				require.NoError(t, err)
+				require.NoError(t, g.Release(ctx))
+			}), "Lock and Release: create, list, delete")
+		}
+
+		gs := make([]*Grant, 3)
+		for i := range gs {
+			gs[i], err = l.RLock(ctx)
+			require.NoError(t, err)
+		}
+		other := newLock(t, s.conn())
+		assert.Equal(t, int64(3), cost(func() {
+			g, err := other.RLock(ctx)
+			require.NoError(t, err)
+			synctest.Wait()
+			require.NoError(t, g.Release(ctx))
+		}), "another process's reader comes and goes: one listing each time for the three holders, "+
+			"and the newest holder's watch on its own node, which its listing's watch left to it")
+		for _, g := range gs {
+			require.NoError(t, g.Release(ctx))
+		}
+	})
 }
 
 func TestWithDialectRejectsUnknown(t *testing.T) {

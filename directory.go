@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/go-zookeeper/zk"
 
@@ -39,7 +40,9 @@ func (a *acquisition) mkdirs(ctx context.Context) error {
 			a.created = append(a.created, dir)
 		case errors.Is(r.Err, zk.ErrNoAuth):
 			a.removeCreatedDirs()
-			return fmt.Errorf("create %s: %w (see WithACL)", dir, r.Err)
+			// The refusal is the parent's ACL's, which WithACL does not set.
+			return fmt.Errorf("create %s: %w (the ACL of %s does not let this client create in it: "+
+				"authenticate as a client it lets, with (*zk.Conn).AddAuth, or have its owner grant CREATE)", dir, r.Err, parentOf(dir))
 		case !errors.Is(r.Err, zk.ErrNodeExists):
 			return fmt.Errorf("create %s: %w", dir, r.Err)
 		}
@@ -71,4 +74,18 @@ func (a *acquisition) removeCreatedDirs() {
 		a.c.Delete(context.Background(), dir, nil)
 	}
 	a.created = nil
+}
+
+// parentOf returns the parent of a path below the root.
+func parentOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i > 0 {
+		return p[:i]
+	}
+	return "/"
+}
+
+// cannotCreate explains a lock directory that refused this client's node.
+func cannotCreate(dir string, err error) error {
+	return fmt.Errorf("create a node in %s: %w (its ACL does not let this client create in it: authenticate as a client "+
+		"it lets, with (*zk.Conn).AddAuth; WithACL sets the ACL only of directories the lock makes)", dir, err)
 }

@@ -301,8 +301,20 @@ func (c *fakeConn) Delete(p string, version int32) error {
 func (c *fakeConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 	var res []zk.MultiResponse
 	err := c.do("multi", "", func() error {
-		for _, op := range ops { // check first: all or nothing
+		fail := func(i int, err error) error { // the failing op carries the transaction's error
+			res = make([]zk.MultiResponse, len(ops))
+			res[i].Error = err
+			return err
+		}
+		for i, op := range ops { // check first: all or nothing
 			switch op := op.(type) {
+			case *zk.CreateRequest:
+				if c.s.nodes[path.Dir(op.Path)] == nil {
+					return fail(i, zk.ErrNoNode)
+				}
+				if op.Flags&zk.FlagSequence == 0 && c.s.nodes[op.Path] != nil {
+					return fail(i, zk.ErrNodeExists)
+				}
 			case *zk.SetDataRequest:
 				if c.s.nodes[op.Path] == nil {
 					return zk.ErrNoNode
@@ -315,8 +327,19 @@ func (c *fakeConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 				return fmt.Errorf("fake multi: unsupported %T", op)
 			}
 		}
+		txn := c.s.zxid + 1 // a transaction: its creates share one czxid
 		for _, op := range ops {
 			switch op := op.(type) {
+			case *zk.CreateRequest:
+				p, err := c.s.create(c, op.Path, op.Data, op.Flags)
+				if err != nil {
+					return err
+				}
+				c.s.zxid = txn
+				n := c.s.nodes[p]
+				n.stat.Czxid, n.stat.Mzxid, c.s.czxids[p] = txn, txn, txn
+				res = append(res, zk.MultiResponse{String: p})
+				continue
 			case *zk.SetDataRequest:
 				n := c.s.nodes[op.Path]
 				c.s.zxid++

@@ -65,6 +65,7 @@ type Grant struct {
 func newGrant(l *RWLock, c *zkclient.Client, mode Mode, node string, session int64) *Grant {
 	g := &Grant{l: l, c: c, mode: mode, node: node, session: session}
 	g.initContext()
+	l.granted(g)
 	c.Hold((*holder)(g))
 	return g
 }
@@ -131,6 +132,7 @@ func (g *Grant) judge() {
 	if r.ctx.Err() == nil {
 		r.c.Judge((*holder)(r))
 	}
+	// mutant: judge-ignores-hold-limit
 	if r.ctx.Err() == nil && r.overHold() {
 		r.holdLimitReached()
 	}
@@ -255,12 +257,13 @@ func (g *Grant) Release(ctx context.Context) error {
 		if g.setReleasing(false) {
 			g.watchNode() // someone else's delete may have come meanwhile: look again
 		}
-		return fmt.Errorf("rwlock: release %s: %w", g.node, err)
+		g.l.peerWatch.join(g, nil) // the watching may have stopped for our release
+		return errorf("rwlock: release %s: %w", g.node, err)
 	}
 	g.released = true
 	g.end(ErrReleased)
 	if err != nil {
-		return fmt.Errorf("rwlock: release %s: %w", g.node, err)
+		return errorf("rwlock: release %s: %w", g.node, err)
 	}
 	return nil
 }
@@ -297,7 +300,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	}
 	g.ops.Lock()
 	defer g.ops.Unlock()
-	fail := func(err error) (*Grant, error) { return nil, fmt.Errorf("rwlock: downgrade %s: %w", g.node, err) }
+	fail := func(err error) (*Grant, error) { return nil, errorf("rwlock: downgrade %s: %w", g.node, err) }
 	g.judge() // a grant the clock has given up must not let readers in
 	switch {
 	case g.released || g.ctx.Err() != nil:
@@ -343,7 +346,9 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	g.released, g.successor = true, d
 	g.c.Ref() // the read grant's own use of the client
 	g.c.Hold((*holder)(d))
+	l.peerWatch.join(d, nil) // before g leaves, so that the watching goes on
 	g.end(ErrReleased)
+	l.granted(d) // after g's end, so that the node is never counted twice
 	d.watchNode()
 	l.debug("downgraded", g.node)
 	return d, nil

@@ -38,11 +38,11 @@ func (g *Grant) Multi(ctx context.Context, ops ...any) ([]zk.MultiResponse, erro
 	r := g.root()
 	for i, op := range ops {
 		if err := r.guardable(op); err != nil {
-			return nil, fmt.Errorf("rwlock: multi on %s: op %d: %w", r.node, i, err)
+			return nil, errorf("rwlock: multi on %s: op %d: %w", r.node, i, err)
 		}
 	}
 	if err := g.Err(); err != nil {
-		return nil, fmt.Errorf("rwlock: multi on %s: %w", r.node, err)
+		return nil, errorf("rwlock: multi on %s: %w", r.node, err)
 	}
 	all := make([]any, 0, 1+len(ops))
 	all = append(all, &zk.CheckVersionRequest{Path: r.node, Version: -1}) // -1: any version, so: it exists
@@ -50,10 +50,10 @@ func (g *Grant) Multi(ctx context.Context, ops ...any) ([]zk.MultiResponse, erro
 	reply := r.c.Multi(&tally{Context: ctx, n: &r.requests}, all, nil, nil)
 	if len(reply.V) > 0 && errors.Is(reply.V[0].Error, zk.ErrNoNode) {
 		r.deletedUnderGuard()
-		return nil, fmt.Errorf("rwlock: multi on %s: %w", r.node, g.Err())
+		return nil, errorf("rwlock: multi on %s: %w", r.node, g.Err())
 	}
 	if reply.Err != nil {
-		return reply.V[min(1, len(reply.V)):], fmt.Errorf("rwlock: multi on %s: %w", r.node, reply.Err)
+		return reply.V[min(1, len(reply.V)):], errorf("rwlock: multi on %s: %w", r.node, reply.Err)
 	}
 	return reply.V[1:], nil
 }

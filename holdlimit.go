@@ -49,9 +49,14 @@ func (g *Grant) limitHold(end time.Time) {
 		head = g.l.maxHold / 4
 	}
 	g.holdNotice = end.Add(-min(head, g.l.maxHold/2))
-	timer := time.AfterFunc(time.Until(g.holdNotice), g.holdLimitReached)
+	timer := holdTimer(time.Until(g.holdNotice), g.holdLimitReached)
 	g.whenEnded(func(error) { timer.Stop() })
 }
+
+// holdTimer starts the timer that tells a holder of its limit. Tests
+// replace it with one that never fires, as in a process paused past the
+// notice, whose timer's goroutine has not run yet when it resumes.
+var holdTimer = time.AfterFunc
 
 // overHold reports whether g's hold limit has come: a process that was
 // paused sees it at its first look, before the timer's goroutine runs.

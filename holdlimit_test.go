@@ -146,3 +146,39 @@ func TestQueueShowsHoldLimit(t *testing.T) {
 		require.NoError(t, granted(t, next).Release(ctx))
 	})
 }
+
+// A process paused past the notice resumes before its hold timer's
+// goroutine runs: the first Err already fails, and the next writer is
+// still kept out until the limit.
+func TestHoldLimitAfterAPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 10 * time.Second
+		defer func(t func(time.Duration, func()) *time.Timer) { holdTimer = t }(holdTimer)
+		holdTimer = func(time.Duration, func()) *time.Timer { return time.AfterFunc(time.Hour, func() {}) }
+		s := newFakeServer()
+		c := s.conn()
+		c.setGranted(8 * time.Second) // told 2s before the limit
+		l := newLock(t, c, WithMaxHold(limit))
+		began := time.Now()
+		g, err := l.Lock(t.Context())
+		require.NoError(t, err)
+		next := start(t.Context(), newLock(t, s.conn()).Lock)
+
+		time.Sleep(limit - time.Second) // past the notice, the timer unheard
+		synctest.Wait()
+		select {
+		case <-next:
+			t.Fatal("the next writer was granted before the limit")
+		default:
+		}
+		require.ErrorIs(t, g.Err(), ErrHoldLimit, "the first look after the pause")
+		require.ErrorIs(t, g.Err(), ErrLost)
+
+		time.Sleep(time.Until(began.Add(limit)))
+		synctest.Wait()
+		w := granted(t, next)
+		assert.Equal(t, limit, time.Since(began), "the node goes at the limit")
+		require.NoError(t, w.Release(t.Context()))
+		require.NoError(t, g.Release(t.Context()))
+	})
+}

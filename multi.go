@@ -63,12 +63,15 @@ type Request struct {
 func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
 	s, err := newSet(ctx, reqs)
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: lockall: %w", err)
+		return nil, errorf("rwlock: lockall: %w", err)
 	}
 	if len(s.members) == 0 {
 		return nil, nil
 	}
 	start := time.Now()
+	for _, a := range s.members {
+		a.l.starting(ctx, a.want, start)
+	}
 	grants, err := s.run(ctx)
 	for _, a := range s.members {
 		a.l.acquired(ctx, a, start, err)
@@ -79,7 +82,7 @@ func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
 				a.c.Unref()
 			}
 		}
-		return nil, fmt.Errorf("rwlock: lockall %s: %w", s, err)
+		return nil, errorf("rwlock: lockall %s: %w", s, err)
 	}
 	return grants, nil
 }
@@ -230,8 +233,7 @@ func (s *set) create(ctx context.Context) ([]step, error) {
 				return nil, err
 			}
 		case errors.Is(r.Err, zk.ErrNoAuth) && failed >= 0:
-			return nil, fmt.Errorf("create a node in %s: %w (the directory's ACL does not let this client create; see WithACL)",
-				s.members[failed].l.path, r.Err)
+			return nil, cannotCreate(s.members[failed].l.path, r.Err)
 		case zkclient.ConnectionLoss(r.Err):
 			return s.settle(ctx)
 		default:
@@ -253,6 +255,7 @@ func (s *set) advance(ctx context.Context, next []step) ([]step, error) {
 	for i, a := range s.members {
 		wg.Go(func() {
 			next[i], errs[i] = a.advance(a.counting(members), next[i])
+			// mutant: set-partial
 			if errs[i] != nil || next[i] == stepCreate || next[i] == stepRequeue {
 				stop()
 			}

@@ -36,7 +36,7 @@ func (l *RWLock) nested(ctx context.Context, w want) (g *Grant, err error, ok bo
 		err = fmt.Errorf("%w (%s)", ErrUpgrade, outer.node)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: %s %s: %w", verb(w), l.path, err), true
+		return nil, errorf("rwlock: %s %s: %w", verb(w), l.path, err), true
 	}
 	return nestIn(outer, w.mode), nil, true
 }

@@ -18,6 +18,8 @@ import (
 // module github.com/zkrwlock/rwlock/otelrwlock has one that feeds
 // OpenTelemetry. Set one with [WithObserver].
 //
+// To hear of them as they begin too, implement [StartObserver].
+//
 // Its methods run on the goroutine that ends the acquisition or the
 // grant, inside the lock's call, so they must be quick and must not block
 // or call the lock; an Observer shared by several locks must be safe for
@@ -71,13 +73,40 @@ type GrantEvent struct {
 	// connection, a downgrade whose outcome is unknown, ...). It is "" for
 	// a release or a downgrade.
 	Loss     string
-	Requests int   // the requests the grant sent: its release, Token, watch, Downgrade
+	Requests int   // the requests the grant sent: its release, Token, watches, Downgrade, listings for peers (see WithDialect)
 	Err      error // ErrReleased, or an error wrapping ErrLost
 }
 
+// A StartObserver is an Observer that also hears of every acquisition and
+// every grant as it begins, so that it can tell what is under way: the
+// acquisitions waiting now, the grants held now, the oldest wait's age. An
+// Observer hears of a wait only when it ends, which may be minutes later.
+// It is an interface of its own, which the lock looks for with a type
+// assertion (as io.Copy looks for io.WriterTo), so that the Observers
+// written before it keep compiling and working.
+//
+// Every ObserveAcquireStart is followed by one ObserveAcquire with the same
+// Lock, Mode and Start, and every ObserveGrantStart by one ObserveGrant with
+// the same Node, so an observer counts what is under way exactly. Grants
+// are those that own a node, as for ObserveGrant: a nested grant (see
+// [ContextWithGrant]) is none, and the readers that share a node (see
+// [WithReadCoalescing]) are one grant, the node's. A Downgrade ends the
+// write grant and then starts a read grant of the same node.
+type StartObserver interface {
+	Observer
+	// ObserveAcquireStart is called as an acquisition begins, with the
+	// caller's context and an event that has only Lock, Mode, Try and
+	// Start.
+	ObserveAcquireStart(ctx context.Context, e AcquireEvent)
+	// ObserveGrantStart is called as a grant begins, with an event that
+	// has only Lock, Node and Mode.
+	ObserveGrantStart(e GrantEvent)
+}
+
 // WithObserver makes the lock tell o of every acquisition and grant (see
-// [Observer]). Each WithObserver adds one: observers hear every event, in
-// the order they were given.
+// [Observer], and [StartObserver] for one that hears of their starts
+// too). Each WithObserver adds one: observers hear every event, in the
+// order they were given.
 func WithObserver(o Observer) Option {
 	return func(opts *options) {
 		if o == nil {
@@ -85,6 +114,9 @@ func WithObserver(o Observer) Option {
 			return
 		}
 		opts.observers = append(opts.observers, o)
+		if so, ok := o.(StartObserver); ok {
+			opts.starters = append(opts.starters, so)
+		}
 	}
 }
 
@@ -139,6 +171,30 @@ func leaseLapsed(err error) bool {
 // no other request. Change the definition here: it is the only place that
 // makes it.
 func oneRoundTrip(a *acquisition) bool { return a.oneTrip && !a.waited && a.requests.Load() <= 2 }
+
+// starting tells the StartObservers that an acquisition in mode w begins
+// at start. Its ObserveAcquire is acquired's, with the same start.
+func (l *RWLock) starting(ctx context.Context, w want, start time.Time) {
+	if len(l.starters) == 0 {
+		return
+	}
+	ev := AcquireEvent{Lock: l.path, Mode: w.mode, Try: !w.block, Start: start}
+	for _, o := range l.starters {
+		o.ObserveAcquireStart(ctx, ev)
+	}
+}
+
+// granted tells the StartObservers that g, a grant that owns its node,
+// begins. Its ObserveGrant is end's.
+func (l *RWLock) granted(g *Grant) {
+	if len(l.starters) == 0 {
+		return
+	}
+	ev := GrantEvent{Lock: l.path, Node: g.node, Mode: g.mode}
+	for _, o := range l.starters {
+		o.ObserveGrantStart(ev)
+	}
+}
 
 // acquired ends an acquisition's figures as it returns: the contention
 // profile's sample, and the observers' event. It runs on the caller's

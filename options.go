@@ -20,6 +20,7 @@ type options struct {
 	cleanupTimeout time.Duration
 	maxHold        time.Duration
 	observers      []Observer
+	starters       []StartObserver // the observers that are StartObservers too
 	dialect        Dialect
 	coalesce       bool // WithReadCoalescing
 	err            error

@@ -3,7 +3,6 @@ package rwlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -50,7 +49,7 @@ type Entry struct {
 // ignored. A lock directory that does not exist is an empty queue.
 func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	if l.conn == nil {
-		return nil, fmt.Errorf("rwlock: queue: %w: the RWLock was not made by New", ErrInvalidArgument)
+		return nil, errorf("rwlock: queue: %w: the RWLock was not made by New", ErrInvalidArgument)
 	}
 	c := zkclient.For(l.conn)
 	defer c.Unref()
@@ -59,7 +58,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 		return nil, nil
 	}
 	if children.Err != nil {
-		return nil, fmt.Errorf("rwlock: queue %s: %w", l.path, children.Err)
+		return nil, errorf("rwlock: queue %s: %w", l.path, children.Err)
 	}
 	var nodes []lockNode
 	var peers uint16
@@ -86,7 +85,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 				return nil
 			}
 			if r.Err != nil {
-				return fmt.Errorf("rwlock: queue %s: %w", path, r.Err)
+				return errorf("rwlock: queue %s: %w", path, r.Err)
 			}
 			mode := n.mode
 			if mode == Write && n.ours && lockname.Downgraded(r.V.Data) {

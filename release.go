@@ -180,7 +180,8 @@ func (l *RWLock) checkDeletable(ctx context.Context, c *zkclient.Client) error {
 	switch {
 	case errors.Is(r.Err, zk.ErrNoAuth):
 		return fmt.Errorf("%w: this client may not delete nodes in %s (the directory's ACL lacks DELETE for it), "+
-			"so it could never release a grant there", zk.ErrNoAuth, l.path)
+			"so it could never release a grant there; if the ACL names a user (digest) or another scheme, authenticate as it "+
+			"with (*zk.Conn).AddAuth before locking", zk.ErrNoAuth, l.path)
 	case errors.Is(r.Err, zk.ErrNoNode):
 		l.deletable.Store(true)
 	}

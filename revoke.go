@@ -3,7 +3,6 @@ package rwlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path"
 	"slices"
 	"sync"
@@ -43,7 +42,7 @@ import (
 func (l *RWLock) Revoke(ctx context.Context, reason string) error {
 	q, err := l.Queue(ctx)
 	if err != nil {
-		return fmt.Errorf("rwlock: revoke %s: %w", l.path, err)
+		return errorf("rwlock: revoke %s: %w", l.path, err)
 	}
 	var held []int32
 	for _, e := range q {
@@ -61,7 +60,7 @@ func (l *RWLock) Revoke(ctx context.Context, reason string) error {
 	case errors.Is(r.Err, zk.ErrNoNode):
 		return nil // every holder left, and the directory with them
 	case r.Err != nil:
-		return fmt.Errorf("rwlock: revoke %s: %w", l.path, r.Err)
+		return errorf("rwlock: revoke %s: %w", l.path, r.Err)
 	}
 	return nil
 }

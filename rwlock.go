@@ -97,8 +97,10 @@ type RWLock struct {
 	maxHold        time.Duration // from WithMaxHold; 0 for none
 	dialect        Dialect
 
-	observers   []Observer // from WithObserver
+	observers   []Observer      // from WithObserver
+	starters    []StartObserver // those of observers that hear of starts too
 	revocations revocations
+	peerWatch   peerWatch
 	coalesce    *coalescer // the shared read node; nil without WithReadCoalescing
 
 	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
@@ -146,6 +148,7 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		cleanupTimeout: o.cleanupTimeout,
 		maxHold:        o.maxHold,
 		observers:      o.observers,
+		starters:       o.starters,
 		dialect:        o.dialect,
 	}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +19,10 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-const dir = "/locks/x"
+const (
+	dir  = "/locks/x"
+	dir2 = "/locks/y" // a second lock, for sets
+)
 
 func newLock(t *testing.T, c *fakeConn, opts ...Option) *RWLock {
 	t.Helper()
@@ -186,8 +190,9 @@ func TestWakeWithoutRelist(t *testing.T) {
 		require.NoError(t, w.Release(ctx))
 		synctest.Wait()
 		g := granted(t, r)
-		assert.Equal(t, int64(5+c.overtaken(first)), c.calls.Load()-before,
-			"the DELETE check (first acquisition of a lock), create, list, watch our own node, watch the writer")
+		assert.Equal(t, int64(6+c.overtaken(first)), c.calls.Load()-before,
+			"the DELETE check (first acquisition of a lock), create, list, watch our own node, watch the writer; "+
+				"once granted, the holder's listing for peers (peers.go)")
 		require.NoError(t, g.Release(ctx))
 	})
 }
@@ -607,7 +612,8 @@ func TestHeldMarkSparesListing(t *testing.T) {
 			synctest.Wait()
 			require.NoError(t, granted(t, w).Release(ctx))
 		}
-		assert.Equal(t, before, listed(), "no listing during the drain")
+		assert.Equal(t, before+int64(len(waits)), listed(),
+			"no listing during the drain, but each holder's one listing for peers, once granted (peers.go)")
 		assert.Empty(t, s.lockNodes(dir))
 	})
 }
@@ -734,5 +740,23 @@ func TestListingBehindTheCreateTakesOneRoundTrip(t *testing.T) {
 		c.setBefore(nil)
 		c.setAfter(nil)
 		require.NoError(t, g.Release(ctx))
+	})
+}
+
+// A message says "rwlock: " once, however deep the errors it wraps.
+func TestErrorsSayRwlockOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := newLock(t, s.conn())
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		_, err = newLock(t, s.conn()).TryLock(ctx)
+		require.ErrorIs(t, err, ErrWouldBlock)
+		assert.Equal(t, "rwlock: trylock "+dir+": would block", err.Error())
+		require.NoError(t, g.Release(ctx))
+		_, err = g.Downgrade(ctx)
+		require.ErrorIs(t, err, ErrReleased)
+		assert.Equal(t, 1, strings.Count(err.Error(), "rwlock: "), err.Error())
 	})
 }

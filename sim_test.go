@@ -73,11 +73,23 @@ var (
 	simBothWays  = flag.Bool("sim.bothways", false, "links are cut both ways only")
 	simCoalesce  = flag.Bool("sim.coalesce", false, "TestSimulation with coalesced reads (see TestSimulationCoalesced)")
 	simCoalesced = flag.Int("sim.coalesced", 1000, "number of schedules TestSimulationCoalesced runs")
+	simWithSets  = flag.Bool("sim.set", false, "TestSimulation with sets of locks (see TestSimulationSets)")
+	simSets      = flag.Int("sim.sets", 1000, "number of schedules TestSimulationSets runs")
 )
 
 func TestSimulation(t *testing.T) {
-	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce}
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce, sets: *simWithSets}
 	simulate(t, cfg, *simSchedules)
+}
+
+// TestSimulationSets runs the simulation with sets of locks (LockAll, see
+// multi.go): besides its steps on the lock, each client takes the lock and
+// a second one together, in an order and modes of its own each time, under
+// every fault. Mutual exclusion is checked on each lock; a deadlock shows
+// as a run that makes no progress.
+func TestSimulationSets(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, sets: true}
+	simulate(t, cfg, *simSets)
 }
 
 // TestSimulationCoalesced runs the simulation with WithReadCoalescing: each
@@ -115,6 +127,7 @@ type simConfig struct {
 	noCut    bool // no cut links
 	bothWays bool // links are cut both ways only
 	coalesce bool // coalesced reads, and a reading goroutine more per process
+	sets     bool // sets of two locks, taken with LockAll
 }
 
 // flags are the test flags that replay seed with c.
@@ -131,6 +144,9 @@ func (c simConfig) flags(seed uint64) string {
 	}
 	if c.coalesce {
 		f += " -sim.coalesce"
+	}
+	if c.sets {
+		f += " -sim.set"
 	}
 	return f
 }
@@ -181,9 +197,11 @@ type simClient struct {
 	conn  *fakeConn
 	zk    *zkClient
 	lock  *RWLock
-	steps []simStep // what it will do
-	known bool      // its connection tells the lock the session timeout, as Dial's does
-	twin  bool      // a second goroutine of another client's process (coalesce)
+	steps []simStep  // what it will do
+	known bool       // its connection tells the lock the session timeout, as Dial's does
+	twin  bool       // a second goroutine of another client's process (coalesce), or a set's member
+	lock2 *RWLock    // the set's second lock (sets)
+	other *simClient // holds the grant of lock2 while c holds a set (sets)
 
 	// Guarded by net.mu:
 	cancel   context.CancelFunc // cancels the acquisition in progress
@@ -201,11 +219,19 @@ type simStep struct {
 	mode Mode
 	try  bool
 	hold time.Duration // unless the grant is lost first
+	set  *simSet       // a set of the lock and lock2, instead of mode and try
+}
+
+// simSet is a LockAll of the client's two locks.
+type simSet struct {
+	mode2    Mode // lock2's; the lock's is the step's
+	reversed bool // lock2 asked for first
 }
 
 // simGrant is a grant given, for the check after a stopped process resumes.
 type simGrant struct {
 	client int
+	lock   string
 	mode   Mode
 	at     time.Time
 }
@@ -329,12 +355,22 @@ func (s *sim) run() {
 			return
 		}
 		c.lock = l
+		if s.cfg.sets {
+			if c.lock2, err = newRWLock(conn, dir2, opts...); err != nil {
+				s.fail("newRWLock: %v", err)
+				return
+			}
+		}
 		for range 1 + r.IntN(3) {
 			hold := time.Duration(r.IntN(50)) * time.Millisecond
 			if r.IntN(3) == 0 {
 				hold = time.Duration(r.Int64N(int64(2 * s.timeout))) // through a partition, maybe
 			}
-			c.steps = append(c.steps, simStep{mode: Mode(1 + r.IntN(2)), try: r.IntN(8) == 0, hold: hold})
+			step := simStep{mode: Mode(1 + r.IntN(2)), try: r.IntN(8) == 0, hold: hold}
+			if s.cfg.sets && r.IntN(3) != 0 {
+				step.try, step.set = false, &simSet{mode2: Mode(1 + r.IntN(2)), reversed: r.IntN(2) == 0}
+			}
+			c.steps = append(c.steps, step)
 		}
 		s.clients = append(s.clients, c)
 	}
@@ -353,6 +389,14 @@ func (s *sim) run() {
 			s.clients = append(s.clients, t)
 		}
 	}
+	if s.cfg.sets {
+		// Who holds each client's grant of lock2, for the checks; it takes
+		// no steps of its own.
+		for _, c := range s.clients[:nClients] {
+			c.other = &simClient{id: len(s.clients), conn: c.conn, zk: c.zk, lock: c.lock2, known: c.known, twin: true}
+			s.clients = append(s.clients, c.other)
+		}
+	}
 	s.logf("session timeout %v, server tick %v, %d host(s), %d clients, faults: %+v", s.timeout, tick, hosts, nClients, s.budget)
 
 	var clients, apps sync.WaitGroup
@@ -368,8 +412,10 @@ func (s *sim) run() {
 		close(clientsDone)
 	}()
 	s.schedule(clientsDone)
-	if nodes := s.server.lockNodes(dir); len(nodes) > 0 {
-		s.fail("nodes left behind: %v", nodes)
+	for _, d := range []string{dir, dir2} {
+		if nodes := s.server.lockNodes(d); len(nodes) > 0 {
+			s.fail("nodes left behind in %s: %v", d, nodes)
+		}
 	}
 	s.checkJoins()
 	for _, c := range s.clients {
@@ -464,7 +510,13 @@ func (s *sim) client(c *simClient) {
 		n.mu.Lock()
 		known := c.zk.known
 		n.mu.Unlock()
-		g, err := c.lock.acquire(ctx, w)
+		var g, g2 *Grant
+		var err error
+		if step.set != nil {
+			g, g2, err = s.lockSet(ctx, c, step)
+		} else {
+			g, err = c.lock.acquire(ctx, w)
+		}
 		cancel()
 		c.zk.pause()
 		n.mu.Lock()
@@ -477,10 +529,15 @@ func (s *sim) client(c *simClient) {
 			}
 			continue
 		}
-		done := g.Done() // a careful holder watches from the start
+		done, done2 := g.Done(), (<-chan struct{})(nil) // a careful holder watches from the start
 		n.mu.Lock()
 		c.holding, c.holdEnd = g, time.Now().Add(step.hold)
-		s.grants = append(s.grants, simGrant{c.id, g.Mode(), time.Now()})
+		s.grants = append(s.grants, simGrant{c.id, dir, g.Mode(), time.Now()})
+		if g2 != nil {
+			done2 = g2.Done()
+			c.other.holding, c.other.holdEnd = g2, c.holdEnd
+			s.grants = append(s.grants, simGrant{c.other.id, dir2, g2.Mode(), time.Now()})
+		}
 		if s.cfg.coalesce && w.mode == Read && w.block {
 			s.server.mu.Lock()
 			s.joins = append(s.joins, simJoin{c.id, g.Node(), known, s.server.zxid})
@@ -493,18 +550,51 @@ func (s *sim) client(c *simClient) {
 		case <-hold.C:
 		case <-done:
 			hold.Stop()
+		case <-done2:
+			hold.Stop()
 		}
 		c.zk.pause()
-		if g.Err() != nil {
-			s.logf("c%d lost: %v", c.id, g.Err())
+		if err := errors.Join(g.Err(), g2.errIfAny()); err != nil {
+			s.logf("c%d lost: %v", c.id, err)
 		} else {
 			s.logf("c%d releases", c.id)
 		}
 		n.mu.Lock()
 		c.holding = nil
+		if g2 != nil {
+			c.other.holding = nil
+		}
 		n.mu.Unlock()
 		g.Release(context.Background())
+		if g2 != nil {
+			g2.Release(context.Background())
+		}
 	}
+}
+
+// lockSet takes c's two locks with LockAll, in the step's order and modes,
+// and returns the grants of the lock and of lock2.
+func (s *sim) lockSet(ctx context.Context, c *simClient, step simStep) (g, g2 *Grant, err error) {
+	reqs := []Request{{Lock: c.lock, Mode: step.mode}, {Lock: c.lock2, Mode: step.set.mode2}}
+	if step.set.reversed {
+		reqs[0], reqs[1] = reqs[1], reqs[0]
+	}
+	gs, err := LockAll(ctx, reqs...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if step.set.reversed {
+		return gs[1], gs[0], nil
+	}
+	return gs[0], gs[1], nil
+}
+
+// errIfAny is g's Err, or nil for no grant.
+func (g *Grant) errIfAny() error {
+	if g == nil {
+		return nil
+	}
+	return g.Err()
 }
 
 // app is an application sharing c's connection: it keeps a watch on a node
@@ -923,7 +1013,7 @@ func (s *sim) thaw(c *simClient) {
 // Call with net.mu held.
 func (s *sim) lostDuring(c *simClient, g *Grant) string {
 	for _, o := range s.grants[c.stopped:] {
-		if o.client != c.id && (o.mode == Write || g.Mode() == Write) {
+		if o.client != c.id && o.lock == g.l.path && (o.mode == Write || g.Mode() == Write) {
 			return fmt.Sprintf("c%d was granted %s at %v", o.client, o.mode, at(o.at))
 		}
 	}
@@ -961,7 +1051,7 @@ func (s *sim) check() {
 		return
 	}
 	now := time.Now()
-	var writers, readers []*simClient
+	writers, readers := map[string][]*simClient{}, map[string][]*simClient{}
 	for _, c := range s.clients {
 		g := c.holding
 		if g == nil || c.zk.frozen || isClosed(g.ctx.Done()) {
@@ -977,20 +1067,23 @@ func (s *sim) check() {
 				continue // go-zookeeper's blind spot, which such a grant keeps
 			}
 		}
-		if g.Mode() == Write {
-			writers = append(writers, c)
+		if p := g.l.path; g.Mode() == Write {
+			writers[p] = append(writers[p], c)
 		} else {
-			readers = append(readers, c)
+			readers[p] = append(readers[p], c)
 		}
 	}
-	if len(writers) > 1 || len(writers) == 1 && len(readers) > 0 {
-		var b strings.Builder
-		b.WriteString("mutual exclusion violated, none told of a loss:")
-		for _, c := range append(writers, readers...) {
-			b.WriteString("\n\t")
-			b.WriteString(s.status(c))
+	for p, ws := range writers {
+		if len(ws) > 1 || len(ws) == 1 && len(readers[p]) > 0 {
+			var b strings.Builder
+			b.WriteString("mutual exclusion violated on " + p + ", none told of a loss:")
+			for _, c := range append(ws, readers[p]...) {
+				b.WriteString("\n\t")
+				b.WriteString(s.status(c))
+			}
+			s.failed = b.String()
+			return
 		}
-		s.failed = b.String()
 	}
 }
 

@@ -87,7 +87,7 @@ func runBurst(b *testing.B, s *servers, p sizes, name string, coalesce bool, m *
 	p1 := s.mustMntr(b, "zk_packets_received")
 
 	grants := int64(p.batches) * burstReaders
-	r := newRecord(name)
+	r := newRecord(workload(name, p.batches == standard.batches))
 	r.put("clients", 1)
 	r.put("goroutines", burstReaders)
 	r.put("coalesced", coalesce)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
@@ -67,6 +68,10 @@ func TestACL(t *testing.T) {
 				require.Nil(t, g, "%s %s", name, tc.name)
 				require.ErrorIs(t, err, zk.ErrNoAuth, "%s %s", name, tc.name)
 				require.Less(t, time.Since(start), 10*time.Second, "%s %s: must fail at once, not retry", name, tc.name)
+				// The remedy is to authenticate: WithACL cannot change an
+				// ACL someone else set.
+				assert.Contains(t, err.Error(), "AddAuth", "%s %s", name, tc.name)
+				assert.NotContains(t, err.Error(), "see WithACL", "%s %s", name, tc.name)
 				t.Logf("%s %s: %v", name, tc.name, err)
 			}
 		}

@@ -3,6 +3,7 @@ package integration
 import (
 	"cmp"
 	"context"
+	"flag"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -11,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/faultproxy"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -66,6 +69,8 @@ func TestCoalescedBurstRequests(t *testing.T) {
 	assert.Empty(t, lockNodes(t, c.conn, path))
 }
 
+var coalescedFor = flag.Duration("coalesced.for", 20*time.Second, "how long TestCoalescedFairnessUnderStress runs (3s with -short)")
+
 // Fairness under stress: readers of one process arrive continuously on a
 // coalescing lock while writers on other connections queue. Every writer
 // is granted; no reader joins a node behind which a writer had queued when
@@ -75,11 +80,13 @@ func TestCoalescedFairnessUnderStress(t *testing.T) {
 	path := zktest.LockPath(t, "/it")
 	local := connect(t, zk.ConnectString(), 0)
 	lr := local.lock(t, path, rwlock.WithReadCoalescing())
-	ctx := testContext(t)
-	duration := 20 * time.Second
+	duration := *coalescedFor
 	if testing.Short() {
-		duration = 3 * time.Second
+		duration = min(duration, 3*time.Second)
 	}
+	// testContext's minute, after the run: coalesced.for may exceed it.
+	ctx, cancel := context.WithTimeout(t.Context(), duration+time.Minute)
+	defer cancel()
 	stop := time.Now().Add(duration)
 
 	type join struct {
@@ -217,8 +224,9 @@ func TestCoalescedFairnessUnderStress(t *testing.T) {
 	for _, j := range joins {
 		nodes[j.node] = true
 	}
-	t.Logf("%d reads on %d nodes (%d cancelled), writers granted %d/%d/%d; latest join ahead of a writer: %v after its node",
-		reads.Load(), len(nodes), cancels.Load(), granted[0].Load(), granted[1].Load(), granted[2].Load(), lateness)
+	t.Logf("%v: %d reads on %d nodes (%d cancelled), writers granted %d/%d/%d; latest join ahead of a writer: %v after its node; %d late joins, %d exclusion violations",
+		duration, reads.Load(), len(nodes), cancels.Load(), granted[0].Load(), granted[1].Load(), granted[2].Load(), lateness,
+		violations, x.violations.Load())
 	assert.Zero(t, violations, "readers that joined a node after a writer queued behind it")
 	assert.Zero(t, x.violations.Load(), "exclusion")
 	for i := range granted {
@@ -283,4 +291,113 @@ func TestCoalescedLossReachesEveryJoiner(t *testing.T) {
 		assert.NoError(t, g.Release(ctx))
 	}
 	assert.Empty(t, lockNodes(t, a.conn, path))
+}
+
+// The loss of a shared node to a fault of the joiners' client reaches every
+// joiner before a writer on another client is granted: each joiner's Done
+// (each WithRead's context) closes, with ErrLost, before the writer's Lock
+// returns. Two faults end in the server's own expiry of the session: a
+// partition (a blackhole: the client hears nothing, not even a close), and
+// a server that refuses the client, which knows at once that it is
+// disconnected and cannot get back before the session expires.
+func TestCoalescedFaultLossReachesEveryJoinerFirst(t *testing.T) {
+	const timeout = 4 * time.Second
+	srv := faultServer(t, 1) // its own: the times compared are the point
+	for _, fault := range []struct {
+		name  string
+		apply func(p *faultproxy.Proxy)
+	}{
+		{"partition", func(p *faultproxy.Proxy) { p.Blackhole() }},
+		{"expiry", func(p *faultproxy.Proxy) { p.Refuse(true); p.Cut() }},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			t.Parallel()
+			for trial := range 3 {
+				t.Run(strconv.Itoa(trial), func(t *testing.T) {
+					coalescedFaultTrial(t, srv.Addr(0), timeout, fault.apply)
+				})
+			}
+		})
+	}
+}
+
+// coalescedFaultTrial puts 8 RLock and 4 WithRead joiners on one shared
+// node of a client behind a proxy, queues a writer of a client without one
+// behind them, applies the fault, and compares the times.
+func coalescedFaultTrial(t *testing.T, addr string, timeout time.Duration, fault func(*faultproxy.Proxy)) {
+	const grants, withReads = 8, 4
+	p := proxied(t, addr)
+	joiners := connect(t, p.Addr(), timeout)
+	other := connect(t, addr, timeout)
+	path := zktest.LockPath(t, "/it")
+	l := joiners.lock(t, path, rwlock.WithReadCoalescing())
+	ctx := testContext(t)
+
+	var dones []<-chan time.Time // when each joiner was told
+	var gs []*rwlock.Grant
+	for range grants {
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		gs = append(gs, g)
+		dones = append(dones, closedAt(ctx, g.Done()))
+	}
+	inside := make(chan (<-chan time.Time), withReads)
+	results := make(chan error, withReads)
+	for range withReads {
+		go func() {
+			results <- l.WithRead(ctx, func(fctx context.Context) error {
+				inside <- closedAt(ctx, fctx.Done())
+				<-fctx.Done()
+				return context.Cause(fctx)
+			})
+		}()
+	}
+	for range withReads {
+		dones = append(dones, <-inside)
+	}
+	require.Len(t, lockNodes(t, other.conn, path), 1, "one node for every joiner")
+	require.Equal(t, grants+withReads, waitQueue(t, l, 1)[0].Readers)
+	w := goAcquire(t, ctx, other.lock(t, path).Lock)
+	waitNodeCount(t, other.conn, path, 2, 5*time.Second)
+	session := joiners.conn.SessionID()
+
+	start := time.Now()
+	fault(p)
+	grantAt := func() time.Time {
+		g := w.granted(t, timeout+2*faultTick+5*time.Second)
+		defer mustRelease(t, g)
+		return w.at
+	}()
+	var last time.Time
+	for i, done := range dones {
+		var at time.Time
+		select {
+		case at = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("joiner %d never told of the loss; the writer was granted %v after the fault", i, msec(grantAt.Sub(start)))
+		}
+		require.True(t, at.Before(grantAt), "joiner %d told %v AFTER the writer was granted", i, at.Sub(grantAt))
+		if at.After(last) {
+			last = at
+		}
+	}
+	t.Logf("fault → last joiner told %v, → writer granted %v (%v later); session timeout %v, tick %v",
+		msec(last.Sub(start)), msec(grantAt.Sub(start)), msec(grantAt.Sub(last)), timeout, faultTick)
+	for _, g := range gs {
+		require.ErrorIs(t, g.Err(), rwlock.ErrLost)
+		require.NoError(t, g.Release(ctx), "releasing a lost grant does nothing")
+	}
+	for range withReads {
+		require.ErrorIs(t, <-results, rwlock.ErrLost)
+	}
+
+	p.Refuse(false)
+	heal(p)
+	zktest.WaitFor(t, 10*time.Second, func() bool {
+		return joiners.conn.State() == zk.StateHasSession && joiners.conn.SessionID() != session
+	}, "the joiners' client should get a new session")
+	g, err := l.RLock(ctx)
+	require.NoError(t, err, "the lock works on the new session")
+	mustRelease(t, g)
+	waitNodes(t, other.conn, path, 5*time.Second)
 }

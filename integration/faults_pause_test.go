@@ -168,8 +168,8 @@ func errText(s string) string {
 // it dials the server in holderEnvServer with rwlock.Dial and the session
 // timeout in holderEnvTimeout, and takes the lock at holderEnvPath; the
 // caller prints "held <node>" once it is ready. fail reports an error as
-// name's and exits.
-func helperHold(name string) (l *rwlock.RWLock, g *rwlock.Grant, timeout time.Duration, fail func(error)) {
+// name's and exits. opts are the lock's.
+func helperHold(name string, opts ...rwlock.Option) (l *rwlock.RWLock, g *rwlock.Grant, timeout time.Duration, fail func(error)) {
 	fail = func(err error) {
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(2)
@@ -184,7 +184,7 @@ func helperHold(name string) (l *rwlock.RWLock, g *rwlock.Grant, timeout time.Du
 	if err != nil {
 		fail(err)
 	}
-	if l, err = rwlock.New(conn, os.Getenv(holderEnvPath)); err != nil {
+	if l, err = rwlock.New(conn, os.Getenv(holderEnvPath), opts...); err != nil {
 		fail(err)
 	}
 	if g, err = l.Lock(ctx); err != nil {

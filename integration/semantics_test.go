@@ -666,14 +666,14 @@ func TestRequestCosts(t *testing.T) {
 	b := connect(t, srv.ConnectString(), timeout)
 	holder, err := b.lock(t, "/costs/lock").RLock(ctx)
 	require.NoError(t, err)
-	// The holder's new watch goes out on its own goroutine, after the
-	// notification: wait for it. A TryLock whose listing overtook its
+	// The holder's new watches go out on goroutines of their own, after
+	// the notifications: wait for them. A TryLock whose listing overtook its
 	// create lists again (see costOf); its own count tells.
 	st0 := rec.Stats()
 	var own int64
 	n := requestCountAwaiting(t, srv, func() int64 {
 		own = int64(rec.Stats().Sub(st0).Requests)
-		return own + 1
+		return own + 3
 	}, func() {
 		_, err := l.TryLock(ctx)
 		assert.ErrorIs(t, err, rwlock.ErrWouldBlock)
@@ -683,8 +683,9 @@ func TestRequestCosts(t *testing.T) {
 		n, own = n-1, own-1
 	}
 	assert.Equal(t, int64(3), own, "TryLock that would block: create, list, delete")
-	assert.Equal(t, int64(4), n, "TryLock that would block: create, list, delete; and the holder, whose watch on "+
-		"the directory fired, watches its own node instead (once per grant)")
+	assert.Equal(t, int64(6), n, "TryLock that would block: create, list, delete; and the holder, whose watch on "+
+		"the directory fired, watches its own node instead (once per grant), and lists the directory for peers "+
+		"after each change (the create and the delete: peers.go)")
 	require.NoError(t, holder.Release(ctx))
 
 	fns := make([]func(context.Context) error, 32)

@@ -113,3 +113,62 @@ func TestStatsOfALossAndATimeout(t *testing.T) {
 	assert.Equal(t, uint64(1), sb.Read.Cancelled)
 	assert.Zero(t, sb.Read.Wait.Count(), "the wait histogram has the grants only")
 }
+
+// What is under way, on a real server: eight readers wait behind a writer
+// (and the Recorder says so while they wait), a LockAll holds a grant per
+// lock, and once all have ended nothing is waiting or held.
+func TestStatsUnderWay(t *testing.T) {
+	zk := sharedServer(t)
+	a, b := connect(t, zk.ConnectString(), 0), connect(t, zk.ConnectString(), 0)
+	path := zktest.LockPath(t, "/it")
+	ctx := testContext(t)
+	var rec stats.Recorder
+	writer := a.lock(t, path, rwlock.WithObserver(&rec))
+	w, err := writer.Lock(ctx)
+	require.NoError(t, err)
+
+	readers := b.lock(t, path, rwlock.WithObserver(&rec))
+	began := time.Now() // before any reader's call
+	var waits []*acquisition
+	for range 8 {
+		waits = append(waits, goAcquire(t, ctx, readers.RLock))
+	}
+	waitQueue(t, readers, 9)
+	queued := time.Now()    // after every reader's call began
+	time.Sleep(time.Second) // the waits age: their age is the figure under test
+	s := rec.Stats()
+	now := time.Now()
+	assert.Equal(t, uint64(8), s.Read.Waiting)
+	assert.Equal(t, uint64(1), s.Write.Held)
+	assert.Zero(t, s.Read.Held+s.Write.Waiting)
+	assert.GreaterOrEqual(t, s.OldestWait, now.Sub(queued), "at least the time waited so far")
+	assert.LessOrEqual(t, s.OldestWait, now.Sub(began))
+
+	require.NoError(t, w.Release(ctx))
+	var grants []*rwlock.Grant
+	for _, r := range waits {
+		grants = append(grants, r.granted(t, 30*time.Second))
+	}
+	s = rec.Stats()
+	assert.Equal(t, uint64(8), s.Read.Held, "a node each")
+	assert.Zero(t, s.Read.Waiting+s.Write.Held)
+	assert.Zero(t, s.OldestWait)
+	for _, g := range grants {
+		require.NoError(t, g.Release(ctx))
+	}
+
+	other := a.lock(t, path+"-other", rwlock.WithObserver(&rec))
+	all, err := rwlock.LockAll(ctx, rwlock.Request{Lock: writer, Mode: rwlock.Write}, rwlock.Request{Lock: other, Mode: rwlock.Read})
+	require.NoError(t, err)
+	s = rec.Stats()
+	assert.Equal(t, uint64(1), s.Write.Held)
+	assert.Equal(t, uint64(1), s.Read.Held)
+	for _, g := range all {
+		require.NoError(t, g.Release(ctx))
+	}
+
+	s = rec.Stats()
+	assert.Zero(t, s.Read.Waiting+s.Write.Waiting, "waiting after all have ended")
+	assert.Zero(t, s.Read.Held+s.Write.Held, "held after all have ended")
+	assert.Equal(t, uint64(9), s.Read.Granted, "the eight readers and the set's")
+}

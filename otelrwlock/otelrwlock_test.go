@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,20 @@ func histogram(t *testing.T, data metricdata.Aggregation, set attribute.Set) met
 	return metricdata.HistogramDataPoint[float64]{}
 }
 
+// gauge returns a gauge's values for one attribute set.
+func gauge(t *testing.T, data metricdata.Aggregation, set attribute.Set) []float64 {
+	t.Helper()
+	g, ok := data.(metricdata.Gauge[float64])
+	require.True(t, ok, "a gauge: %T", data)
+	var vs []float64
+	for _, dp := range g.DataPoints {
+		if dp.Attributes.Equals(&set) {
+			vs = append(vs, dp.Value)
+		}
+	}
+	return vs
+}
+
 // signalLoss passes every event on, and closes lost once a grant is lost.
 type signalLoss struct {
 	rwlock.Observer
@@ -194,6 +209,12 @@ func TestObserverExportsTheLocksFigures(t *testing.T) {
 		assert.Less(t, sp.EndTime().Sub(sp.StartTime()), 10*time.Second)
 	}
 	assert.Equal(t, []string{"rwlock.RLock", "rwlock.RLock", "rwlock.RLock", "rwlock.Lock", "rwlock.Lock", "rwlock.TryRLock"}, names)
+
+	// Once every call has returned and every grant ended, nothing is under
+	// way (signalLoss passes on the ends only: they must not count).
+	assert.Equal(t, int64(0), sum(t, m["rwlock.waiting"], nil))
+	assert.Equal(t, int64(0), sum(t, m["rwlock.held"], nil))
+	assert.Equal(t, []float64{0}, gauge(t, m["rwlock.wait.oldest"], attrs(p)))
 }
 
 func TestObserverMarksFailedWaits(t *testing.T) {
@@ -216,8 +237,7 @@ func TestObserverMarksFailedWaits(t *testing.T) {
 
 	spans := s.spans.Ended()
 	require.Len(t, spans, 1)
-	assert.Equal(t, codes.Error, spans[0].Status().Code)
-	assert.Equal(t, "cancelled", spans[0].Status().Description)
+	assert.Equal(t, codes.Unset, spans[0].Status().Code, "the caller's own deadline is no failure")
 	require.NotEmpty(t, spans[0].Events(), "the error is recorded")
 	assert.GreaterOrEqual(t, spans[0].EndTime().Sub(spans[0].StartTime()), 100*time.Millisecond)
 
@@ -225,4 +245,121 @@ func TestObserverMarksFailedWaits(t *testing.T) {
 	cancelled := attrs(otelrwlock.KeyPath.String(path), otelrwlock.KeyMode.String("read"), otelrwlock.KeyOutcome.String("cancelled"))
 	assert.Equal(t, int64(1), sum(t, m["rwlock.acquisitions"], &cancelled))
 	assert.Equal(t, uint64(1), histogram(t, m["rwlock.wait.duration"], cancelled).Count)
+	assert.Equal(t, int64(0), sum(t, m["rwlock.waiting"], nil), "the wait has ended")
+}
+
+// A wait shows while it lasts: waiting, held and the oldest wait's age,
+// and a wait of minutes lands in a bucket of its own.
+func TestObserverShowsWaitsWhileTheyLast(t *testing.T) {
+	s := newSDK(t)
+	obs, err := otelrwlock.NewObserver(otelrwlock.WithMeterProvider(s.mp), otelrwlock.WithTracerProvider(s.tp))
+	require.NoError(t, err)
+	ctx := context.Background()
+	const path = "/locks/config"
+	began := time.Now().Add(-90 * time.Second)
+	reader := rwlock.AcquireEvent{Lock: path, Mode: rwlock.Read, Start: began}
+	for range 8 {
+		obs.ObserveAcquireStart(ctx, reader)
+	}
+	writer := rwlock.GrantEvent{Lock: path, Node: path + "/write-0000000000", Mode: rwlock.Write}
+	obs.ObserveGrantStart(writer)
+
+	m := s.metrics(t)
+	p := otelrwlock.KeyPath.String(path)
+	read, write := attrs(p, otelrwlock.KeyMode.String("read")), attrs(p, otelrwlock.KeyMode.String("write"))
+	assert.Equal(t, int64(8), sum(t, m["rwlock.waiting"], &read))
+	assert.Equal(t, int64(1), sum(t, m["rwlock.held"], &write))
+	oldest := gauge(t, m["rwlock.wait.oldest"], attrs(p))
+	require.Len(t, oldest, 1)
+	assert.GreaterOrEqual(t, oldest[0], 90.0)
+	assert.Less(t, oldest[0], 100.0)
+
+	obs.ObserveGrant(writer)
+	reader.Outcome, reader.Wait = "granted", 90*time.Second
+	for range 8 {
+		obs.ObserveAcquire(ctx, reader)
+	}
+	m = s.metrics(t)
+	assert.Equal(t, int64(0), sum(t, m["rwlock.waiting"], nil))
+	assert.Equal(t, int64(0), sum(t, m["rwlock.held"], nil))
+	assert.Equal(t, []float64{0}, gauge(t, m["rwlock.wait.oldest"], attrs(p)))
+	wait := histogram(t, m["rwlock.wait.duration"], attrs(p, otelrwlock.KeyMode.String("read"), otelrwlock.KeyOutcome.String("granted")))
+	i := slices.Index(wait.Bounds, 120)
+	require.Positive(t, i, "a bound at two minutes")
+	assert.Equal(t, uint64(8), wait.BucketCounts[i], "(60 s, 120 s]: not the overflow")
+}
+
+// WithPathAttribute drops rwlock.path from the metrics (or rewrites it),
+// and the locks that map alike are counted together; spans keep it.
+func TestObserverPathAttribute(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    func(string) string
+		want []attribute.KeyValue // the rwlock.path of the metrics, if any
+	}{
+		{"dropped", func(string) string { return "" }, nil},
+		{"rewritten", func(string) string { return "/tenants/*/schema" }, []attribute.KeyValue{otelrwlock.KeyPath.String("/tenants/*/schema")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSDK(t)
+			obs, err := otelrwlock.NewObserver(otelrwlock.WithMeterProvider(s.mp), otelrwlock.WithTracerProvider(s.tp),
+				otelrwlock.WithPathAttribute(tc.f))
+			require.NoError(t, err)
+			ctx := context.Background()
+			for _, lock := range []string{"/tenants/1/schema", "/tenants/2/schema"} {
+				e := rwlock.AcquireEvent{Lock: lock, Mode: rwlock.Write, Start: time.Now()}
+				obs.ObserveAcquireStart(ctx, e)
+				obs.ObserveGrantStart(rwlock.GrantEvent{Lock: lock, Node: lock + "/write-0000000000", Mode: rwlock.Write})
+				e.Outcome, e.Requests = "granted", 2
+				obs.ObserveAcquire(ctx, e)
+				obs.ObserveAcquireStart(ctx, rwlock.AcquireEvent{Lock: lock, Mode: rwlock.Read, Start: time.Now()})
+			}
+			m := s.metrics(t)
+			read := attrs(append(tc.want, otelrwlock.KeyMode.String("read"))...)
+			write := attrs(append(tc.want, otelrwlock.KeyMode.String("write"))...)
+			granted := attrs(append(tc.want, otelrwlock.KeyMode.String("write"), otelrwlock.KeyOutcome.String("granted"))...)
+			assert.Equal(t, int64(2), sum(t, m["rwlock.waiting"], &read), "both locks in one series")
+			assert.Equal(t, int64(2), sum(t, m["rwlock.held"], &write))
+			assert.Equal(t, int64(2), sum(t, m["rwlock.acquisitions"], &granted))
+			byLock := attrs(tc.want...)
+			assert.Equal(t, int64(4), sum(t, m["rwlock.requests"], &byLock))
+			assert.Len(t, gauge(t, m["rwlock.wait.oldest"], attrs(tc.want...)), 1)
+			for _, sp := range s.spans.Ended() {
+				assert.Contains(t, []string{"/tenants/1/schema", "/tenants/2/schema"}, attrOf(sp.Attributes(), otelrwlock.KeyPath), "spans keep the path")
+			}
+		})
+	}
+}
+
+func attrOf(kvs []attribute.KeyValue, k attribute.Key) string {
+	for _, kv := range kvs {
+		if kv.Key == k {
+			return kv.Value.AsString()
+		}
+	}
+	return ""
+}
+
+// A failure of the lock is a span error; the caller's own deadline or
+// cancel is not.
+func TestObserverSpanStatus(t *testing.T) {
+	s := newSDK(t)
+	obs, err := otelrwlock.NewObserver(otelrwlock.WithMeterProvider(s.mp), otelrwlock.WithTracerProvider(s.tp))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, e := range []rwlock.AcquireEvent{
+		{Lock: "/a", Outcome: "cancelled", Err: context.DeadlineExceeded, Start: time.Now()},
+		{Lock: "/a", Outcome: "cancelled", Err: context.Canceled, Start: time.Now()},
+		{Lock: "/a", Outcome: "failed", Err: rwlock.ErrLost, Start: time.Now()},
+	} {
+		obs.ObserveAcquire(ctx, e)
+	}
+	spans := s.spans.Ended()
+	require.Len(t, spans, 3)
+	var got []codes.Code
+	for _, sp := range spans {
+		got = append(got, sp.Status().Code)
+		assert.NotEmpty(t, sp.Events(), "the error is recorded")
+	}
+	assert.Equal(t, []codes.Code{codes.Unset, codes.Unset, codes.Error}, got)
 }

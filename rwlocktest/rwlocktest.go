@@ -36,11 +36,16 @@ const (
 	UnitWaitP99     = "p99-ns/acquire" // 99th percentile of the wait
 	UnitRequests    = "req/acquire"    // requests to ZooKeeper per acquisition, its release included
 	UnitLostByGrant = "lost/grant"     // the share of grants that were lost, not released
+	// What is under way at the snapshot, reported only when there is any:
+	// a benchmark that ends with grants still held, or calls still
+	// waiting, has left them behind.
+	UnitWaiting = "waiting" // acquisitions in progress
+	UnitHeld    = "held"    // grants held
 )
 
 // ReportMetrics reports s (see package stats): the median and 99th
-// percentile wait of the grants, requests per acquisition, and the share of
-// grants lost. For the figures of the benchmark's loop alone, take a
+// percentile wait of the grants, requests per acquisition, the share of
+// grants lost, and what is under way if anything is. For the figures of the benchmark's loop alone, take a
 // snapshot before it and pass the difference:
 //
 //	before := rec.Stats()
@@ -60,5 +65,11 @@ func ReportMetrics(b *testing.B, s stats.Stats) {
 	b.ReportMetric(float64(s.Requests)/float64(acquisitions), UnitRequests)
 	if granted := s.Granted(); granted > 0 {
 		b.ReportMetric(float64(s.Lost.Total())/float64(granted), UnitLostByGrant)
+	}
+	if n := s.Read.Waiting + s.Write.Waiting; n > 0 {
+		b.ReportMetric(float64(n), UnitWaiting)
+	}
+	if n := s.Read.Held + s.Write.Held; n > 0 {
+		b.ReportMetric(float64(n), UnitHeld)
 	}
 }

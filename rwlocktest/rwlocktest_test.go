@@ -52,6 +52,22 @@ func TestReportMetrics(t *testing.T) {
 	assert.GreaterOrEqual(t, res.Extra[rwlocktest.UnitRequests], 3.0)
 	assert.LessOrEqual(t, res.Extra[rwlocktest.UnitRequests], 3.25, "create, list, delete")
 	assert.Zero(t, res.Extra[rwlocktest.UnitLostByGrant])
+	assert.NotContains(t, res.Extra, rwlocktest.UnitHeld, "every grant was released")
+	assert.NotContains(t, res.Extra, rwlocktest.UnitWaiting)
+}
+
+// A benchmark that leaves a grant held and a call waiting says so.
+func TestReportMetricsOfWhatIsLeft(t *testing.T) {
+	res := testing.Benchmark(func(b *testing.B) {
+		for b.Loop() {
+		}
+		rwlocktest.ReportMetrics(b, stats.Stats{
+			Read:  stats.ModeStats{Cancelled: 1, Waiting: 1},
+			Write: stats.ModeStats{Granted: 2, Held: 1},
+		})
+	})
+	assert.Equal(t, 1.0, res.Extra[rwlocktest.UnitWaiting])
+	assert.Equal(t, 1.0, res.Extra[rwlocktest.UnitHeld])
 }
 
 func TestReportStatsOfNothingReportsNothing(t *testing.T) {

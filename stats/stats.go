@@ -8,24 +8,103 @@
 //	s := rec.Stats()
 //	log.Printf("%d reads, p99 wait %v, %d lost", s.Read.Granted, s.Read.Wait.Quantile(0.99), s.Lost.Total())
 //
-// Recording costs a few atomic adds and no allocation; the package
+// Recording costs a few atomic adds, a short critical section for what is
+// under way, and no allocation once its tables have grown; the package
 // rwlocktest reports the figures from a benchmark.
 package stats
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/zkrwlock/rwlock"
 )
 
 // A Recorder adds up the events of the locks that it observes: give it to
-// one lock, or to several to count them together. The zero value is ready
-// to use; a Recorder must not be copied after first use.
+// one lock, or to several to count them together. For the figures of each
+// lock, give each its own Recorder ([Stats.Add] sums them). The zero value
+// is ready to use; a Recorder must not be copied after first use.
+//
+// It is an [rwlock.StartObserver]: it knows the waits in progress and the
+// grants held (see [ModeStats.Waiting]).
 type Recorder struct {
 	modes    [2]modeRecord // Read, Write
 	lost     lostRecord
 	requests atomic.Uint64
+	now      live
+}
+
+// live is what is under way: the waits and the grants begun and not yet
+// ended. An end is counted only if its start was, so an Observer that
+// wraps a Recorder and passes on only the ends leaves these figures at 0
+// rather than below it.
+type live struct {
+	mu     sync.Mutex
+	waits  map[wait]int           // by start; starts of one lock and mode may coincide
+	grants map[string]rwlock.Mode // by node
+}
+
+type wait struct {
+	lock  string
+	mode  rwlock.Mode
+	start time.Time // the event's own value, so == matches it
+}
+
+func (n *live) begin(w wait) {
+	n.mu.Lock()
+	if n.waits == nil {
+		n.waits = map[wait]int{}
+	}
+	n.waits[w]++
+	n.mu.Unlock()
+}
+
+func (n *live) end(w wait) {
+	n.mu.Lock()
+	switch c := n.waits[w]; c {
+	case 0:
+	case 1:
+		delete(n.waits, w)
+	default:
+		n.waits[w] = c - 1
+	}
+	n.mu.Unlock()
+}
+
+func (n *live) hold(node string, m rwlock.Mode) {
+	n.mu.Lock()
+	if n.grants == nil {
+		n.grants = map[string]rwlock.Mode{}
+	}
+	n.grants[node] = m
+	n.mu.Unlock()
+}
+
+func (n *live) release(node string) {
+	n.mu.Lock()
+	delete(n.grants, node)
+	n.mu.Unlock()
+}
+
+// read fills in s's figures of what is under way.
+func (n *live) read(s *Stats) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var oldest time.Time
+	for w, c := range n.waits {
+		s.mode(w.mode).Waiting += uint64(c)
+		if oldest.IsZero() || w.start.Before(oldest) {
+			oldest = w.start
+		}
+	}
+	for _, m := range n.grants {
+		s.mode(m).Held++
+	}
+	if !oldest.IsZero() {
+		s.OldestWait = time.Since(oldest)
+	}
 }
 
 type modeRecord struct {
@@ -45,9 +124,19 @@ func (r *Recorder) mode(m rwlock.Mode) *modeRecord {
 	return &r.modes[1]
 }
 
+// ObserveAcquireStart counts an acquisition as waiting, until its
+// ObserveAcquire.
+func (r *Recorder) ObserveAcquireStart(_ context.Context, e rwlock.AcquireEvent) {
+	r.now.begin(wait{lock: e.Lock, mode: e.Mode, start: e.Start})
+}
+
+// ObserveGrantStart counts a grant as held, until its ObserveGrant.
+func (r *Recorder) ObserveGrantStart(e rwlock.GrantEvent) { r.now.hold(e.Node, e.Mode) }
+
 // ObserveAcquire counts an acquisition: its outcome, its requests and, if
 // granted, its wait.
 func (r *Recorder) ObserveAcquire(_ context.Context, e rwlock.AcquireEvent) {
+	r.now.end(wait{lock: e.Lock, mode: e.Mode, start: e.Start})
 	m := r.mode(e.Mode)
 	r.requests.Add(uint64(e.Requests))
 	switch e.Outcome {
@@ -69,6 +158,7 @@ func (r *Recorder) ObserveAcquire(_ context.Context, e rwlock.AcquireEvent) {
 // ObserveGrant counts the end of a grant: its hold, its requests and, if
 // it was lost, its cause.
 func (r *Recorder) ObserveGrant(e rwlock.GrantEvent) {
+	r.now.release(e.Node)
 	r.mode(e.Mode).hold.record(e.Hold)
 	r.requests.Add(uint64(e.Requests))
 	switch e.Loss {
@@ -107,15 +197,27 @@ func (r *Recorder) Stats() Stats {
 		HoldLimit: r.lost.holdLimit.Load(), Other: r.lost.other.Load(),
 	}
 	s.Requests = r.requests.Load()
+	r.now.read(&s)
 	return s
 }
 
+func (s *Stats) mode(m rwlock.Mode) *ModeStats {
+	if m == rwlock.Read {
+		return &s.Read
+	}
+	return &s.Write
+}
+
 // Stats are the figures of what the observed locks' acquisitions and
-// grants did. They only grow, so the figures of a stretch of time are the
+// grants did. They only grow, but for those of what is under way (Waiting,
+// Held, OldestWait), so the figures of a stretch of time are the
 // difference of two snapshots ([Stats.Sub]).
 type Stats struct {
 	Read, Write ModeStats
 	Lost        LostStats
+	// OldestWait is the age of the oldest acquisition in progress; 0 when
+	// none is.
+	OldestWait time.Duration
 	// Requests counts the requests the acquisitions and the ended grants
 	// sent to ZooKeeper: creates, listings, reads and watches, releases,
 	// Token's read, Downgrade's write, including those of failed and
@@ -143,6 +245,10 @@ type ModeStats struct {
 	// Hold is the time grants were held, from the grant to its release,
 	// downgrade or loss.
 	Hold Histogram
+	// Waiting counts the acquisitions in progress; Held the grants held
+	// now: grants of a node, so neither nested grants nor each of the
+	// readers that share a node (see rwlock.StartObserver).
+	Waiting, Held uint64
 }
 
 // Acquisitions returns the number of acquisitions, whatever their outcome.
@@ -168,24 +274,27 @@ func (s Stats) Granted() uint64 { return s.Read.Granted + s.Write.Granted }
 // Wait returns the wait histogram of both modes together.
 func (s Stats) Wait() Histogram { return s.Read.Wait.Add(s.Write.Wait) }
 
-// Add returns the figures of s and o together: of two Recorders, say.
+// Add returns the figures of s and o together: of two Recorders, say. Of
+// what is under way, it sums the counts and keeps the older wait.
 func (s Stats) Add(o Stats) Stats {
 	return Stats{
-		Read:     s.Read.combine(o.Read, 1),
-		Write:    s.Write.combine(o.Write, 1),
-		Lost:     s.Lost.combine(o.Lost, 1),
-		Requests: s.Requests + o.Requests,
+		Read:       s.Read.combine(o.Read, 1),
+		Write:      s.Write.combine(o.Write, 1),
+		Lost:       s.Lost.combine(o.Lost, 1),
+		OldestWait: max(s.OldestWait, o.OldestWait),
+		Requests:   s.Requests + o.Requests,
 	}
 }
 
 // Sub returns the figures of what happened since o, an earlier snapshot of
-// the same Recorder.
+// the same Recorder, and of what is under way at s.
 func (s Stats) Sub(o Stats) Stats {
 	return Stats{
-		Read:     s.Read.combine(o.Read, -1),
-		Write:    s.Write.combine(o.Write, -1),
-		Lost:     s.Lost.combine(o.Lost, -1),
-		Requests: s.Requests - o.Requests,
+		Read:       s.Read.combine(o.Read, -1),
+		Write:      s.Write.combine(o.Write, -1),
+		Lost:       s.Lost.combine(o.Lost, -1),
+		OldestWait: s.OldestWait,
+		Requests:   s.Requests - o.Requests,
 	}
 }
 
@@ -197,8 +306,10 @@ func (m ModeStats) combine(o ModeStats, sign int) ModeStats {
 		Granted: f(m.Granted, o.Granted), WouldBlock: f(m.WouldBlock, o.WouldBlock),
 		Cancelled: f(m.Cancelled, o.Cancelled), Failed: f(m.Failed, o.Failed),
 		OneRoundTrip: f(m.OneRoundTrip, o.OneRoundTrip),
+		Waiting:      m.Waiting, Held: m.Held, // under way at m
 	}
 	if sign > 0 {
+		r.Waiting, r.Held = m.Waiting+o.Waiting, m.Held+o.Held
 		r.Wait, r.Hold = m.Wait.Add(o.Wait), m.Hold.Add(o.Hold)
 	} else {
 		r.Wait, r.Hold = m.Wait.Sub(o.Wait), m.Hold.Sub(o.Hold)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -149,4 +150,80 @@ func TestHistogramQuantiles(t *testing.T) {
 	assert.Equal(t, uint64(2), s2.Sub(s).Count())
 	assert.Equal(t, s2, s.Add(s2.Sub(s)))
 	assert.Equal(t, time.Duration(1<<histMaxShift), s2.Quantile(1), "beyond the last bucket: its lower bound")
+}
+
+var _ rwlock.StartObserver = (*Recorder)(nil)
+
+// What is under way: the waits begun and not ended, the grants held, the
+// oldest wait's age, which the bubble's clock makes exact.
+func TestRecorderUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r Recorder
+		ctx := context.Background()
+		write := rwlock.GrantEvent{Lock: "/a", Node: "/a/write-0000000000", Mode: rwlock.Write}
+		r.ObserveGrantStart(write)
+		first := rwlock.AcquireEvent{Lock: "/a", Mode: rwlock.Read, Start: time.Now()}
+		r.ObserveAcquireStart(ctx, first)
+		time.Sleep(30 * time.Second)
+		second := rwlock.AcquireEvent{Lock: "/a", Mode: rwlock.Read, Start: time.Now()}
+		r.ObserveAcquireStart(ctx, second)
+		r.ObserveAcquireStart(ctx, second) // two that began together
+		time.Sleep(time.Second)
+		s := r.Stats()
+		assert.Equal(t, uint64(3), s.Read.Waiting)
+		assert.Equal(t, uint64(1), s.Write.Held)
+		assert.Equal(t, 31*time.Second, s.OldestWait)
+
+		first.Outcome, first.Wait = "cancelled", 31*time.Second
+		r.ObserveAcquire(ctx, first)
+		s = r.Stats()
+		assert.Equal(t, uint64(2), s.Read.Waiting)
+		assert.Equal(t, time.Second, s.OldestWait, "the oldest left")
+
+		r.ObserveGrant(write)
+		second.Outcome = "granted"
+		for range 2 {
+			r.ObserveAcquire(ctx, second)
+			r.ObserveGrantStart(rwlock.GrantEvent{Lock: "/a", Node: "/a/read-0000000002", Mode: rwlock.Read})
+		}
+		s = r.Stats()
+		assert.Zero(t, s.Read.Waiting)
+		assert.Zero(t, s.Write.Held)
+		assert.Equal(t, uint64(1), s.Read.Held, "one node, however often begun")
+		assert.Zero(t, s.OldestWait)
+
+		// Ends whose start was not heard (an Observer that passes on only
+		// ends) are counted, but not as under way.
+		r.ObserveAcquire(ctx, rwlock.AcquireEvent{Lock: "/a", Mode: rwlock.Write, Outcome: "granted", Start: time.Now()})
+		r.ObserveGrant(rwlock.GrantEvent{Lock: "/a", Node: "/a/write-0000000009", Mode: rwlock.Write})
+		s = r.Stats()
+		assert.Equal(t, uint64(1), s.Write.Granted)
+		assert.Zero(t, s.Write.Waiting)
+		assert.Zero(t, s.Write.Held)
+	})
+}
+
+// Of what is under way, Add sums the counts and keeps the older wait; Sub
+// keeps the later snapshot's.
+func TestStatsUnderWayAddAndSub(t *testing.T) {
+	a := Stats{OldestWait: time.Minute, Read: ModeStats{Waiting: 2, Held: 1}}
+	b := Stats{OldestWait: time.Second, Read: ModeStats{Waiting: 1}, Write: ModeStats{Held: 1}}
+	sum := a.Add(b)
+	assert.Equal(t, time.Minute, sum.OldestWait)
+	assert.Equal(t, uint64(3), sum.Read.Waiting)
+	assert.Equal(t, uint64(1), sum.Read.Held)
+	assert.Equal(t, uint64(1), sum.Write.Held)
+	assert.Equal(t, b, b.Sub(a))
+}
+
+// A wait of minutes lands in a bucket of its own, not in an overflow.
+func TestHistogramReachesHours(t *testing.T) {
+	var h histogram
+	for _, d := range []time.Duration{30 * time.Second, 5 * time.Minute, 2 * time.Hour} {
+		h.record(d)
+	}
+	s := h.snapshot()
+	within(t, 30*time.Second, s.Quantile(0.2), "30 s")
+	within(t, 5*time.Minute, s.Quantile(0.5), "5 min")
+	within(t, 2*time.Hour, s.Quantile(0.9), "2 h")
 }

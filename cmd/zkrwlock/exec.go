@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -16,12 +19,24 @@ import (
 )
 
 const execUsage = `Usage: zkrwlock exec (--write | --read) [flags] PATH [--] COMMAND [ARGS...]
+       zkrwlock exec (--write PATH | --read PATH)... [flags] [--] COMMAND [ARGS...]
 
 Takes the lock whose directory is PATH (exclusive with --write, shared with
 --read), runs COMMAND while holding it, releases it when COMMAND exits, and
 exits with COMMAND's status. Waiters queue in order (FIFO); a waiting writer
 holds back the readers that come after it. Without --timeout or --no-wait
 it waits as long as it takes; --timeout 0 does not wait, as --no-wait.
+
+The second form takes several locks at once, each flag followed by its
+PATH: --write A --write B --read C. Their nodes are made in one ZooKeeper
+transaction, so two execs naming the same locks in any order cannot
+deadlock. COMMAND runs once all are held; losing any one of them, or its
+revocation or --max-hold, stops it as for one lock, and the message names
+that lock. A PATH may be named once. The forms do not mix: a --write or
+--read not followed by its PATH makes it the first form, with one lock.
+With several locks there are no progress lines, --no-wait and --timeout 0
+are refused (give a --timeout), and ZKRWLOCK_NODE has their nodes, one a
+line, in the order given.
 
 While it waits longer than a second, it says why on stderr, when that
 changes and every 10s otherwise (--quiet: never):
@@ -78,8 +93,8 @@ leaves in the background do not hold it.
 type execOptions struct {
 	std     stdio
 	conn    connFlags
-	write   bool
-	read    bool
+	write   modeFlag
+	read    modeFlag
 	timeout time.Duration
 	noWait  bool
 	giveUp  string // the flag that said not to wait: --no-wait or --timeout 0
@@ -94,28 +109,25 @@ type execOptions struct {
 	path string
 	argv []string
 	mode rwlock.Mode
+	// locks are the locks to take (see locks.go); path and mode are the
+	// first's, the only one in the first form.
+	locks []lockArg
 }
 
 func runExec(std stdio, args []string) int {
 	const prog = "zkrwlock exec"
 	o := execOptions{std: std}
-	fs := newFlagSet("exec")
-	fs.BoolVar(&o.write, "write", false, "take the lock exclusively")
-	fs.BoolVar(&o.read, "read", false, "take the lock shared")
-	durationVar(fs, &o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); 0 gives up at once, "+
-		"as --no-wait (and flock -w 0) do; without it, wait as long as it takes")
-	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is taken (exit 75)")
-	durationVar(fs, &o.grace, "grace", maxGrace, "after a lost lock, time between SIGTERM and SIGKILL to the command: "+
-		"at most a sixteenth of the session timeout less 0.1s, and a longer one is refused "+
-		"(default: that much, 1.775s with the default --session-timeout)")
-	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
-	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
-	durationVar(fs, &o.maxHold, "max-hold", 0, "hold the lock at most this long: a head start before it, the command is "+
-		"stopped as for a lost lock (SIGTERM, SIGKILL after --grace) and zkrwlock exits 112; the lock is freed at it")
-	o.dialect.register(fs)
-	o.conn.register(fs)
-
-	pos, rest, err := parse(std.out, fs, execUsage, args, 1)
+	fs := o.flagSet()
+	// A first pass on a copy finds the form, so that the first form is
+	// parsed as it always was.
+	probe := execOptions{}
+	var pos, rest []string
+	var err error
+	if locks, _, _ := parseLocks(probe.flagSet(), &probe.write, &probe.read, args); len(locks) > 0 {
+		o.locks, rest, err = parseLocks(fs, &o.write, &o.read, args)
+	} else {
+		pos, rest, err = parse(std.out, fs, execUsage, args, 1)
+	}
 	if errors.Is(err, errHelp) {
 		return 0
 	}
@@ -132,13 +144,33 @@ func runExec(std stdio, args []string) int {
 	return code
 }
 
+// flagSet returns exec's flags, set into o.
+func (o *execOptions) flagSet() *flag.FlagSet {
+	fs := newFlagSet("exec")
+	fs.Var(&o.write, "write", "take the lock exclusively; --write PATH names a lock of a set")
+	fs.Var(&o.read, "read", "take the lock shared; --read PATH names a lock of a set")
+	durationVar(fs, &o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); 0 gives up at once, "+
+		"as --no-wait (and flock -w 0) do; without it, wait as long as it takes")
+	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is taken (exit 75)")
+	durationVar(fs, &o.grace, "grace", maxGrace, "after a lost lock, time between SIGTERM and SIGKILL to the command: "+
+		"at most a sixteenth of the session timeout less 0.1s, and a longer one is refused "+
+		"(default: that much, 1.775s with the default --session-timeout)")
+	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
+	durationVar(fs, &o.maxHold, "max-hold", 0, "hold the lock at most this long: a head start before it, the command is "+
+		"stopped as for a lost lock (SIGTERM, SIGKILL after --grace) and zkrwlock exits 112; the lock is freed at it")
+	o.dialect.register(fs)
+	o.conn.register(fs)
+	return fs
+}
+
 // validate checks the arguments and settles the mode and whether to wait.
 // given holds the flags set on the command line.
 func (o *execOptions) validate(pos, rest []string, given map[string]bool) error {
 	switch {
-	case o.write == o.read:
+	case o.locks == nil && o.write.set == o.read.set:
 		return fail(exitUsage, "give exactly one of --write and --read")
-	case len(pos) == 0:
+	case o.locks == nil && len(pos) == 0:
 		return fail(exitUsage, "missing lock PATH")
 	case len(rest) == 0:
 		return fail(exitUsage, "missing COMMAND to run under the lock")
@@ -166,11 +198,18 @@ func (o *execOptions) validate(pos, rest []string, given map[string]bool) error 
 		// "wait forever" would let cron jobs pile up.
 		o.noWait, o.giveUp = true, "--timeout 0"
 	}
-	o.path, o.argv, o.mode = pos[0], rest, rwlock.Read
-	if o.write {
-		o.mode = rwlock.Write
+	if o.locks == nil { // the first form
+		mode := rwlock.Read
+		if o.write.set {
+			mode = rwlock.Write
+		}
+		o.locks = []lockArg{{pos[0], mode}}
 	}
-	if err := checkPath(o.path); err != nil {
+	o.path, o.mode, o.argv = o.locks[0].path, o.locks[0].mode, rest
+	if len(o.locks) > 1 && o.noWait {
+		return fail(exitUsage, "%s takes one lock; give several locks a --timeout", o.giveUp)
+	}
+	if err := checkLocks(o.locks); err != nil {
 		return err
 	}
 	return checkCommand(o.argv[0])
@@ -208,22 +247,65 @@ func (o *execOptions) run(prog string) (int, error) {
 	if o.owner != "" {
 		opts = append(opts, rwlock.WithOwner(o.owner))
 	}
-	l, err := rwlock.New(conn, o.path, opts...)
-	if err != nil {
-		stop()
-		return 0, &failure{exitUsage, err}
+	var locks []*rwlock.RWLock
+	for _, a := range o.locks {
+		l, err := rwlock.New(conn, a.path, opts...)
+		if err != nil {
+			stop()
+			return 0, &failure{exitUsage, err}
+		}
+		locks = append(locks, l)
 	}
 
-	g, err := o.acquire(ctx, prog, l, conn)
+	var grants []*rwlock.Grant
+	if len(locks) == 1 {
+		var g *rwlock.Grant
+		if g, err = o.acquire(ctx, prog, locks[0], conn); err == nil {
+			grants = []*rwlock.Grant{g}
+		}
+	} else {
+		grants, err = o.acquireAll(ctx, locks)
+	}
 	if sig := stop(); sig != nil && err == nil {
 		// The signal came as the lock was granted: honour it.
-		o.release(prog, g)
+		o.release(prog, grants...)
+		if len(grants) > 1 {
+			return 0, interruptedErr(sig, "as the locks (%s) were granted; released them", describeLocks(o.locks))
+		}
 		return 0, interruptedErr(sig, "as the %s lock on %s was granted; released it", o.mode, o.path)
 	}
 	if err != nil {
 		return 0, err
 	}
-	return o.runLocked(prog, cmd, g, sigs)
+	return o.runLocked(prog, cmd, grants, sigs)
+}
+
+// acquireAll waits for every lock of a set at once (rwlock.LockAll), with
+// --timeout; without progress lines, which are about one lock's queue.
+func (o *execOptions) acquireAll(ctx context.Context, locks []*rwlock.RWLock) ([]*rwlock.Grant, error) {
+	wctx := ctx
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeoutCause(ctx, o.timeout, errWaitTimeout)
+		defer cancel()
+	}
+	reqs := make([]rwlock.Request, len(locks))
+	for i, l := range locks {
+		reqs[i] = rwlock.Request{Lock: l, Mode: o.locks[i].mode}
+	}
+	grants, err := rwlock.LockAll(wctx, reqs...)
+	if err == nil {
+		return grants, nil
+	}
+	var sig *interrupted
+	switch cause := context.Cause(wctx); {
+	case errors.As(cause, &sig):
+		return nil, interruptedErr(sig.sig, "while waiting for the locks (%s); left the queues", describeLocks(o.locks))
+	case errors.Is(cause, errWaitTimeout):
+		return nil, fail(exitTimeout, "timed out after %v waiting for the locks (%s); left the queues",
+			o.timeout, describeLocks(o.locks))
+	}
+	return nil, o.conn.zkFail(err, "waiting for the locks (%s)", describeLocks(o.locks))
 }
 
 // acquire waits for the lock, with progress lines, --timeout or --no-wait.
@@ -303,66 +385,129 @@ func holdersNow(l *rwlock.RWLock) string {
 	return "holders " + describeHolders(holders)
 }
 
-// runLocked runs the command under g and releases g when it exits. It
-// returns the exit code for zkrwlock, or a failure.
-func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, g *rwlock.Grant, sigs <-chan os.Signal) (int, error) {
-	token := g.Token()
-	lost := g.Done()
-	if err := g.Err(); err != nil || token == 0 {
-		o.release(prog, g)
-		return 0, fail(exitLost, "lost the %s lock on %s before the command started: %v", o.mode, o.path, g.Err())
+// runLocked runs the command under grants, one per lock of o.locks, and
+// releases them when it exits. Any grant's loss or revocation stops the
+// command as a single lock's does. It returns the exit code for zkrwlock,
+// or a failure.
+func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Grant, sigs <-chan os.Signal) (int, error) {
+	token := grants[0].Token() // a set's grants share one
+	nodes := make([]string, len(grants))
+	lost := make([]<-chan struct{}, len(grants))
+	revoked := make([]<-chan struct{}, len(grants))
+	for i, g := range grants {
+		nodes[i], lost[i], revoked[i] = g.Node(), g.Done(), g.Revoked()
+	}
+	if i := lostMember(grants); i >= 0 || token == 0 {
+		i = max(i, 0)
+		o.release(prog, grants...)
+		return 0, fail(exitLost, "lost the %s lock on %s before the command started: %v",
+			o.locks[i].mode, o.locks[i].path, grants[i].Err())
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.std.in, o.std.out, o.std.err
 	cmd.Env = append(os.Environ(),
 		"ZKRWLOCK_TOKEN="+strconv.FormatInt(token, 10),
-		"ZKRWLOCK_NODE="+g.Node(),
+		"ZKRWLOCK_NODE="+strings.Join(nodes, "\n"),
 	)
 	c, err := startChild(cmd)
 	if err != nil {
-		o.release(prog, g)
+		o.release(prog, grants...)
 		return 0, startFailure(o.argv[0], err)
 	}
+	done := make(chan struct{})
+	var watchers sync.WaitGroup
+	defer watchers.Wait()
+	defer close(done)
 	var within time.Duration
+	lostAt, revokedAt := 0, 0 // the member lost, the member revoked
 	res := c.supervise(sigs, stopper{
-		lost:    lost,
-		revoked: g.Revoked(),
+		lost:    anyClosed(done, &watchers, lost),
+		revoked: anyClosed(done, &watchers, revoked),
 		lostWithin: func() time.Duration {
-			within = stopWithin(g, o.grace)
+			lostAt = max(lostMember(grants), 0)
+			within = stopWithin(grants[lostAt], o.grace)
 			return within
 		},
 		revokedWithin: func() time.Duration {
-			within = min(o.grace, stopWindow(o.conn.sessionTimeout), stopWithin(g, o.grace))
+			revokedAt = max(closedMember(revoked), 0)
+			within = min(o.grace, stopWindow(o.conn.sessionTimeout), stopWithin(grants[revokedAt], o.grace))
 			return within
 		},
 		onLost: func(within time.Duration) {
+			a := o.locks[lostAt]
 			printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
-				"sent SIGTERM to the command, SIGKILL follows in %v", o.mode, o.path, g.Err(), within.Round(time.Millisecond)))
+				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, grants[lostAt].Err(), within.Round(time.Millisecond)))
 		},
 		onRevoked: func(within time.Duration) {
+			a := o.locks[revokedAt]
 			printLine(o.std.err, prog, fmt.Sprintf("the %s lock on %s was revoked; "+
-				"sent SIGTERM to the command, SIGKILL follows in %v", o.mode, o.path, within.Round(time.Millisecond)))
+				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, within.Round(time.Millisecond)))
 		},
 		onKill: func() {
 			printLine(o.std.err, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL",
 				within.Round(time.Millisecond)))
 		},
 	})
-	if !res.lost && g.Err() != nil && !errors.Is(g.Err(), rwlock.ErrReleased) {
-		res.lost = true
-		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s as the command exited (%v)", o.mode, o.path, g.Err()))
+	if i := lostMember(grants); !res.lost && i >= 0 {
+		res.lost, lostAt = true, i
+		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s as the command exited (%v)",
+			o.locks[i].mode, o.locks[i].path, grants[i].Err()))
 	}
-	cause := g.Err()
-	o.release(prog, g)
+	cause := grants[lostAt].Err()
+	o.release(prog, grants...)
+	lostLock, revokedLock := o.locks[lostAt], o.locks[revokedAt]
 	switch {
 	case res.lost && errors.Is(cause, rwlock.ErrHoldLimit):
 		return 0, fail(exitHoldLimit, "the command was stopped because it held the %s lock on %s for --max-hold %v",
-			o.mode, o.path, o.maxHold)
+			lostLock.mode, lostLock.path, o.maxHold)
 	case res.lost:
-		return 0, fail(exitLost, "the command was stopped because the %s lock on %s was lost", o.mode, o.path)
+		return 0, fail(exitLost, "the command was stopped because the %s lock on %s was lost", lostLock.mode, lostLock.path)
 	case res.revoked:
-		return 0, fail(exitRevoked, "the command was stopped because the %s lock on %s was revoked", o.mode, o.path)
+		return 0, fail(exitRevoked, "the command was stopped because the %s lock on %s was revoked",
+			revokedLock.mode, revokedLock.path)
 	}
 	return res.code, nil
+}
+
+// lostMember returns the index of the first grant that was lost, or -1.
+func lostMember(grants []*rwlock.Grant) int {
+	for i, g := range grants {
+		if err := g.Err(); err != nil && !errors.Is(err, rwlock.ErrReleased) {
+			return i
+		}
+	}
+	return -1
+}
+
+// closedMember returns the index of the first closed channel, or -1.
+func closedMember(chans []<-chan struct{}) int {
+	for i, ch := range chans {
+		select {
+		case <-ch:
+			return i
+		default:
+		}
+	}
+	return -1
+}
+
+// anyClosed returns a channel closed when any of chans is, until done
+// closes: the one channel itself when there is one.
+func anyClosed(done <-chan struct{}, wg *sync.WaitGroup, chans []<-chan struct{}) <-chan struct{} {
+	if len(chans) == 1 {
+		return chans[0]
+	}
+	out := make(chan struct{})
+	var once sync.Once
+	for _, ch := range chans {
+		wg.Go(func() {
+			select {
+			case <-ch:
+				once.Do(func() { close(out) })
+			case <-done:
+			}
+		})
+	}
+	return out
 }
 
 // maxGrace stands for "as long as the lock allows" (see stopWithin).
@@ -438,12 +583,14 @@ func rideOut(t time.Duration) time.Duration { return (t * 11 / 16).Round(100 * t
 // time, a sixteenth of t (see rwlock.Grant.Done), less killMargin.
 func stopWindow(t time.Duration) time.Duration { return max(t/16-killMargin, 0) }
 
-// release releases g, and says so when it cannot: then the node goes when
+// release releases grants, and says so when it cannot: then the node goes when
 // the session ends, which closing the connection does next.
-func (o *execOptions) release(prog string, g *rwlock.Grant) {
+func (o *execOptions) release(prog string, grants ...*rwlock.Grant) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := g.Release(ctx); err != nil {
-		printLine(o.std.err, prog, fmt.Sprintf("release: %v (the node goes with the session, which ends now)", err))
+	for _, g := range grants {
+		if err := g.Release(ctx); err != nil {
+			printLine(o.std.err, prog, fmt.Sprintf("release: %v (the node goes with the session, which ends now)", err))
+		}
 	}
 }

@@ -154,3 +154,29 @@ func TestExtras(t *testing.T) {
 	require.Contains(t, text, "Drain time of 1000 queued writers over that of 100: 10.0x.")
 	require.NotContains(t, text, "W6-4", "a peer's smoke run")
 }
+
+// W7 sets zkrwlock's coalesced burst beside Curator's thread-per-lock one;
+// zkrwlock's own burst without coalescing goes with its extras, and smoke
+// runs with neither.
+func TestBurst(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, map[string]string{
+		"loopback/ours1.jsonl": `{"impl": "zkrwlock", "workload": "W7", "bursts_per_s": 400, "burst_p50_us": 2500, "zk_req_per_burst": 3}
+{"impl": "zkrwlock", "workload": "W7-each", "bursts_per_s": 40, "zk_req_per_burst": 192}
+{"impl": "zkrwlock", "workload": "W7-smoke", "bursts_per_s": 1}
+`,
+		"loopback/peers1.jsonl": `{"impl": "curator", "workload": "W7", "bursts_per_s": 20, "burst_p50_us": 50000, "zk_req_per_burst": 192}
+{"impl": "curator", "workload": "W7-smoke", "bursts_per_s": 1}
+`,
+	})
+	res, err := load([]string{dir})
+	require.NoError(t, err)
+	var out strings.Builder
+	writeTables(&out, res, "all")
+	text := out.String()
+	require.Contains(t, text, "| W7 64 readers of one process at once, bursts/s | 400 | 20 | – | – | 20.00x | – | – |")
+	require.Contains(t, text, "| W7 burst p50 µs | 2500 | 50000 | – | – | 20.00x | – | – |")
+	require.Contains(t, text, "| W7 requests/burst | 3.00 | 192.00 | – | – | – | – | – |")
+	require.Contains(t, text, "| W7 without WithReadCoalescing: bursts/s | 40 | 1 |")
+	require.Contains(t, text, "| W7 without WithReadCoalescing: requests/burst | 192.00 | 1 |")
+}

@@ -64,11 +64,12 @@ type results struct {
 // The workloads the comparison shows. Other lines (smoke runs, Curator's
 // runs with a longer warm-up) are not the workloads' definitions and are
 // left out; zkrwlock's own extra workloads get a table of their own.
-var workloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W6r"}
+var workloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W6r", "W7"}
 
 // extraWorkload matches zkrwlock's own workloads: the drain series
-// (W6-<n>, W6r-<n>) and the batches (RB32, RL32).
-var extraWorkload = regexp.MustCompile(`^(W6r?-[0-9]+|RB32|RL32)$`)
+// (W6-<n>, W6r-<n>), the batches (RB32, RL32) and W7 without coalescing
+// (W7-each).
+var extraWorkload = regexp.MustCompile(`^(W6r?-[0-9]+|RB32|RL32|W7-each)$`)
 
 func isExtra(w string) bool { return extraWorkload.MatchString(w) }
 

@@ -55,6 +55,9 @@ var rows = []row{
 	{"W6", "zk_req_per_acq", "W6 requests/acq", requests},
 	{"W6r", "drain_s", "W6r 200 readers granted, s", seconds},
 	{"W6r", "zk_req_per_acq", "W6r requests/acq", requests},
+	{"W7", "bursts_per_s", "W7 64 readers of one process at once, bursts/s", rate},
+	{"W7", "burst_p50_us", "W7 burst p50 µs", latency},
+	{"W7", "zk_req_per_burst", "W7 requests/burst", requests},
 }
 
 // checked are the workloads whose runs count mutual exclusion violations.
@@ -63,7 +66,7 @@ var checked = []string{"W3", "W5", "W6", "W6r"}
 // main metric of each workload, for the spread table.
 var mainMetric = map[string]string{
 	"W1": "ops_per_s", "W2": "ops_per_s", "W3": "acq_per_s", "W4": "acq_per_s",
-	"W5": "acq_per_s", "W6": "drain_s", "W6r": "drain_s",
+	"W5": "acq_per_s", "W6": "drain_s", "W6r": "drain_s", "W7": "bursts_per_s",
 }
 
 // cell is one implementation's value of a row in a column.
@@ -293,6 +296,8 @@ var extraRows = []row{
 	{"RB32", "batch_p50_us", "ReadBatch of 32 functions: batch p50 µs", latency},
 	{"RL32", "zk_req_per_batch", "32 concurrent RLock/Release: requests/batch", requests},
 	{"RL32", "batch_p50_us", "32 concurrent RLock/Release: batch p50 µs", latency},
+	{"W7-each", "bursts_per_s", "W7 without WithReadCoalescing: bursts/s", rate},
+	{"W7-each", "zk_req_per_burst", "W7 without WithReadCoalescing: requests/burst", requests},
 }
 
 // drainSeries returns the lengths of zkrwlock's extra drain runs of kind

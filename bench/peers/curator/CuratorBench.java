@@ -1,4 +1,4 @@
-// CuratorBench runs the comparison's workloads (W1-W6r, bench/peers/README.md)
+// CuratorBench runs the comparison's workloads (W1-W8, bench/peers/README.md)
 // with Apache Curator's InterProcessReadWriteLock, as a Curator user would
 // write them: one CuratorFramework per client session, one lock object per
 // client, reused.
@@ -8,9 +8,9 @@
 // bench/peers/peer.sh compiles it on first use against Debian's jars in
 // /usr/share/java and runs it. For each workload it prints one JSON line on
 // stdout (impl "curator"), with an "error" key if the workload failed, and
-// exits 1 at the end if one did. RWBENCH_OPS, RWBENCH_WARMUP, RWBENCH_SECONDS
-// and RWBENCH_WAITERS shrink the workloads for smoke tests; the workload
-// names then say so (W1-smoke, W6-5).
+// exits 1 at the end if one did. RWBENCH_OPS, RWBENCH_WARMUP, RWBENCH_SECONDS,
+// RWBENCH_WAITERS and RWBENCH_BURSTS shrink the workloads for smoke tests; the
+// workload names then say so (W1-smoke, W6-5).
 
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -28,6 +28,7 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.CyclicBarrier;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -58,7 +59,7 @@ public final class CuratorBench {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 2) {
-            System.err.println("usage: CuratorBench CONNECT_STRING WORKLOAD...  (W1 W2 W3 W4 W5 W6 W6r)");
+            System.err.println("usage: CuratorBench CONNECT_STRING WORKLOAD...  (W1 W2 W3 W4 W5 W6 W6r W7 W8)");
             System.exit(2);
         }
         Sizes sizes = Sizes.fromEnv();
@@ -76,15 +77,16 @@ public final class CuratorBench {
     }
 
     /** A run's parameters: the standard ones unless the environment shrinks them. */
-    record Sizes(int ops, int warmup, long durationNs, int waiters) {
-        static final Sizes STANDARD = new Sizes(2000, 100, 5_000_000_000L, 200);
+    record Sizes(int ops, int warmup, long durationNs, int waiters, int bursts) {
+        static final Sizes STANDARD = new Sizes(2000, 100, 5_000_000_000L, 200, 200);
 
         static Sizes fromEnv() {
             return new Sizes(
                     (int) env("RWBENCH_OPS", STANDARD.ops),
                     (int) env("RWBENCH_WARMUP", STANDARD.warmup),
                     (long) (env("RWBENCH_SECONDS", STANDARD.durationNs / 1e9) * 1e9),
-                    (int) env("RWBENCH_WAITERS", STANDARD.waiters));
+                    (int) env("RWBENCH_WAITERS", STANDARD.waiters),
+                    (int) env("RWBENCH_BURSTS", STANDARD.bursts));
         }
 
         static double env(String name, double dflt) {
@@ -101,6 +103,8 @@ public final class CuratorBench {
                     return durationNs != STANDARD.durationNs ? w + "-smoke" : w;
                 case "W6": case "W6r":
                     return waiters != STANDARD.waiters ? w + "-" + waiters : w;
+                case "W7":
+                    return bursts != STANDARD.bursts ? w + "-smoke" : w;
                 case "W8":
                     return ops != STANDARD.ops || warmup != STANDARD.warmup || durationNs != STANDARD.durationNs ? w + "-smoke" : w;
                 default:
@@ -145,6 +149,7 @@ public final class CuratorBench {
                 case "W5": contended(r, Mix.MIXED); break;
                 case "W6": drain(r, false); break;
                 case "W6r": drain(r, true); break;
+                case "W7": burst(r); break;
                 case "W8": multi(r); break;
                 case "splitmix64": splitmix(r); break;
                 default: throw new IllegalArgumentException("unknown workload " + workload);
@@ -266,6 +271,87 @@ public final class CuratorBench {
         r.put("timeouts", Arrays.stream(timeouts).sum());
         r.put("violations", holders.violations.get());
         requests(r, p0, p1, 0, total);
+        if (failure.get() != null) r.put("error", failure.get().toString());
+    }
+
+    // ---------- W7 ----------
+
+    static final int BURST_THREADS = 64;
+
+    /**
+     * W7: 64 threads of one client, each with a lock object of its own on
+     * one path (Curator's one lock per thread), acquire the read lock at once
+     * and release it; a tenth as many unmeasured bursts, then the measured
+     * ones, as zkrwlock's W7. The threads live for the whole run and meet at
+     * barriers, so that no burst pays for starting them.
+     */
+    void burst(Record r) throws Exception {
+        CuratorFramework c = open(1).get(0);
+        String path = lockPath(sizes.name("W7"));
+        int warmup = Math.max(sizes.bursts / 10, 1), bursts = sizes.bursts;
+        // Each burst opens at start and ends at done; main is the extra party.
+        CyclicBarrier start = new CyclicBarrier(BURST_THREADS + 1), done = new CyclicBarrier(BURST_THREADS + 1);
+        AtomicLong timeouts = new AtomicLong();
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        Thread[] threads = new Thread[BURST_THREADS];
+        for (int i = 0; i < BURST_THREADS; i++) {
+            InterProcessMutex m = new InterProcessReadWriteLock(c, path).readLock();
+            threads[i] = new Thread(() -> {
+                for (int k = 0; k < warmup + bursts; k++) {
+                    try {
+                        start.await();
+                    } catch (Exception e) {
+                        failure.compareAndSet(null, e);
+                        return;
+                    }
+                    try {
+                        if (m.acquire(ACQUIRE_TIMEOUT_MS, TimeUnit.MILLISECONDS)) {
+                            m.release();
+                        } else {
+                            timeouts.incrementAndGet();
+                        }
+                    } catch (Throwable e) {
+                        // Still meet the others at done: a broken barrier would hang them.
+                        failure.compareAndSet(null, e);
+                    }
+                    try {
+                        done.await();
+                    } catch (Exception e) {
+                        failure.compareAndSet(null, e);
+                        return;
+                    }
+                }
+            });
+            threads[i].setDaemon(true);
+            threads[i].start();
+        }
+        for (int k = 0; k < warmup; k++) {
+            start.await();
+            done.await();
+        }
+        long[] lat = new long[bursts];
+        long p0 = mntr("zk_packets_received");
+        long t0 = System.nanoTime();
+        for (int k = 0; k < bursts; k++) {
+            long b0 = System.nanoTime();
+            start.await();
+            done.await();
+            lat[k] = System.nanoTime() - b0;
+        }
+        double elapsed = (System.nanoTime() - t0) / 1e9;
+        long p1 = mntr("zk_packets_received");
+        for (Thread t : threads) t.join();
+        r.put("clients", 1);
+        r.put("threads", BURST_THREADS);
+        r.put("warmup_bursts", warmup);
+        r.put("bursts", bursts);
+        r.put("elapsed_s", elapsed);
+        r.put("bursts_per_s", bursts / elapsed);
+        r.put("burst_p50_us", percentileUs(lat, 50));
+        r.put("burst_p99_us", percentileUs(lat, 99));
+        r.put("timeouts", timeouts.get());
+        requests(r, p0, p1, 0, (long) bursts * BURST_THREADS);
+        r.put("zk_req_per_burst", (double) (p1 - p0 - servers.length) / bursts);
         if (failure.get() != null) r.put("error", failure.get().toString());
     }
 

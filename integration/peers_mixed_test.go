@@ -1,0 +1,78 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/zktest"
+)
+
+// A mixed fleet fails loudly (issue 23): a zkrwlock client whose dialect
+// a real peer does not see. A holder is told, with a cause that names the
+// dialect to use, as soon as the peer's node appears (the peer, blind to
+// our node, is granted at once); an acquisition that finds the peer's node
+// refuses to queue, and leaves no node.
+func TestPeersMixedFleetFailsLoudly(t *testing.T) {
+	runs := []struct {
+		peer    string
+		dialect rwlock.Dialect
+		spec    peerSpec
+		fix     string
+	}{
+		{"curator", rwlock.DialectNative, peerSpec{name: "curator-writer", kind: "rwwrite"}, "WithDialect(DialectCurator)"},
+		{"kazoo", rwlock.DialectMutex, peerSpec{name: "kazoo-writer", kind: "write"}, "WithDialect(DialectNative)"},
+	}
+	for _, run := range runs {
+		t.Run(run.peer+"/"+run.dialect.String(), func(t *testing.T) {
+			requirePeer(t, run.peer)
+			srv := sharedServer(t)
+			path := zktest.LockPath(t, "/it")
+			ctx := testContext(t)
+			l := connect(t, srv.Addr(0), peerSession).lock(t, path, rwlock.WithDialect(run.dialect))
+			op := connect(t, srv.Addr(0), 0)
+
+			// Ours first: the peer is granted at once, and our holder is told.
+			g, err := l.Lock(ctx)
+			require.NoError(t, err)
+			rec := newRecord()
+			var p *peerProc
+			if run.peer == "curator" {
+				p = startCurator(t, rec, srv.Addr(0), path, peerSession, peerHold, run.spec)
+			} else {
+				p = startKazoo(t, rec, srv.Addr(0), path, peerSession, peerHold, run.spec)
+			}
+			p.start(t)
+			select {
+			case <-g.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the holder was not told of the peer that does not see it")
+			}
+			told := monotonic()
+			require.ErrorIs(t, g.Err(), rwlock.ErrLost)
+			require.ErrorIs(t, g.Err(), rwlock.ErrInvalidArgument)
+			assert.Contains(t, g.Err().Error(), run.fix)
+			var grants []grant
+			zktest.WaitFor(t, 10*time.Second, func() bool {
+				var bad []string
+				grants, bad = rec.snapshot()
+				require.Empty(t, bad)
+				return len(grants) == 1
+			}, "the peer is granted, blind to our node")
+			// Negative: told before the peer's acquire returned.
+			t.Logf("the holder was told %v after the peer's grant", time.Duration(told-grants[0].acq))
+			waitNodes(t, op.conn, path, 10*time.Second, grants[0].node)
+
+			// The peer first: we refuse to queue.
+			_, err = l.Lock(ctx)
+			require.ErrorIs(t, err, rwlock.ErrInvalidArgument)
+			assert.Contains(t, err.Error(), run.fix)
+			assert.Equal(t, []string{grants[0].node}, lockNodes(t, op.conn, path), "no node of ours is left")
+			p.letGo(t)
+			p.finish(t, peerDeadline)
+		})
+	}
+}

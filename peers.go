@@ -1,0 +1,195 @@
+package rwlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
+)
+
+// The holders' watch for a mixed fleet: a peer that does not count our
+// names (see RWLock.blind) and queues while we hold is granted at once, as
+// far as it can tell. An acquisition that lists such a node refuses to
+// queue; a holder must hear of one that comes later, and stop.
+//
+// So while a process holds grants of a lock, it keeps a child watch on the
+// lock directory, and lists the directory each time the watch fires: a
+// node of a blind peer ends every grant of the lock in the process, with a
+// cause that names the dialect to use, within one notification and one
+// listing of the peer's create. Its cost, and why it is the least we found:
+// the event does not say which child changed, so each change to the
+// directory while the process holds costs the process one listing; none
+// while nothing changes (W1: a lone holder's watch fires only when its own
+// release deletes its node, and then nobody is left to list for), and one
+// per holding process, not per grant (the grants of a process share the
+// watch). A grant made in one round trip brings the watch that its
+// listing set; a grant made after waiting lists once more, since the
+// directory changed while it waited.
+type peerWatch struct {
+	mu       sync.Mutex
+	holders  map[*Grant]struct{} // grants that own their node
+	watching bool                // a goroutine lists and watches
+	idle     chan struct{}       // closed when the last holder leaves: the goroutine stops
+	stop     context.CancelFunc  // ends the goroutine's requests and retries, with idle
+}
+
+// join adds g, a grant that owns its node, to the holders until it ends.
+// dir is the child watch its acquisition's listing set, if any.
+func (pw *peerWatch) join(g *Grant, dir *zkclient.Watch) {
+	pw.mu.Lock()
+	if pw.holders == nil {
+		pw.holders = make(map[*Grant]struct{})
+	}
+	pw.holders[g] = struct{}{}
+	start := !pw.watching
+	var ctx context.Context
+	if start {
+		pw.watching, pw.idle = true, make(chan struct{})
+		ctx, pw.stop = context.WithCancel(context.Background())
+	}
+	idle := pw.idle
+	pw.mu.Unlock()
+	g.whenEnded(func(error) { pw.leave(g) })
+	if !start {
+		return
+	}
+	if dir != nil && !dir.FiredNow() {
+		// The listing that granted g showed no blind peer, and nothing
+		// has changed since.
+	} else {
+		dir = nil
+	}
+	// Not the lock's background work, which ends without waiting for
+	// holders: this ends when they do.
+	g.c.Ref()
+	go pw.watch(ctx, g.l, g.c, dir, idle)
+}
+
+// leave removes g from the holders.
+func (pw *peerWatch) leave(g *Grant) {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if _, ok := pw.holders[g]; !ok {
+		return
+	}
+	delete(pw.holders, g)
+	if len(pw.holders) == 0 && pw.watching {
+		pw.stopLocked()
+	}
+}
+
+func (pw *peerWatch) stopLocked() {
+	pw.watching = false
+	close(pw.idle)
+	pw.stop()
+}
+
+// watch waits for w to fire (at once if nil), lists the directory with a
+// new watch, and ends the holders' grants if a blind peer's node is
+// listed, for as long as anyone holds.
+func (pw *peerWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, w *zkclient.Watch, idle chan struct{}) {
+	defer c.Unref()
+	// ctx ends with the last holder: a listing given up may still set
+	// its watch, private, which fires when the directory next changes.
+	var retry zkclient.Backoff
+	for {
+		if w != nil {
+			select {
+			case <-w.Fired():
+			case <-idle:
+				return
+			}
+			if !pw.anyHolding(idle) {
+				return // the change was our own releases
+			}
+		}
+		pw.count()
+		r, next := c.ChildrenW(ctx, l.path, true)
+		switch {
+		case isClosed(idle):
+			return
+		case r.Err != nil:
+			// A connection loss; or the session's end, or the directory's
+			// deletion, which end the holders of the moment (they hear of it
+			// from their own watches and the lease), but not those of a new
+			// session that may join meanwhile: look again, until the last
+			// holder leaves (ctx) or the client is closed.
+			if retry.Wait(ctx, c.Conn()) != nil {
+				return
+			}
+			w = nil
+			continue
+		}
+		if m := l.blind(peersOf(r.V)); m != nil {
+			pw.endAll(idle, m)
+			return
+		}
+		w, retry = next, zkclient.Backoff{}
+	}
+}
+
+// anyHolding reports whether a holder is not releasing: a change made by
+// our own releases needs no look. If none is, the watching stops here, and
+// the next grant to join starts it again.
+func (pw *peerWatch) anyHolding(idle chan struct{}) bool {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if isClosed(idle) {
+		return false
+	}
+	for g := range pw.holders {
+		g.mu.Lock()
+		releasing := g.releasing
+		g.mu.Unlock()
+		if !releasing {
+			return true
+		}
+	}
+	pw.stopLocked()
+	return false
+}
+
+// count counts a listing among the requests of one of the holders (it is
+// made for them all), for its GrantEvent.
+func (pw *peerWatch) count() {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	for g := range pw.holders {
+		g.requests.Add(1)
+		return
+	}
+}
+
+// endAll ends every holder's grant with a mixed fleet as the cause, and
+// stops the watching.
+func (pw *peerWatch) endAll(idle chan struct{}, m *mixedError) {
+	pw.mu.Lock()
+	var hit []*Grant
+	for g := range pw.holders {
+		hit = append(hit, g)
+	}
+	clear(pw.holders)
+	if !isClosed(idle) {
+		pw.stopLocked()
+	}
+	pw.mu.Unlock()
+	for _, g := range hit {
+		g.l.log.Warn("rwlock: "+m.Error(), "lock", g.l.path, "node", g.node)
+		// The peer may hold already: the grant is lost, and its node is
+		// deleted once the holder has been told.
+		g.lost(fmt.Errorf("%w: %w", errMayLive, m))
+	}
+}
+
+// peersOf returns the markers of the peers' nodes among children (see
+// snapshot.peers).
+func peersOf(children []string) uint16 {
+	var peers uint16
+	for _, name := range children {
+		if n, ok := parseNode(name); ok && !n.ours {
+			peers |= 1 << n.marker
+		}
+	}
+	return peers
+}
