@@ -143,6 +143,7 @@ func TestQueueShowsHoldLimit(t *testing.T) {
 		assert.Equal(t, Read, q[0].Mode, "downgraded")
 		assert.Equal(t, limit, q[0].MaxHold, "a downgrade keeps the limit")
 		require.NoError(t, down.Release(ctx))
+		synctest.Wait()
 		require.NoError(t, granted(t, next).Release(ctx))
 	})
 }
