@@ -87,8 +87,9 @@ type acquisition struct {
 	exact   bool            // tok was read from our node's stat, not dated by a listing
 	oneTrip bool            // the listing sent behind the create showed our node
 
-	member bool        // one of a set's acquisitions (see multi.go)
-	share  *sharedRead // the shared read node it makes (see coalesce.go); nil for any other
+	setLines []byte      // for a member: its node data's set lines (lockname.InSet)
+	member   bool        // one of a set's acquisitions (see multi.go)
+	share    *sharedRead // the shared read node it makes (see coalesce.go); nil for any other
 
 	ownConnects      uint64 // the connection's session count when own was set
 	ownConnectsKnown bool   // the connection counts them (see confirmOwn)
@@ -213,7 +214,7 @@ func (a *acquisition) create(ctx context.Context) (step, error) {
 		if a.dir == nil {
 			behind = a.listBehind(ctx, sending)
 		}
-		r := a.c.Create(ctx, nodePrefix(l.path, a.guid, a.mode, l.dialect), l.data, zk.FlagEphemeral|zk.FlagSequence, l.acl,
+		r := a.c.Create(ctx, nodePrefix(l.path, a.guid, a.mode, l.dialect), append(slices.Clip(l.data), a.setLines...), zk.FlagEphemeral|zk.FlagSequence, l.acl,
 			sending, func(r zkclient.Reply[string]) { l.finishCreate(a.c, r, a.guid) })
 		var first listing
 		if behind != nil {
@@ -444,6 +445,7 @@ func (a *acquisition) newGrant() *Grant {
 	a.l.debug("granted", a.path)
 	g := newGrant(a.l, a.c, a.mode, a.path, a.session)
 	g.token.Store(a.tok)
+	g.setLines = a.setLines
 	if a.l.maxHold > 0 {
 		g.limitHold(g.since.Add(a.l.maxHold))
 	}

@@ -108,7 +108,7 @@ func TestPeersMarksAreNotTrusted(t *testing.T) {
 		ctx := t.Context()
 		lock := func() *RWLock { return newLock(t, s.conn(), WithDialect(DialectCurator)) }
 		peer := s.conn()
-		marks := string(lockname.Data("forged", true, true))
+		marks := string(lockname.Data("forged", 0, true, true))
 		g, err := lock().Lock(ctx) // makes the directory
 		require.NoError(t, err)
 		require.NoError(t, g.Release(ctx))

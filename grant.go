@@ -51,6 +51,7 @@ type Grant struct {
 
 	token       atomic.Int64 // czxid of node (see acquisition.dated), set before the grant is returned
 	markRelease bool         // release marks the node held (see Release)
+	setLines    []byte       // a LockAll member's set lines: a downgrade's rewrite of the data keeps them
 
 	ops       sync.Mutex // serialises Release and Downgrade
 	released  bool       // guarded by ops: Release or Downgrade has run
@@ -297,7 +298,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	l := g.l
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(g.counting(ctx)), l.cleanupTimeout)
 	defer cancel()
-	r := g.c.Set(sctx, g.node, lockname.Data(l.owner, false, true))
+	r := g.c.Set(sctx, g.node, append(lockname.Data(l.owner, l.maxHold, false, true), g.setLines...))
 	switch {
 	case errors.Is(r.Err, zk.ErrNoNode):
 		g.lost(g.whyDeleted())
@@ -315,7 +316,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	}
 	d := &Grant{
 		l: l, c: g.c, mode: Read, node: g.node, session: g.session,
-		markRelease: g.markRelease,
+		markRelease: g.markRelease, setLines: g.setLines,
 	}
 	d.initContext()
 	d.token.Store(g.token.Load())

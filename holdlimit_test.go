@@ -118,6 +118,36 @@ func TestHoldLimitOfAReleasedGrant(t *testing.T) {
 	})
 }
 
+// Queue shows each node's hold limit, read from the data its create wrote,
+// to any client; a downgrade's rewrite of the data keeps it.
+func TestQueueShowsHoldLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = time.Hour
+		s := newFakeServer()
+		ctx := t.Context()
+		g, err := newLock(t, s.conn(), WithMaxHold(limit)).Lock(ctx)
+		require.NoError(t, err)
+		next := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		observer := newLock(t, s.conn())
+		q, err := observer.Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 2)
+		assert.Equal(t, []time.Duration{limit, 0}, []time.Duration{q[0].MaxHold, q[1].MaxHold})
+
+		down, err := g.Downgrade(ctx)
+		require.NoError(t, err)
+		q, err = observer.Queue(ctx)
+		require.NoError(t, err)
+		require.NotEmpty(t, q)
+		assert.Equal(t, Read, q[0].Mode, "downgraded")
+		assert.Equal(t, limit, q[0].MaxHold, "a downgrade keeps the limit")
+		require.NoError(t, down.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, next).Release(ctx))
+	})
+}
+
 // A process paused past the notice resumes before its hold timer's
 // goroutine runs: the first Err already fails, and the next writer is
 // still kept out until the limit.

@@ -123,6 +123,13 @@ func newSet(ctx context.Context, reqs []Request) (*set, error) {
 	if len(s.members) > 0 {
 		s.c = s.members[0].c
 	}
+	paths := make([]string, len(reqs))
+	for i, r := range reqs {
+		paths[i] = r.Lock.path
+	}
+	for i, a := range s.members {
+		a.setLines = lockname.InSet(nil, paths, i)
+	}
 	return s, nil
 }
 
@@ -174,7 +181,7 @@ func (s *set) create(ctx context.Context) ([]step, error) {
 		for i, a := range s.members {
 			l := a.l
 			ops[i] = &zk.CreateRequest{
-				Path: nodePrefix(l.path, s.guid, a.mode, l.dialect), Data: l.data, Acl: l.acl,
+				Path: nodePrefix(l.path, s.guid, a.mode, l.dialect), Data: append(slices.Clip(l.data), a.setLines...), Acl: l.acl,
 				Flags: zk.FlagEphemeral | zk.FlagSequence,
 			}
 			counted[i] = a.counting(ctx)

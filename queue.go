@@ -28,6 +28,18 @@ type Entry struct {
 	// WithReadCoalescing), how many of its readers hold or wait on it
 	// (the node is one entry); 0 for every other node.
 	Readers int
+	// MaxHold is the hold limit (WithMaxHold) of the lock that made the
+	// node, from its data; 0 for none, and for a peer's node. A holder's
+	// node goes at MaxHold after its grant, by the holder's clock, so not
+	// before Created+MaxHold.
+	MaxHold time.Duration
+	// Set is, for a node LockAll made, the lock directories of the other
+	// locks of its set, as many as its data names (it names up to 8);
+	// nil for a node in no set.
+	Set []string
+	// SetSize is how many locks that set has, this one included; 0 for a
+	// node in no set. It exceeds len(Set)+1 when the data names only some.
+	SetSize int
 }
 
 // Queue returns the holders and then the waiters of the lock, in queue
@@ -83,6 +95,10 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 				Node: path, Mode: mode, Seq: n.seq, SessionID: r.V.Stat.EphemeralOwner,
 				Owner: lockname.Owner(r.V.Data), Created: time.UnixMilli(r.V.Stat.Ctime),
 				Family: n.family, Peer: !n.ours, Readers: l.coalesce.readers(path),
+			}
+			if n.ours {
+				entries[i].MaxHold = lockname.MaxHold(r.V.Data)
+				entries[i].Set, entries[i].SetSize = lockname.Set(r.V.Data)
 			}
 			found[i] = true
 			return nil

@@ -43,7 +43,7 @@ func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string
 	}
 	var r zkclient.Reply[struct{}]
 	if markHeld {
-		r = c.SetAndDelete(ctx, path, lockname.Data(l.owner, true, false), late)
+		r = c.SetAndDelete(ctx, path, lockname.Data(l.owner, l.maxHold, true, false), late)
 		if r.Err != nil && !nodeGone(r.Err) && !zkclient.ConnectionLoss(r.Err) && ctx.Err() == nil {
 			r = c.Delete(ctx, path, late) // an ACL that forbids writing data: just delete it
 		}

@@ -141,7 +141,7 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		conn:           conn,
 		path:           path,
 		acl:            o.acl,
-		data:           lockname.Data(o.owner, false, false),
+		data:           lockname.Data(o.owner, o.maxHold, false, false),
 		owner:          o.owner,
 		log:            o.log,
 		sessionTimeout: o.sessionTimeout,

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -413,4 +414,63 @@ func TestLockAllMemberDeletedWhileTheSetWaits(t *testing.T) {
 	require.ErrorIs(t, <-done, rwlock.ErrLost)
 	assert.Empty(t, lockNodes(t, b.conn, root+"/free"))
 	waitNodes(t, b.conn, root+"/busy", 10*time.Second)
+}
+
+// Queue shows a set's members in each member's entry, read from the data
+// the set's one transaction wrote; a downgrade keeps them; a set of many
+// locks names only some.
+func TestQueueShowsSet(t *testing.T) {
+	srv := sharedServer(t)
+	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	root := zktest.LockPath(t, "/multi")
+	paths := []string{root + "/a", root + "/b", root + "/c"}
+	reqs := make([]rwlock.Request, len(paths))
+	for i, p := range paths {
+		reqs[i] = rwlock.Request{Lock: a.lock(t, p), Mode: rwlock.Write}
+	}
+	grants, err := rwlock.LockAll(ctx, reqs...)
+	require.NoError(t, err)
+	for i, p := range paths {
+		q, err := b.lock(t, p).Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 1)
+		others := append(slices.Clone(paths[:i]), paths[i+1:]...)
+		assert.Equal(t, others, q[0].Set, p)
+		assert.Equal(t, 3, q[0].SetSize, p)
+	}
+	down, err := grants[0].Downgrade(ctx)
+	require.NoError(t, err)
+	q, err := b.lock(t, paths[0]).Queue(ctx)
+	require.NoError(t, err)
+	require.Len(t, q, 1)
+	assert.Equal(t, rwlock.Read, q[0].Mode)
+	assert.Equal(t, paths[1:], q[0].Set, "a downgrade keeps the set")
+	require.NoError(t, down.Release(ctx))
+	for _, g := range grants[1:] {
+		require.NoError(t, g.Release(ctx))
+	}
+
+	g, err := a.lock(t, paths[0]).Lock(ctx)
+	require.NoError(t, err)
+	q, err = b.lock(t, paths[0]).Queue(ctx)
+	require.NoError(t, err)
+	assert.Nil(t, q[0].Set, "a lone lock is in no set")
+	assert.Zero(t, q[0].SetSize)
+	require.NoError(t, g.Release(ctx))
+
+	many := make([]rwlock.Request, 20)
+	for i := range many {
+		many[i] = rwlock.Request{Lock: a.lock(t, fmt.Sprintf("%s/many/%d", root, i)), Mode: rwlock.Read}
+	}
+	grants, err = rwlock.LockAll(ctx, many...)
+	require.NoError(t, err)
+	q, err = b.lock(t, root+"/many/19").Queue(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 20, q[0].SetSize)
+	assert.Len(t, q[0].Set, 8, "the data names only some of a big set")
+	assert.Equal(t, root+"/many/0", q[0].Set[0])
+	for _, g := range grants {
+		require.NoError(t, g.Release(ctx))
+	}
 }

@@ -49,8 +49,8 @@ func TestPeerNodesShown(t *testing.T) {
 	require.Len(t, lines, 3, r.stdout)
 	row := strings.Fields(lines[2])
 	require.Equal(t, []string{"write", "waiting", "curator", "10.0.0.7"}, row[:4])
-	require.Equal(t, nodeName(peer), row[6])
-	require.True(t, strings.HasPrefix(row[6], "__WRIT__"), row[6])
+	require.Equal(t, nodeName(peer), row[7])
+	require.True(t, strings.HasPrefix(row[7], "__WRIT__"), row[7])
 
 	r = runIn(t, nil, "queue", "--dialect", "native", p)
 	require.Equal(t, 0, r.code, r.stderr)

@@ -28,14 +28,16 @@ Lists the locks under PREFIX (PREFIX itself included; / for all): every
 directory that holds lock nodes, with what is held, since when, and how
 long the longest wait has lasted. Stuck locks come first.
 
-  LOCK           MODE   HOLDERS  HELD   OWNER         WAITERS  WAITING  FAMILY          FLAG
-  /locks/schema  write  1        2h03m  build-7:4242  3        1h58m    zkrwlock        stuck
-  /locks/report  read   2        1h10m  cron-3:991    0        -        zkrwlock        old
-  /locks/config  read   4        12.0s  web-1:977     0        -        zkrwlock,kazoo  -
+  LOCK           MODE   HOLDERS  HELD   LIMIT  OWNER         WAITERS  WAITING  FAMILY          FLAG
+  /locks/schema  write  1        2h03m  -      build-7:4242  3        1h58m    zkrwlock        stuck
+  /locks/report  read   2        1h10m  2h00m  cron-3:991    0        -        zkrwlock        old
+  /locks/config  read   4        12.0s  -      web-1:977     0        -        zkrwlock,kazoo  -
+  /locks/schema: revoked 5m02s ago by ops-1:311: the migration is stuck
 
 HELD is the age of the oldest holder's node (OWNER is its owner): the time
 since it joined the queue, by the server's clock, so it includes any time
-it waited first. WAITING is the age of the oldest waiter's node: how long
+it waited first. LIMIT is that holder's hold limit, as in 'zkrwlock
+queue'. WAITING is the age of the oldest waiter's node: how long
 the longest wait has lasted. FAMILY lists who has nodes there, in queue
 order: zkrwlock, and the other libraries sharing the lock (see 'zkrwlock
 queue --help').
@@ -43,6 +45,10 @@ queue --help').
 With --older-than D, a lock whose oldest holder is older than D is "old",
 and "stuck" when others wait for it too; FLAG says so. Locks are sorted
 stuck first, then by WAITING, then by HELD, longest first, then by path.
+Under the table, a line for each lock whose oldest holder took it in a set
+(LockAll) names the set, and a line for each lock whose holders a
+revocation ('zkrwlock revoke') asks to let go says how long ago, by whom
+and why.
 
 Locks nobody holds or waits for are not listed: nothing tells their empty
 directories from other znodes, and ZooKeeper deletes them soon. A directory
@@ -56,7 +62,9 @@ characters escaped.
 these fields: path, mode ("read" or "write"), holders, waiters (counts),
 oldest_holder and oldest_waiter (objects as in 'zkrwlock queue --json', or
 null), old and stuck (false without --older-than), families (as FAMILY, an
-array). No locks prints [].
+array), and revocation for a pending revocation (absent for none): reason,
+by, requested (RFC 3339), age_seconds, and holders (the sequence numbers of
+the nodes it asks to let go). No locks prints [].
 
 ` + exitCodes
 
@@ -74,7 +82,8 @@ type lockInfo struct {
 	oldestWaiter *rwlock.Entry // nil without waiters
 	held, waited time.Duration // the ages of those two; 0 for none
 	old, stuck   bool
-	families     []string // who has nodes there, in queue order
+	families     []string           // who has nodes there, in queue order
+	revocation   *pendingRevocation // nil for none
 }
 
 // lockJSON is the JSON form of a lockInfo. Its field names are stable.
@@ -88,6 +97,24 @@ type lockJSON struct {
 	Old          bool        `json:"old"`
 	Stuck        bool        `json:"stuck"`
 	Families     []string    `json:"families"`
+	// Revocation is a pending revocation; absent for none.
+	Revocation *revocationJSON `json:"revocation,omitempty"`
+}
+
+// revocationJSON is the JSON form of a pending revocation.
+type revocationJSON struct {
+	Reason     string    `json:"reason"`
+	By         string    `json:"by"`
+	Requested  time.Time `json:"requested"`
+	AgeSeconds float64   `json:"age_seconds"`
+	Holders    []int32   `json:"holders"`
+}
+
+func jsonRevocation(r *pendingRevocation, now time.Time) *revocationJSON {
+	if r == nil {
+		return nil
+	}
+	return &revocationJSON{Reason: r.reason, By: r.by, Requested: r.at.UTC(), AgeSeconds: age(now, r.at).Seconds(), Holders: r.nodes}
 }
 
 type lsOptions struct {
@@ -271,6 +298,7 @@ func childPath(dir, name string) string {
 func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.Duration, log *slog.Logger,
 	warn func(string)) ([]lockInfo, error) {
 	queues := make([][]rwlock.Entry, len(dirs))
+	revocations := make([]*pendingRevocation, len(dirs))
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.SetLimit(lsParallel)
 	for i, dir := range dirs {
@@ -291,6 +319,9 @@ func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.D
 			if err != nil {
 				return fmt.Errorf("read the queue of %s: %w", dir, err)
 			}
+			if len(queues[i]) > 0 {
+				revocations[i] = readRevocation(conn, dir, queues[i])
+			}
 			return nil
 		})
 	}
@@ -300,7 +331,9 @@ func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.D
 	var locks []lockInfo
 	for i, q := range queues {
 		if len(q) > 0 { // else its nodes went between the walk and the read
-			locks = append(locks, summarize(dirs[i], q))
+			info := summarize(dirs[i], q)
+			info.revocation = revocations[i]
+			locks = append(locks, info)
 		}
 	}
 	return locks, nil
@@ -367,6 +400,7 @@ func writeLocksJSON(w io.Writer, locks []lockInfo, now time.Time) error {
 		j := lockJSON{
 			Path: l.path, Mode: l.mode.String(), Holders: l.holders, Waiters: l.waiters,
 			OldestHolder: jsonEntry(l.oldestHolder, now), Old: l.old, Stuck: l.stuck, Families: l.families,
+			Revocation: jsonRevocation(l.revocation, now),
 		}
 		if l.oldestWaiter != nil {
 			e := jsonEntry(*l.oldestWaiter, now)
@@ -386,7 +420,7 @@ func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := "LOCK\tMODE\tHOLDERS\tHELD\tOWNER\tWAITERS\tWAITING\tFAMILY"
+	header := "LOCK\tMODE\tHOLDERS\tHELD\tLIMIT\tOWNER\tWAITERS\tWAITING\tFAMILY"
 	if o.flag {
 		header += "\tFLAG"
 	}
@@ -396,14 +430,28 @@ func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
 		if l.oldestWaiter != nil {
 			waiting = formatAge(l.waited)
 		}
-		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s", printable(l.path), l.mode, l.holders, formatAge(l.held),
-			ownerText(l.oldestHolder.Owner), l.waiters, waiting, strings.Join(l.families, ","))
+		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", printable(l.path), l.mode, l.holders, formatAge(l.held),
+			limitText(l.oldestHolder.MaxHold), ownerText(l.oldestHolder.Owner), l.waiters, waiting, strings.Join(l.families, ","))
 		if o.flag {
 			row += "\t" + flagText(l)
 		}
 		fmt.Fprintln(tw, row)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, l := range locks {
+		if err := writeSet(w, printable(l.path)+": held ", l.oldestHolder); err != nil {
+			return err
+		}
+	}
+	for _, l := range locks {
+		if err := l.revocation.write(w, printable(l.path)+": ", now); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func flagText(l lockInfo) string {

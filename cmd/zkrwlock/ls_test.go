@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
@@ -132,16 +133,17 @@ func TestLs(t *testing.T) {
 		require.Equal(t, 0, r.code, r.stderr)
 		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 		require.Len(t, lines, 4, r.stdout)
-		require.Equal(t, []string{"LOCK", "MODE", "HOLDERS", "HELD", "OWNER", "WAITERS", "WAITING", "FAMILY"}, strings.Fields(lines[0]))
+		require.Equal(t, []string{"LOCK", "MODE", "HOLDERS", "HELD", "LIMIT", "OWNER", "WAITERS", "WAITING", "FAMILY"},
+			strings.Fields(lines[0]))
 		row := strings.Fields(lines[1])
-		require.Len(t, row, 8, lines[1])
-		require.Equal(t, "zkrwlock", row[7])
+		require.Len(t, row, 9, lines[1])
+		require.Equal(t, "zkrwlock", row[8])
 		require.Equal(t, []string{stuck, "write", "1"}, row[:3])
 		require.Regexp(t, `^\d+\.\ds$`, row[3])
-		require.Equal(t, []string{"holder-S", "2"}, row[4:6])
-		require.Regexp(t, `^\d+\.\ds$`, row[6])
+		require.Equal(t, []string{"-", "holder-S", "2"}, row[4:7])
+		require.Regexp(t, `^\d+\.\ds$`, row[7])
 		for _, line := range lines[2:] {
-			require.Equal(t, "-", strings.Fields(line)[6], "nobody waits: %s", line)
+			require.Equal(t, "-", strings.Fields(line)[7], "nobody waits: %s", line)
 		}
 	})
 
@@ -150,11 +152,11 @@ func TestLs(t *testing.T) {
 		require.Equal(t, 0, r.code, r.stderr)
 		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 		require.Len(t, lines, 4, r.stdout)
-		require.Equal(t, "FLAG", strings.Fields(lines[0])[8])
+		require.Equal(t, "FLAG", strings.Fields(lines[0])[9])
 		flags := map[string]string{}
 		for _, line := range lines[1:] {
 			f := strings.Fields(line)
-			flags[f[0]] = f[8]
+			flags[f[0]] = f[9]
 		}
 		require.Equal(t, map[string]string{stuck: "stuck", held: "old", deep: "old"}, flags)
 	})
@@ -188,6 +190,60 @@ func TestLs(t *testing.T) {
 		r = runIn(t, nil, "ls", "--json", prefix+"-nothing-here")
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Equal(t, "[]\n", r.stdout)
+	})
+}
+
+func TestLsShowsLimitAndRevocation(t *testing.T) {
+	server(t)
+	prefix := zktest.LockPath(t, "/cli")
+	revoked, plain := prefix+"/revoked", prefix+"/plain"
+	revokedLimited(t, revoked)
+	hold(t, plain, rwlock.Read, "reader")
+
+	t.Run("text", func(t *testing.T) {
+		r := runIn(t, nil, "ls", prefix)
+		require.Equal(t, 0, r.code, r.stderr)
+		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		require.Len(t, lines, 4, r.stdout)
+		limits := map[string]string{}
+		for _, line := range lines[1:3] {
+			f := strings.Fields(line)
+			limits[f[0]] = f[4]
+		}
+		require.Equal(t, map[string]string{revoked: "1h00m", plain: "-"}, limits)
+		require.Regexp(t, `^`+revoked+`: revoked \d+\.\ds ago by ops-1: the migration is stuck$`, lines[3])
+	})
+
+	t.Run("json", func(t *testing.T) {
+		r := runIn(t, nil, "ls", "--json", prefix)
+		require.Equal(t, 0, r.code, r.stderr)
+		var locks []struct {
+			Path         string
+			OldestHolder map[string]any `json:"oldest_holder"`
+			Revocation   *struct {
+				Reason, By string
+				Requested  time.Time
+				AgeSeconds float64 `json:"age_seconds"`
+				Holders    []int32
+			}
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &locks), r.stdout)
+		require.Len(t, locks, 2, r.stdout)
+		for _, l := range locks {
+			if l.Path == plain {
+				require.Nil(t, l.Revocation)
+				require.NotContains(t, l.OldestHolder, "max_hold_seconds")
+				continue
+			}
+			require.Equal(t, revoked, l.Path)
+			require.Equal(t, 3600.0, l.OldestHolder["max_hold_seconds"])
+			require.NotNil(t, l.Revocation, r.stdout)
+			require.Equal(t, "the migration is stuck", l.Revocation.Reason)
+			require.Equal(t, "ops-1", l.Revocation.By)
+			require.WithinDuration(t, time.Now(), l.Revocation.Requested, time.Minute)
+			require.GreaterOrEqual(t, l.Revocation.AgeSeconds, 0.0)
+			require.Equal(t, []int32{int32(l.OldestHolder["seq"].(float64))}, l.Revocation.Holders)
+		}
 	})
 }
 
@@ -282,4 +338,51 @@ func TestDialectFlag(t *testing.T) {
 	}
 	var f dialectFlag
 	require.ErrorContains(t, f.Set("zookeeper"), "one of native, curator, mutex, kazoo, kazoo-lock")
+}
+
+// queue and ls name the set (LockAll) a node was made in.
+func TestQueueAndLsShowSet(t *testing.T) {
+	server(t)
+	prefix := zktest.LockPath(t, "/cli")
+	a, b := prefix+"/a", prefix+"/b"
+	conn := client(t)
+	grants, err := rwlock.LockAll(t.Context(), rwlock.Request{Lock: lockOf(t, conn, a), Mode: rwlock.Write},
+		rwlock.Request{Lock: lockOf(t, conn, b), Mode: rwlock.Read})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		for _, g := range grants {
+			g.Release(context.Background())
+		}
+	})
+
+	r := runIn(t, nil, "queue", a)
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	require.Len(t, lines, 3, r.stdout)
+	require.Regexp(t, `^write-\d{10}: in a set of 2 with `+b+`$`, lines[2])
+
+	r = runIn(t, nil, "queue", "--json", b)
+	require.Equal(t, 0, r.code, r.stderr)
+	var entries []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &entries), r.stdout)
+	require.Len(t, entries, 1)
+	require.Equal(t, []any{a}, entries[0]["set"])
+	require.Equal(t, 2.0, entries[0]["set_size"])
+
+	r = runIn(t, nil, "ls", prefix)
+	require.Equal(t, 0, r.code, r.stderr)
+	lines = strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	require.Len(t, lines, 5, r.stdout)
+	require.ElementsMatch(t, []string{a + ": held in a set of 2 with " + b, b + ": held in a set of 2 with " + a}, lines[3:])
+
+	r = runIn(t, nil, "ls", "--json", prefix)
+	require.Equal(t, 0, r.code, r.stderr)
+	var locks []lsEntry
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &locks), r.stdout)
+	require.Len(t, locks, 2)
+	for _, l := range locks {
+		other := map[string]string{a: b, b: a}[l.Path]
+		require.Equal(t, []any{other}, l.OldestHolder["set"], l.Path)
+		require.Equal(t, 2.0, l.OldestHolder["set_size"], l.Path)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -24,11 +25,14 @@ const queueUsage = `Usage: zkrwlock queue [flags] PATH
 Shows who holds the lock whose directory is PATH and who waits for it:
 holders first, then waiters, in queue order.
 
-  MODE   STATE    FAMILY    OWNER          SESSION             AGE   NODE
-  read   held     zkrwlock  build-7:4242   0x10000a1b2c30001   3.2s  read-0000000003
-  write  waiting  curator   10.0.0.7       0x10000a1b2c30002   1.0s  __WRIT__0000000004
+  MODE   STATE    FAMILY    OWNER          SESSION             AGE   LIMIT  NODE
+  read   held     zkrwlock  build-7:4242   0x10000a1b2c30001   3.2s  1m00s  read-0000000003
+  write  waiting  curator   10.0.0.7       0x10000a1b2c30002   1.0s  -      __WRIT__0000000004
 
 AGE is the time since the node was created (queued), by the server's clock.
+LIMIT is the hold limit of the lock that made the node (--max-hold,
+WithMaxHold), from its data; "-" for none. A grant ends at LIMIT after it
+was granted, by its holder's clock, so not before AGE reaches LIMIT.
 OWNER is cut to 40 characters, and characters a terminal would not print
 as they are (control characters, escape sequences) are shown escaped
 (\t, \x1b, \u202e), here and in 'zkrwlock ls'; --json has them whole.
@@ -45,8 +49,13 @@ that dialect's names are on PATH.
 these fields: node (full path), name, mode ("read" or "write"), held,
 owner, session_id (hex string "0x..."), seq, created (RFC 3339),
 age_seconds, family (as FAMILY), peer (true for another library's node),
-and, for a holder that a revocation ('zkrwlock revoke') asks to let go,
-revoked (true) and revoke_reason. Such a holder's STATE is "revoked" in
+max_hold_seconds (as LIMIT; absent for none), and, for a holder that a
+revocation ('zkrwlock revoke') asks to let go, revoked (true),
+revoke_reason, revoke_by and revoke_age_seconds (since the revocation was
+written, by the server's clock), and, for a node that 'LockAll' made with
+others at once, set (the other locks of its set that its data names) and
+set_size (how many locks the set has; more than named for a big set).
+Under the table, a line for each such node names its set. Such a holder's STATE is "revoked" in
 the table, which ends with the revocation's age, author and reason.
 A lock nobody holds prints [].
 
@@ -65,9 +74,16 @@ type queueEntry struct {
 	AgeSeconds float64   `json:"age_seconds"`
 	Family     string    `json:"family"`
 	Peer       bool      `json:"peer"`
+	// MaxHoldSeconds is the node's hold limit; 0 (absent) for none.
+	MaxHoldSeconds float64 `json:"max_hold_seconds,omitempty"`
+	// Set and SetSize: the node's set (rwlock.Entry's); absent for none.
+	Set     []string `json:"set,omitempty"`
+	SetSize int      `json:"set_size,omitempty"`
 	// Revoked: a revocation ('zkrwlock revoke') asks this holder to let go.
-	Revoked      bool   `json:"revoked,omitempty"`
-	RevokeReason string `json:"revoke_reason,omitempty"`
+	Revoked          bool     `json:"revoked,omitempty"`
+	RevokeReason     string   `json:"revoke_reason,omitempty"`
+	RevokeBy         string   `json:"revoke_by,omitempty"`
+	RevokeAgeSeconds *float64 `json:"revoke_age_seconds,omitempty"` // a pointer: 0 is an age
 }
 
 // pendingRevocation is a revocation of the lock that names holders still
@@ -190,7 +206,8 @@ func writeJSON(w io.Writer, q []rwlock.Entry, rev *pendingRevocation, now time.T
 	for _, e := range q {
 		je := jsonEntry(e, now)
 		if rev.names(e) {
-			je.Revoked, je.RevokeReason = true, rev.reason
+			a := age(now, rev.at).Seconds()
+			je.Revoked, je.RevokeReason, je.RevokeBy, je.RevokeAgeSeconds = true, rev.reason, rev.by, &a
 		}
 		out = append(out, je)
 	}
@@ -212,6 +229,10 @@ func jsonEntry(e rwlock.Entry, now time.Time) queueEntry {
 		AgeSeconds: age(now, e.Created).Seconds(),
 		Family:     family(e),
 		Peer:       e.Peer,
+
+		MaxHoldSeconds: e.MaxHold.Seconds(),
+		Set:            e.Set,
+		SetSize:        e.SetSize,
 	}
 }
 
@@ -221,7 +242,7 @@ func writeTable(w io.Writer, path string, q []rwlock.Entry, rev *pendingRevocati
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODE\tSTATE\tFAMILY\tOWNER\tSESSION\tAGE\tNODE")
+	fmt.Fprintln(tw, "MODE\tSTATE\tFAMILY\tOWNER\tSESSION\tAGE\tLIMIT\tNODE")
 	for _, e := range q {
 		state := "waiting"
 		switch {
@@ -230,17 +251,54 @@ func writeTable(w io.Writer, path string, q []rwlock.Entry, rev *pendingRevocati
 		case e.Held:
 			state = "held"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Mode, state, family(e), ownerText(e.Owner),
-			sessionHex(e.SessionID), formatAge(age(now, e.Created)), printable(nodeName(e.Node)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Mode, state, family(e), ownerText(e.Owner),
+			sessionHex(e.SessionID), formatAge(age(now, e.Created)), limitText(e.MaxHold), printable(nodeName(e.Node)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if rev != nil {
-		_, err := fmt.Fprintf(w, "revoked %s ago by %s: %s\n", formatAge(age(now, rev.at)), printable(rev.by), printable(rev.reason))
-		return err
+	for _, e := range q {
+		if err := writeSet(w, printable(nodeName(e.Node))+": ", e); err != nil {
+			return err
+		}
 	}
-	return nil
+	return rev.write(w, "", now)
+}
+
+// write prints the revocation's line under a table, after prefix; nothing
+// for none.
+func (r *pendingRevocation) write(w io.Writer, prefix string, now time.Time) error {
+	if r == nil {
+		return nil
+	}
+	_, err := fmt.Fprintf(w, "%srevoked %s ago by %s: %s\n", prefix, formatAge(age(now, r.at)), printable(r.by), printable(r.reason))
+	return err
+}
+
+// writeSet prints, after prefix, the line that names e's set; nothing for
+// a node in no set.
+func writeSet(w io.Writer, prefix string, e rwlock.Entry) error {
+	if e.SetSize == 0 {
+		return nil
+	}
+	names := make([]string, len(e.Set))
+	for i, p := range e.Set {
+		names[i] = printable(p)
+	}
+	more := ""
+	if n := e.SetSize - 1 - len(e.Set); n > 0 {
+		more = fmt.Sprintf(" and %d more", n)
+	}
+	_, err := fmt.Fprintf(w, "%sin a set of %d with %s%s\n", prefix, e.SetSize, strings.Join(names, ", "), more)
+	return err
+}
+
+// limitText is a hold limit in a table: "-" for none.
+func limitText(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return formatAge(d)
 }
 
 func sessionHex(id int64) string { return fmt.Sprintf("0x%x", uint64(id)) }

@@ -2,13 +2,25 @@ package lockname
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Lock node data is for people first: `zkCli get` on a node prints
 //
 //	owner=build-7:4242
+//	max-hold=30s
+//
+// max-hold is the lock's hold limit (WithMaxHold), present only for a lock
+// that has one. It is the duration, not the instant the grant ends: the
+// limit counts from the grant on the holder's monotonic clock, and the
+// instant is known only at the grant, so writing it would cost a request
+// more and would be read against other machines' clocks. The duration is
+// known before the create and rides on it. A reader bounds the end by the
+// node's creation (ctime, the server's clock) plus the limit: the grant
+// comes at or after the create.
 //
 // Only the node's holder ever changes it, with one of two marks:
 //
@@ -27,16 +39,23 @@ import (
 // lets waiters in.
 const (
 	ownerKey       = "owner="
+	maxHoldKey     = "max-hold="
 	heldLine       = "state=held\n"
 	downgradedLine = "mode=read\n"
 )
 
-// Data is the data of a node of owner's, with the marks asked for.
-func Data(owner string, held, downgraded bool) []byte {
-	b := make([]byte, 0, len(ownerKey)+len(owner)+1+len(heldLine)+len(downgradedLine))
+// Data is the data of a node of owner's, under a hold limit of maxHold (0
+// for none), with the marks asked for.
+func Data(owner string, maxHold time.Duration, held, downgraded bool) []byte {
+	b := make([]byte, 0, len(ownerKey)+len(owner)+1+len(maxHoldKey)+24+len(heldLine)+len(downgradedLine))
 	b = append(b, ownerKey...)
 	b = append(b, owner...)
 	b = append(b, '\n')
+	if maxHold > 0 {
+		b = append(b, maxHoldKey...)
+		b = append(b, maxHold.String()...)
+		b = append(b, '\n')
+	}
 	if held {
 		b = append(b, heldLine...)
 	}
@@ -54,6 +73,21 @@ func Held(data []byte) bool { return hasLine(data, heldLine) || Downgraded(data)
 
 func hasLine(data []byte, line string) bool {
 	return bytes.HasPrefix(data, []byte(line)) || bytes.Contains(data, []byte("\n"+line))
+}
+
+// MaxHold returns the hold limit a node's data carries; 0 for none, and
+// for a line that does not parse as a positive duration.
+func MaxHold(data []byte) time.Duration {
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, maxHoldKey); ok {
+			d, err := time.ParseDuration(strings.TrimSuffix(v, "\n"))
+			if err != nil || d < 0 {
+				return 0
+			}
+			return d
+		}
+	}
+	return 0
 }
 
 // Owner returns who holds a node: the owner line, or, for a node some
@@ -118,4 +152,62 @@ func ParseRevocation(data []byte) (reason, by string, nodes []int32, ok bool) {
 		nodes = append(nodes, int32(seq))
 	}
 	return strings.TrimPrefix(lines[0], revokeKey), strings.TrimPrefix(lines[1], byKey), nodes, true
+}
+
+// A node that LockAll made carries its set in its data, written by the
+// same transaction that creates the set, at no request more:
+//
+//	set-size=3
+//	set=/locks/b
+//	set=/locks/c
+//
+// set-size counts every member, this node's lock included; the set= lines
+// name the other members' lock directories, one a line (ZooKeeper paths
+// hold no newline), the first maxSetShown of them only, so that a set of
+// many locks keeps each node's data small.
+const (
+	setSizeKey  = "set-size="
+	setKey      = "set="
+	maxSetShown = 8
+)
+
+// InSet returns data followed by the set lines of the member at index self
+// of a set whose lock directories are paths.
+func InSet(data []byte, paths []string, self int) []byte {
+	b := append(slices.Clip(data), setSizeKey...)
+	b = strconv.AppendInt(b, int64(len(paths)), 10)
+	b = append(b, '\n')
+	shown := 0
+	for i, p := range paths {
+		if i == self || shown == maxSetShown {
+			continue
+		}
+		b = append(b, setKey...)
+		b = append(b, p...)
+		b = append(b, '\n')
+		shown++
+	}
+	return b
+}
+
+// Set returns the other members' lock directories and the size of the set
+// that a node's data names; size is 0 for a node in no set, and for data
+// whose set-size does not parse or is less than the members it names.
+func Set(data []byte) (others []string, size int) {
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSuffix(line, "\n")
+		if v, ok := strings.CutPrefix(line, setSizeKey); ok && size == 0 {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return nil, 0
+			}
+			size = n
+		} else if p, ok := strings.CutPrefix(line, setKey); ok && size > 0 && len(others) < maxSetShown {
+			others = append(others, p)
+		}
+	}
+	if len(others) >= size {
+		return nil, 0
+	}
+	return others, size
 }

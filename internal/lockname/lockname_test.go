@@ -1,9 +1,11 @@
 package lockname
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -161,20 +163,90 @@ func TestCheckPath(t *testing.T) {
 }
 
 func TestData(t *testing.T) {
-	d := Data("host:42", false, false)
+	d := Data("host:42", 0, false, false)
 	assert.Equal(t, "owner=host:42\n", string(d))
 	assert.False(t, Downgraded(d))
 	assert.False(t, Held(d))
 	assert.Equal(t, "host:42", Owner(d))
 
-	d = Data("host:42", true, true)
+	d = Data("host:42", 0, true, true)
 	assert.True(t, Downgraded(d))
 	assert.True(t, Held(d))
 	assert.Equal(t, "host:42", Owner(d))
-	assert.True(t, Held(Data("x", false, true)), "a downgrade proves the node held the lock")
+	assert.True(t, Held(Data("x", 0, false, true)), "a downgrade proves the node held the lock")
 
 	assert.Equal(t, "someone else", Owner([]byte(" someone else\n")))
 	assert.False(t, Downgraded([]byte("owner=x mode=read\n")))
+}
+
+func TestDataMaxHold(t *testing.T) {
+	d := Data("host:42", 90*time.Second, false, true)
+	assert.Equal(t, "owner=host:42\nmax-hold=1m30s\nmode=read\n", string(d))
+	assert.Equal(t, 90*time.Second, MaxHold(d))
+	assert.Equal(t, "host:42", Owner(d))
+	assert.True(t, Downgraded(d))
+	assert.Zero(t, MaxHold(Data("host:42", 0, true, false)), "no limit, no line")
+	for _, bad := range []string{"", "max-hold=", "max-hold=soon\n", "max-hold=-5s\n", "owner=x max-hold=5s\n", "10.0.0.7"} {
+		assert.Zero(t, MaxHold([]byte(bad)), "%q", bad)
+	}
+}
+
+func TestSet(t *testing.T) {
+	base := Data("host:42", 0, false, false)
+	d := InSet(base, []string{"/a", "/b", "/c"}, 1)
+	assert.Equal(t, "owner=host:42\nset-size=3\nset=/a\nset=/c\n", string(d))
+	assert.Equal(t, "owner=host:42\n", string(base), "the lock's own data stays")
+	others, size := Set(d)
+	assert.Equal(t, []string{"/a", "/c"}, others)
+	assert.Equal(t, 3, size)
+	assert.Equal(t, "host:42", Owner(d))
+	assert.False(t, Held(d))
+
+	many := make([]string, 100)
+	for i := range many {
+		many[i] = fmt.Sprintf("/locks/%d", i)
+	}
+	d = InSet(nil, many, 0)
+	others, size = Set(d)
+	assert.Equal(t, many[1:1+maxSetShown], others, "capped")
+	assert.Equal(t, 100, size)
+	assert.Less(t, len(d), 200, "a big set keeps the data small")
+
+	for _, bad := range []string{"", "owner=x\n", "set=/a\n", "set-size=x\nset=/a\n", "set-size=1\nset=/a\n", "set-size=-2\n"} {
+		others, size := Set([]byte(bad))
+		assert.Zero(t, size, "%q", bad)
+		assert.Nil(t, others, "%q", bad)
+	}
+}
+
+// FuzzData: any node data, a peer's or a forged one, reads without a
+// panic, and what Data writes reads back.
+func FuzzData(f *testing.F) {
+	f.Add("host:42", int64(30*time.Second), true, false)
+	f.Add("a\nmax-hold=1s", int64(0), false, true)
+	f.Add("", int64(-1), false, false)
+	f.Fuzz(func(t *testing.T, owner string, ns int64, held, downgraded bool) {
+		_, _ = MaxHold([]byte(owner)), Owner([]byte(owner))
+		if others, size := Set([]byte(owner)); size > 0 && len(others) >= size || len(others) > maxSetShown {
+			t.Fatalf("Set(%q) = %q, %d", owner, others, size)
+		}
+		if strings.ContainsAny(owner, "\r\n") {
+			return // WithOwner makes an owner one line
+		}
+		d := time.Duration(ns)
+		data := Data(owner, d, held, downgraded)
+		if want := max(d, 0); MaxHold(data) != want {
+			t.Fatalf("MaxHold(%q) = %v, want %v", data, MaxHold(data), want)
+		}
+		if Owner(data) != owner || Held(data) != (held || downgraded) || Downgraded(data) != downgraded {
+			t.Fatalf("Data(%q, %v, %v, %v) = %q reads back wrong", owner, d, held, downgraded, data)
+		}
+		paths := []string{"/" + strings.ReplaceAll(owner, "/", "_"), "/x"}
+		others, size := Set(InSet(data, paths, 1))
+		if size != 2 || len(others) != 1 || others[0] != paths[0] || MaxHold(InSet(data, paths, 0)) != max(d, 0) {
+			t.Fatalf("InSet(%q, %q) reads back %q, %d", data, paths, others, size)
+		}
+	})
 }
 
 // FuzzParse: any child name parses or is ignored, never panics, and a
