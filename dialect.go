@@ -108,7 +108,10 @@ type mixedError struct {
 	seenBy  uint8    // the families every one of them sees (lockname.Family.Bit)
 }
 
-func (e *mixedError) Error() string {
+func (e *mixedError) Error() string { return "invalid argument: a mixed fleet: " + e.detail() }
+
+// detail says who does not see whom, and what to do.
+func (e *mixedError) detail() string {
 	fix := "keep one family of lock on the path"
 	for d := range Dialect(numDialects) {
 		if e.seenBy&lockname.Family(d).Bit() != 0 {
@@ -120,8 +123,8 @@ func (e *mixedError) Error() string {
 	if len(e.peers) > 1 {
 		they = "they do"
 	}
-	return fmt.Sprintf("invalid argument: a mixed fleet: nodes of %s are on the path, and %s not count this lock's "+
-		"%s names, so mutual exclusion with them does not hold: %s", strings.Join(e.peers, " and "), they, e.dialect, fix)
+	return fmt.Sprintf("nodes of %s are on the path, and %s not count this lock's %s names, "+
+		"so mutual exclusion with them does not hold: %s", strings.Join(e.peers, " and "), they, e.dialect, fix)
 }
 
 func (e *mixedError) Unwrap() error { return ErrInvalidArgument }
@@ -148,5 +151,5 @@ func (l *RWLock) notePeers(peers uint16) {
 	if m == nil || l.peersWarned.Swap(true) {
 		return
 	}
-	l.log.Warn("rwlock: "+m.Error(), "lock", l.path)
+	l.log.Warn("rwlock: peers on this lock path do not see its nodes: "+m.detail(), "lock", l.path)
 }

@@ -36,7 +36,9 @@ func TestExecDialect(t *testing.T) {
 func TestPeerNodesShown(t *testing.T) {
 	server(t)
 	p := zktest.LockPath(t, "/cli")
-	hold(t, p, rwlock.Read, "ours")
+	// Our holder in the dialect the peer sees: in any other, the peer's
+	// node would end its grant (a mixed fleet fails loudly).
+	hold(t, p, rwlock.Read, "ours", rwlock.WithDialect(rwlock.DialectCurator))
 	conn := client(t)
 	const uuid = "2b4f1e6c-1a2b-4c3d-8e9f-0123456789ab"
 	peer, err := conn.Create(p+"/_c_"+uuid+"-__WRIT__", []byte("10.0.0.7"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
@@ -66,5 +68,5 @@ func TestPeerNodesShown(t *testing.T) {
 
 	r = runIn(t, nil, "ls", path.Dir(p))
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, " zkrwlock,curator")
+	require.Contains(t, r.stdout, " zkrwlock/curator,curator")
 }

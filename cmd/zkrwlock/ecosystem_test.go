@@ -178,7 +178,9 @@ func TestUntrustedTextInTables(t *testing.T) {
 	server(t)
 	prefix := zktest.LockPath(t, "/cli")
 	p := prefix + "/lock"
-	hold(t, p, rwlock.Read, "ours")
+	// Our holder in the dialect the peer sees: in any other, the peer's
+	// node would end its grant (a mixed fleet fails loudly).
+	hold(t, p, rwlock.Read, "ours", rwlock.WithDialect(rwlock.DialectCurator))
 	conn := client(t)
 	evil := "\x1b]0;pwned\x07\x1b[2J\tcol\nrow\u202e" + strings.Repeat("A", 60_000)
 	const uuid = "2b4f1e6c-1a2b-4c3d-8e9f-0123456789ab"

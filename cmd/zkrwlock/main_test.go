@@ -238,9 +238,9 @@ func lockOf(t *testing.T, conn *zk.Conn, path string, opts ...rwlock.Option) *rw
 
 // hold takes the lock at path in mode on a session of the test's own, and
 // releases it when the test ends.
-func hold(t *testing.T, path string, mode rwlock.Mode, owner string) *rwlock.Grant {
+func hold(t *testing.T, path string, mode rwlock.Mode, owner string, opts ...rwlock.Option) *rwlock.Grant {
 	t.Helper()
-	l := lockOf(t, client(t), path, rwlock.WithOwner(owner))
+	l := lockOf(t, client(t), path, append([]rwlock.Option{rwlock.WithOwner(owner)}, opts...)...)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var g *rwlock.Grant
