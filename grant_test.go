@@ -446,20 +446,19 @@ func TestTokenReadWhenTheListingCannotTell(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, warm.Release(t.Context()))
 		other := s.conn()
+		// Another node, created after ours and before the first listing
+		// that can show ours (one that overtook our create cannot).
 		var once sync.Once
-		c.setAfter(func(op, p string, err error) error {
-			if op == "create" {
+		var gets atomic.Int64
+		c.setBefore(func(op, p string) error {
+			switch {
+			case op == "get":
+				gets.Add(1)
+			case op == "children" && len(s.lockNodes(dir)) > 0: // ours is there
 				once.Do(func() {
 					_, err := other.Create(dir+"/read-", nil, zk.FlagEphemeral|zk.FlagSequence, nil)
 					require.NoError(t, err)
 				})
-			}
-			return err
-		})
-		var gets atomic.Int64
-		c.setBefore(func(op, p string) error {
-			if op == "get" {
-				gets.Add(1)
 			}
 			return nil
 		})
