@@ -387,3 +387,38 @@ func TestWithDialectRejectsUnknown(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 	assert.Equal(t, "Dialect(7)", Dialect(7).String())
 }
+
+// Queue judges a peer's node by its library's own rules, and flags a peer
+// that does not count another node of the queue: a Curator writer and a
+// zk.Lock node after it each hold, as far as their libraries can tell (our
+// own acquisitions refuse to queue there).
+func TestQueueJudgesPeersByTheirOwnRules(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := newLock(t, s.conn(), WithDialect(DialectCurator))
+		g, err := l.Lock(ctx) // makes the directory
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		peer := s.conn()
+		curator := peerNode(t, peer, "_c_"+uuid+"-__WRIT__", "")
+		q, err := l.Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 1)
+		assert.True(t, q[0].Held)
+		assert.False(t, q[0].Blind, "alone")
+
+		mutex := peerNode(t, peer, "_c_"+uuid+"-lock-", "")
+		q, err = l.Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 2)
+		assert.Equal(t, dir+"/"+curator, q[0].Node)
+		assert.True(t, q[0].Held)
+		assert.True(t, q[0].Blind, "Curator does not count zk.Lock's node")
+		assert.Equal(t, dir+"/"+mutex, q[1].Node)
+		assert.True(t, q[1].Held, "zk.Lock counts no node before its own")
+		assert.True(t, q[1].Blind)
+		_, err = l.TryRLock(ctx)
+		require.ErrorIs(t, err, ErrInvalidArgument, "ours refuses to queue there")
+	})
+}

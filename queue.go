@@ -40,6 +40,11 @@ type Entry struct {
 	// SetSize is how many locks that set has, this one included; 0 for a
 	// node in no set. It exceeds len(Set)+1 when the data names only some.
 	SetSize int
+	// Blind is true for a peer's node whose library does not count some
+	// other node of the queue in its own: between them mutual exclusion
+	// does not hold (a mixed fleet: see WithDialect). A peer's Held is
+	// judged by its library's own rules, over the nodes it counts.
+	Blind bool
 }
 
 // Queue returns the holders and then the waiters of the lock, in queue
@@ -109,6 +114,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	}
 
 	queue := entries[:0]
+	var listed []lockNode // the nodes of queue, as named
 	var before, writerBefore bool
 	for i, e := range entries {
 		if !found[i] {
@@ -118,6 +124,35 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 		before = true
 		writerBefore = writerBefore || e.Mode == Write
 		queue = append(queue, e)
+		listed = append(listed, nodes[i])
+	}
+	for i, n := range listed {
+		if !n.ours {
+			queue[i].Held, queue[i].Blind = peerView(listed, i)
+		}
 	}
 	return queue, nil
+}
+
+// peerView judges the peer's node listed[i] as its library does: it holds
+// when none of the nodes before it that the library counts is in its way
+// (a writer's name blocks everyone after it, any name a writer; the
+// library reads no mark, so a downgraded writer of ours is a writer). blind
+// is true if the library does not count some other node of the queue.
+func peerView(listed []lockNode, i int) (held, blind bool) {
+	p := listed[i]
+	held = true
+	for j, q := range listed {
+		if j == i {
+			continue
+		}
+		if lockname.Markers[p.marker].SeenBy&lockname.Family(q.family).Bit() == 0 {
+			blind = true
+			continue
+		}
+		if j < i && (p.mode == Write || q.mode == Write) {
+			held = false
+		}
+	}
+	return held, blind
 }

@@ -69,4 +69,22 @@ func TestPeerNodesShown(t *testing.T) {
 	r = runIn(t, nil, "ls", path.Dir(p))
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, " zkrwlock/curator,curator")
+	require.NotContains(t, r.stdout, "exclusion not guaranteed")
+
+	// A zk.Lock node too: neither Curator nor zk.Lock counts the other's
+	// (and our holder, which zk.Lock does not count, lets go).
+	_, err = conn.Create(p+"/_c_"+uuid+"-lock-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	r = runIn(t, nil, "queue", p)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "exclusion not guaranteed: not every library here counts every node (curator, curator-mutex do not)")
+	r = runIn(t, nil, "queue", "--json", p)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, 2, strings.Count(r.stdout, `"blind": true`), r.stdout)
+	r = runIn(t, nil, "ls", path.Dir(p))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, p+": exclusion not guaranteed")
+	r = runIn(t, nil, "ls", "--json", path.Dir(p))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"mixed": true`)
 }

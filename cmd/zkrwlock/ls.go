@@ -62,7 +62,8 @@ characters escaped.
 these fields: path, mode ("read" or "write"), holders, waiters (counts),
 oldest_holder and oldest_waiter (objects as in 'zkrwlock queue --json', or
 null), old and stuck (false without --older-than), families (as FAMILY, an
-array), and revocation for a pending revocation (absent for none): reason,
+array), mixed (a peer there does not count every node: exclusion is not
+guaranteed, and a line under the table says so), and revocation for a pending revocation (absent for none): reason,
 by, requested (RFC 3339), age_seconds, and holders (the sequence numbers of
 the nodes it asks to let go). No locks prints [].
 
@@ -84,6 +85,8 @@ type lockInfo struct {
 	old, stuck   bool
 	families     []string           // who has nodes there, in queue order
 	revocation   *pendingRevocation // nil for none
+	queue        []rwlock.Entry     // for the line of a mixed fleet
+	mixed        bool               // a peer there does not count every node: exclusion not guaranteed
 }
 
 // lockJSON is the JSON form of a lockInfo. Its field names are stable.
@@ -97,6 +100,9 @@ type lockJSON struct {
 	Old          bool        `json:"old"`
 	Stuck        bool        `json:"stuck"`
 	Families     []string    `json:"families"`
+	// Mixed: a peer there does not count every node of the lock, so that
+	// exclusion is not guaranteed.
+	Mixed bool `json:"mixed"`
 	// Revocation is a pending revocation; absent for none.
 	Revocation *revocationJSON `json:"revocation,omitempty"`
 }
@@ -342,8 +348,9 @@ func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.D
 // summarize counts the holders and waiters of a non-empty queue and finds
 // the oldest of each.
 func summarize(path string, q []rwlock.Entry) lockInfo {
-	info := lockInfo{path: path, mode: q[0].Mode, oldestHolder: q[0]}
+	info := lockInfo{path: path, mode: q[0].Mode, oldestHolder: q[0], queue: q}
 	for _, e := range q {
+		info.mixed = info.mixed || e.Blind
 		if f := family(e); !slices.Contains(info.families, f) {
 			info.families = append(info.families, f)
 		}
@@ -399,7 +406,7 @@ func writeLocksJSON(w io.Writer, locks []lockInfo, now time.Time) error {
 	for _, l := range locks {
 		j := lockJSON{
 			Path: l.path, Mode: l.mode.String(), Holders: l.holders, Waiters: l.waiters,
-			OldestHolder: jsonEntry(l.oldestHolder, now), Old: l.old, Stuck: l.stuck, Families: l.families,
+			OldestHolder: jsonEntry(l.oldestHolder, now), Old: l.old, Stuck: l.stuck, Families: l.families, Mixed: l.mixed,
 			Revocation: jsonRevocation(l.revocation, now),
 		}
 		if l.oldestWaiter != nil {
@@ -443,6 +450,11 @@ func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
 	now := time.Now()
 	for _, l := range locks {
 		if err := writeSet(w, printable(l.path)+": held ", l.oldestHolder); err != nil {
+			return err
+		}
+	}
+	for _, l := range locks {
+		if err := writeMixed(w, printable(l.path)+": ", l.queue); err != nil {
 			return err
 		}
 	}

@@ -65,7 +65,7 @@ func TestLs(t *testing.T) {
 		var raw []map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw), r.stdout)
 		for _, e := range raw {
-			require.ElementsMatch(t, []string{"path", "mode", "holders", "waiters", "oldest_holder", "oldest_waiter", "old", "stuck", "families"},
+			require.ElementsMatch(t, []string{"path", "mode", "holders", "waiters", "oldest_holder", "oldest_waiter", "old", "stuck", "families", "mixed"},
 				keys(e), "stable field names")
 		}
 		var locks []lsEntry

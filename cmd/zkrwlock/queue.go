@@ -49,6 +49,9 @@ that dialect's names are on PATH.
 these fields: node (full path), name, mode ("read" or "write"), held,
 owner, session_id (hex string "0x..."), seq, created (RFC 3339),
 age_seconds, family (as FAMILY), peer (true for another library's node),
+blind (true for a peer's node whose library does not count some other node
+on PATH: exclusion between them is not guaranteed; a line under the table
+says so; a peer's held is judged by its library's own rules),
 max_hold_seconds (as LIMIT; absent for none), and, for a holder that a
 revocation ('zkrwlock revoke') asks to let go, revoked (true),
 revoke_reason, revoke_by and revoke_age_seconds (since the revocation was
@@ -74,6 +77,9 @@ type queueEntry struct {
 	AgeSeconds float64   `json:"age_seconds"`
 	Family     string    `json:"family"`
 	Peer       bool      `json:"peer"`
+	// Blind: a peer's node whose library does not count some other node
+	// on the path, so that exclusion between them is not guaranteed.
+	Blind bool `json:"blind,omitempty"`
 	// MaxHoldSeconds is the node's hold limit; 0 (absent) for none.
 	MaxHoldSeconds float64 `json:"max_hold_seconds,omitempty"`
 	// Set and SetSize: the node's set (rwlock.Entry's); absent for none.
@@ -229,6 +235,7 @@ func jsonEntry(e rwlock.Entry, now time.Time) queueEntry {
 		AgeSeconds: age(now, e.Created).Seconds(),
 		Family:     family(e),
 		Peer:       e.Peer,
+		Blind:      e.Blind,
 
 		MaxHoldSeconds: e.MaxHold.Seconds(),
 		Set:            e.Set,
@@ -262,7 +269,28 @@ func writeTable(w io.Writer, path string, q []rwlock.Entry, rev *pendingRevocati
 			return err
 		}
 	}
+	if err := writeMixed(w, "", q); err != nil {
+		return err
+	}
 	return rev.write(w, "", now)
+}
+
+// writeMixed prints, after prefix, the line that says exclusion is not
+// guaranteed on a path where a peer does not count every node; nothing
+// otherwise.
+func writeMixed(w io.Writer, prefix string, q []rwlock.Entry) error {
+	var blind []string
+	for _, e := range q {
+		if f := family(e); e.Blind && !slices.Contains(blind, f) {
+			blind = append(blind, f)
+		}
+	}
+	if len(blind) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(w, "%sexclusion not guaranteed: not every library here counts every node (%s do not): "+
+		"a mixed fleet, where every client of a path needs the dialect of its peers\n", prefix, strings.Join(blind, ", "))
+	return err
 }
 
 // write prints the revocation's line under a table, after prefix; nothing
