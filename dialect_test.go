@@ -343,18 +343,11 @@ func TestHolderPeerWatchCost(t *testing.T) {
 		ctx := t.Context()
 		c := s.conn()
 		l := newLock(t, c)
-		cost := func(fn func()) int64 { // less the listings that overtook their create
-			synctest.Wait()
-			before, first := c.calls.Load(), c.appliedCount()
-			fn()
-			synctest.Wait()
-			return c.calls.Load() - before - int64(c.overtaken(first))
-		}
 		warm, err := l.Lock(ctx)
 		require.NoError(t, err)
 		require.NoError(t, warm.Release(ctx))
 		for range 3 {
-			assert.Equal(t, int64(3), cost(func() {
+			assert.Equal(t, int64(3), c.cost(func() {
 				g, err := l.Lock(ctx)
 				require.NoError(t, err)
 				require.NoError(t, g.Release(ctx))
@@ -367,7 +360,7 @@ func TestHolderPeerWatchCost(t *testing.T) {
 			require.NoError(t, err)
 		}
 		other := newLock(t, s.conn())
-		assert.Equal(t, int64(3), cost(func() {
+		assert.Equal(t, int64(3), c.cost(func() {
 			g, err := other.RLock(ctx)
 			require.NoError(t, err)
 			synctest.Wait()

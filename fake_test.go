@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -768,6 +769,17 @@ func (c *fakeConn) overtaken(first int) int {
 		}
 	}
 	return n
+}
+
+// cost runs fn in a synctest bubble and returns the requests c sent, from
+// the moment everything had settled to the moment it settles again, less
+// the listings that overtook their create (see overtaken).
+func (c *fakeConn) cost(fn func()) int64 {
+	synctest.Wait()
+	before, first := c.calls.Load(), c.appliedCount()
+	fn()
+	synctest.Wait()
+	return c.calls.Load() - before - int64(c.overtaken(first))
 }
 
 // appliedCount returns how many of c's requests the server has seen.

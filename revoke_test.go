@@ -96,21 +96,14 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		ctx := t.Context()
 		c := s.conn()
 		l := newLock(t, c)
-		cost := func(fn func()) int64 { // less the listings that overtook their create
-			synctest.Wait()
-			before, first := c.calls.Load(), c.appliedCount()
-			fn()
-			synctest.Wait()
-			return c.calls.Load() - before - int64(c.overtaken(first))
-		}
 		noop := func(context.Context) error { return nil }
 		warm, err := l.Lock(ctx) // makes the directory
 		require.NoError(t, err)
 		require.NoError(t, warm.Release(ctx))
-		assert.Equal(t, int64(4), cost(func() { require.NoError(t, l.WithRead(ctx, noop)) }),
+		assert.Equal(t, int64(4), c.cost(func() { require.NoError(t, l.WithRead(ctx, noop)) }),
 			"the first WithRead: create, list, delete, and the read that sets the watch")
 		for range 3 {
-			assert.Equal(t, int64(3), cost(func() { require.NoError(t, l.WithRead(ctx, noop)) }),
+			assert.Equal(t, int64(3), c.cost(func() { require.NoError(t, l.WithRead(ctx, noop)) }),
 				"a later WithRead: create, list, delete")
 		}
 
@@ -123,7 +116,7 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "a and b"))
 		synctest.Wait()
 		require.True(t, isClosed(aRevoked))
-		assert.Zero(t, cost(func() {
+		assert.Zero(t, c.cost(func() {
 			assert.True(t, isClosed(b.Revoked()), "b, revoked before it listened")
 		}), "the last read named b")
 		require.NoError(t, a.Release(ctx))
@@ -135,7 +128,7 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "g"))
 		synctest.Wait()
-		assert.Equal(t, int64(1), cost(func() {
+		assert.Equal(t, int64(1), c.cost(func() {
 			revoked := g.Revoked()
 			synctest.Wait()
 			assert.True(t, isClosed(revoked))
