@@ -60,12 +60,11 @@ func (pw *peerWatch) join(g *Grant, dir *zkclient.Watch) {
 	if !start {
 		return
 	}
-	if dir != nil && !dir.FiredNow() {
-		// The listing that granted g showed no blind peer, and nothing
-		// has changed since.
-	} else {
-		dir = nil
+	if dir != nil && dir.FiredNow() {
+		dir = nil // changed since the listing that granted g: list again
 	}
+	// Else the listing that granted g showed no blind peer, and nothing has
+	// changed since: wait on its watch.
 	// Not the lock's background work, which ends without waiting for
 	// holders: this ends when they do.
 	g.c.Ref()
