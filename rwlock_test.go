@@ -321,15 +321,21 @@ func TestCancelRacingGrant(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		c := s.conn()
+		released := make(chan struct{})
+		var once sync.Once
 		c.setAfter(func(op, p string, err error) error {
 			if op == "get" {
-				cancel() // the watch is set, the holder leaves, and we are cancelled
-				assert.NoError(t, w.Release(context.Background()))
+				once.Do(func() {
+					cancel() // the watch is set, we are cancelled, and the holder leaves
+					assert.NoError(t, w.Release(context.Background()))
+					close(released)
+				})
 			}
 			return err
 		})
 		_, err = newLock(t, c).Lock(ctx)
 		assert.ErrorIs(t, err, context.Canceled)
+		<-released // Lock may return on the cancel while the holder is still leaving
 		assert.Empty(t, s.lockNodes(dir))
 	})
 }
