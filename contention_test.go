@@ -2,9 +2,11 @@ package rwlock_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -17,6 +19,14 @@ import (
 func profileRate(t *testing.T, rate int) {
 	old := rwlock.SetContentionProfileRate(rate)
 	t.Cleanup(func() { rwlock.SetContentionProfileRate(old) })
+}
+
+var profiled atomic.Int64
+
+// profilePath names a lock no other run has profiled: the profile is global
+// and outlives a test, so a name reused under -count would add up.
+func profilePath(t *testing.T) string {
+	return fmt.Sprintf("/profile/%s-%d", t.Name(), profiled.Add(1))
 }
 
 // records returns the contention records of one lock path.
@@ -57,7 +67,7 @@ func batchHere(ctx context.Context, l *rwlock.RWLock) error {
 
 func TestContentionProfileNamesTheCaller(t *testing.T) {
 	profileRate(t, 1)
-	path := "/profile/" + t.Name()
+	path := profilePath(t)
 	l := rwlock.NewFakeLock(t, path)
 	ctx := t.Context()
 	for range 3 {
@@ -103,7 +113,7 @@ func TestContentionProfileNamesTheCaller(t *testing.T) {
 
 func TestContentionProfileOffRecordsNothing(t *testing.T) {
 	profileRate(t, 0)
-	path := "/profile/" + t.Name()
+	path := profilePath(t)
 	require.NoError(t, lockHere(t.Context(), rwlock.NewFakeLock(t, path)))
 	assert.Empty(t, records(path))
 	assert.Equal(t, 0, rwlock.SetContentionProfileRate(-1), "a negative rate reads the rate")
@@ -112,7 +122,7 @@ func TestContentionProfileOffRecordsNothing(t *testing.T) {
 // At rate n, about one acquisition in n is sampled, and counts for n.
 func TestContentionProfileSamples(t *testing.T) {
 	profileRate(t, 4)
-	path := "/profile/" + t.Name()
+	path := profilePath(t)
 	l := rwlock.NewFakeLock(t, path)
 	for range 400 {
 		require.NoError(t, lockHere(t.Context(), l))
