@@ -23,11 +23,13 @@ import (
 // Peers see nothing: the directory keeps its children.
 //
 // Whom it reaches: the request names the nodes that held the lock when it
-// was made (Revoke reads the queue first), by sequence number, so a grant
+// was made (Revoke lists the queue first), by sequence number, so a grant
 // made later, a waiter granted later included, is not revoked.
 //
-// What it costs: nothing per acquisition. Grant.Revoked, WithRead and
-// WithWrite listen: the lock keeps one data watch on its directory, set
+// What it costs: Revoke sends a listing and the write, and a read between
+// them only when a writer of ours holds with a reader of ours queued
+// behind it (see holders). An acquisition pays nothing. Grant.Revoked,
+// WithRead and WithWrite listen: the lock keeps one data watch on its directory, set
 // with one read by the first grant of the session that listens, kept while
 // nobody listens (a watch costs nothing until it fires), and read again,
 // with a new watch, each time it fires while someone listens. A revocation
@@ -40,21 +42,18 @@ import (
 // holder that does not look keeps its grant. Revoking a lock nobody holds
 // does nothing. A later Revoke replaces an earlier one.
 func (l *RWLock) Revoke(ctx context.Context, reason string) error {
-	q, err := l.Queue(ctx)
+	if l.conn == nil {
+		return errorf("rwlock: revoke: %w: the RWLock was not made by New", ErrInvalidArgument)
+	}
+	c := zkclient.For(l.conn)
+	defer c.Unref()
+	held, err := l.holders(ctx, c)
 	if err != nil {
 		return errorf("rwlock: revoke %s: %w", l.path, err)
-	}
-	var held []int32
-	for _, e := range q {
-		if e.Held {
-			held = append(held, e.Seq)
-		}
 	}
 	if len(held) == 0 {
 		return nil
 	}
-	c := zkclient.For(l.conn)
-	defer c.Unref()
 	r := c.Set(ctx, l.path, lockname.Revocation(reason, l.owner, held))
 	switch {
 	case errors.Is(r.Err, zk.ErrNoNode):
@@ -63,6 +62,94 @@ func (l *RWLock) Revoke(ctx context.Context, reason string) error {
 		return errorf("rwlock: revoke %s: %w", l.path, r.Err)
 	}
 	return nil
+}
+
+// holders returns the sequence numbers of the nodes that hold the lock, as
+// Queue judges them, from one listing and, only where a downgrade mark can
+// change the answer, the first node's data: so a typical Revoke is one
+// listing and one write, where Queue reads every node.
+//
+// Only the first node's mark can matter: one of our writers is granted
+// when no node precedes it, and no node is ever created before it after
+// that, so a writer of ours that is not first has never been granted and
+// is not downgraded; a peer's mark is never trusted. And the first's
+// matters only if a reader of ours follows it before any other writer:
+// that reader holds if and only if the first was downgraded.
+func (l *RWLock) holders(ctx context.Context, c *zkclient.Client) ([]int32, error) {
+	children := c.Children(ctx, l.path)
+	if errors.Is(children.Err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if children.Err != nil {
+		return nil, children.Err
+	}
+	var nodes []lockNode
+	var peers uint16
+	for _, name := range children.V {
+		if n, ok := parseNode(name); ok {
+			nodes = append(nodes, n)
+			if !n.ours {
+				peers |= 1 << n.marker
+			}
+		}
+	}
+	l.notePeers(peers)
+	slices.SortFunc(nodes, queueOrder)
+	for len(nodes) > 0 {
+		first := nodes[0]
+		if !first.ours || first.mode != Write || !readerJoins(nodes) {
+			return heldSeqs(nodes, false), nil
+		}
+		r := c.Get(ctx, l.path+"/"+first.name)
+		switch {
+		case errors.Is(r.Err, zk.ErrNoNode):
+			// It left since the listing: judged without it, as Queue
+			// leaves out the nodes that vanish; the next may be a writer
+			// granted and downgraded since.
+			nodes = nodes[1:]
+		case r.Err != nil:
+			return nil, r.Err
+		default:
+			return heldSeqs(nodes, lockname.Downgraded(r.V.Data)), nil
+		}
+	}
+	return nil, nil
+}
+
+// readerJoins reports whether a reader of ours follows nodes[0] before any
+// other writer: it would hold with nodes[0] downgraded.
+func readerJoins(nodes []lockNode) bool {
+	for _, n := range nodes[1:] {
+		if n.mode == Write {
+			return false
+		}
+		if n.ours {
+			return true
+		}
+	}
+	return false
+}
+
+// heldSeqs returns the sequence numbers of the nodes in queue order that
+// hold, by Queue's rules, with nodes[0] a reader if downgraded.
+func heldSeqs(nodes []lockNode, downgraded bool) []int32 {
+	var held []int32
+	writerBefore := false
+	for i, n := range nodes {
+		mode := n.mode
+		if i == 0 && downgraded {
+			mode = Read
+		}
+		h := i == 0 || mode == Read && !writerBefore
+		if !n.ours {
+			h, _ = peerView(nodes, i)
+		}
+		if h {
+			held = append(held, n.seq)
+		}
+		writerBefore = writerBefore || mode == Write
+	}
+	return held
 }
 
 // Revoked returns a channel that is closed when a revocation (see

@@ -136,3 +136,110 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		require.NoError(t, g.Release(ctx))
 	})
 }
+
+// Revoke reads the queue's names, and a node's data only where a
+// downgrade mark decides who holds: the first node when it is a writer of
+// ours with a reader of ours behind it. Whatever it reads, it names the
+// holders of the moment, and only them.
+func TestRevokeReadsOnlyTheMarksThatDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		queue     []Mode // acquired in this order, each on its own session
+		downgrade bool   // the first, a writer, downgrades once granted
+		held      int    // how many, from the first, hold when Revoke runs
+		requests  int64  // Revoke's
+	}{
+		{name: "a writer alone", queue: []Mode{Write}, held: 1, requests: 2},
+		{name: "a writer before a writer", queue: []Mode{Write, Write}, held: 1, requests: 2},
+		{name: "readers before a writer", queue: []Mode{Read, Read, Write, Read}, held: 2, requests: 2},
+		{name: "a writer before readers", queue: []Mode{Write, Read, Read}, held: 1, requests: 3},
+		{name: "a downgraded writer and the readers that joined it", queue: []Mode{Write, Read, Read, Write, Read},
+			downgrade: true, held: 3, requests: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newFakeServer()
+				ctx := t.Context()
+				waits := make([]<-chan result, len(tc.queue))
+				for i, m := range tc.queue {
+					l := newLock(t, s.conn())
+					acquire := l.Lock
+					if m == Read {
+						acquire = l.RLock
+					}
+					waits[i] = start(ctx, acquire)
+					synctest.Wait() // queued in this order
+				}
+				grants := make([]*Grant, len(tc.queue))
+				grants[0] = granted(t, waits[0])
+				if tc.downgrade {
+					d, err := grants[0].Downgrade(ctx)
+					require.NoError(t, err)
+					grants[0] = d
+					synctest.Wait()
+				}
+				var revoked []<-chan struct{}
+				for i := range tc.queue {
+					if i >= tc.held {
+						pending(t, waits[i])
+						continue
+					}
+					if i > 0 {
+						grants[i] = granted(t, waits[i])
+					}
+					revoked = append(revoked, grants[i].Revoked())
+				}
+
+				c := s.conn()
+				operator := newLock(t, c)
+				assert.Equal(t, tc.requests, c.cost(func() { require.NoError(t, operator.Revoke(ctx, "all")) }))
+				for i, ch := range revoked {
+					assert.True(t, isClosed(ch), "holder %d told", i)
+				}
+				for i := range tc.queue {
+					if grants[i] == nil {
+						grants[i] = granted(t, waits[i])
+						revoked := grants[i].Revoked()
+						synctest.Wait()
+						assert.False(t, isClosed(revoked), "grant %d, made after the revocation", i)
+					}
+					require.NoError(t, grants[i].Release(ctx))
+					synctest.Wait()
+				}
+				assert.Empty(t, s.lockNodes(dir))
+			})
+		})
+	}
+}
+
+// A first writer that leaves between Revoke's listing and its read of the
+// writer's mark is left out, as Queue leaves out a node that vanishes: the
+// reader its release granted is the holder named.
+func TestRevokeAfterTheFirstLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		g, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		gRevoked := g.Revoked()
+		r := start(ctx, newLock(t, s.conn()).RLock)
+		synctest.Wait()
+		pending(t, r)
+
+		c := s.conn()
+		c.setAfter(func(op, p string, err error) error {
+			if op == "children" {
+				require.NoError(t, g.Release(ctx))
+			}
+			return err
+		})
+		assert.Equal(t, int64(3), c.cost(func() { require.NoError(t, newLock(t, c).Revoke(ctx, "r")) }),
+			"the listing, the writer's mark (gone), the write")
+		rg := granted(t, r)
+		rRevoked := rg.Revoked()
+		synctest.Wait()
+		assert.True(t, isClosed(rRevoked), "the reader the release granted")
+		assert.False(t, isClosed(gRevoked), "the writer was gone before the revocation")
+		require.NoError(t, rg.Release(ctx))
+	})
+}
