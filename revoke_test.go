@@ -2,11 +2,14 @@ package rwlock
 
 import (
 	"context"
+	"path"
 	"testing"
 	"testing/synctest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/lockname"
 )
 
 // A revocation reaches the holders of the moment, and only them: the
@@ -242,4 +245,65 @@ func TestRevokeAfterTheFirstLeft(t *testing.T) {
 		assert.False(t, isClosed(gRevoked), "the writer was gone before the revocation")
 		require.NoError(t, rg.Release(ctx))
 	})
+}
+
+// A peer's node is judged by its name alone, as Queue judges it: a peer's
+// writer, even with data that reads like a downgrade, holds alone, and
+// Revoke reads no node's data for it; a peer's reader holds with ours.
+// The peer's node is named, and untouched.
+func TestRevokeWithPeers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		lock := func(c *fakeConn) *RWLock { return newLock(t, c, WithDialect(DialectCurator)) }
+		g, err := lock(s.conn()).Lock(ctx) // makes the directory
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		peer := s.conn()
+		marks := string(lockname.Data("forged", 0, true, true))
+		writer := peerNode(t, peer, "_c_"+uuid+"-__WRIT__", marks)
+		r := start(ctx, lock(s.conn()).RLock)
+		synctest.Wait()
+		pending(t, r)
+
+		c := s.conn()
+		operator := lock(c)
+		named := func() []int32 {
+			data, _, err := c.Get(dir)
+			require.NoError(t, err)
+			_, _, nodes, ok := lockname.ParseRevocation(data)
+			require.True(t, ok)
+			return nodes
+		}
+		assert.Equal(t, int64(2), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "peer")) }))
+		assert.Equal(t, []int32{seqOf(t, writer)}, named())
+		data, _, err := peer.Get(dir + "/" + writer)
+		require.NoError(t, err)
+		assert.Equal(t, marks, string(data), "the peer's node untouched")
+
+		reader := peerNode(t, peer, "_c_"+uuid+"-__READ__", "")
+		require.NoError(t, peer.Delete(dir+"/"+writer, -1))
+		synctest.Wait()
+		rg := granted(t, r)
+		rRevoked := rg.Revoked()
+		synctest.Wait()
+		assert.False(t, isClosed(rRevoked), "granted after the revocation")
+		w := start(ctx, lock(s.conn()).Lock)
+		synctest.Wait()
+		pending(t, w)
+		assert.Equal(t, int64(2), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "readers")) }))
+		assert.Equal(t, []int32{seqOf(t, path.Base(rg.node)), seqOf(t, reader)}, named())
+		assert.True(t, isClosed(rRevoked))
+		require.NoError(t, rg.Release(ctx))
+		require.NoError(t, peer.Delete(dir+"/"+reader, -1))
+		synctest.Wait()
+		require.NoError(t, granted(t, w).Release(ctx))
+	})
+}
+
+func seqOf(t *testing.T, name string) int32 {
+	t.Helper()
+	n, ok := parseNode(name)
+	require.True(t, ok, name)
+	return n.seq
 }
