@@ -29,10 +29,11 @@ import (
 // What it costs: Revoke sends a listing and the write, and a read between
 // them only when a writer of ours holds with a reader of ours queued
 // behind it (see holders). An acquisition pays nothing. Grant.Revoked,
-// WithRead and WithWrite listen: the lock keeps one data watch on its directory, set
-// with one read by the first grant of the session that listens, kept while
-// nobody listens (a watch costs nothing until it fires), and read again,
-// with a new watch, each time it fires while someone listens. A revocation
+// WithRead and WithWrite listen: the lock keeps one data watch on its
+// directory, set with one read by the first grant of the session that
+// listens, kept while nobody listens (a watch costs nothing until it
+// fires), and read again, with a new watch, each time it fires while
+// someone listens. A revocation
 // reaches a listening holder in one notification and that read.
 
 // Revoke asks the grants that hold the lock now, in this process or any
