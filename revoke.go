@@ -33,8 +33,8 @@ import (
 // directory, set with one read by the first grant of the session that
 // listens, kept while nobody listens (a watch costs nothing until it
 // fires), and read again, with a new watch, each time it fires while
-// someone listens. A revocation
-// reaches a listening holder in one notification and that read.
+// someone listens. A revocation reaches a listening holder in one
+// notification and that read.
 
 // Revoke asks the grants that hold the lock now, in this process or any
 // other, to let go, for reason: their Revoked channels close, and WithRead's
