@@ -297,11 +297,11 @@ type acqStats struct {
 	relists  atomic.Int32 // its listings after the one that first showed its node
 }
 
-// listing counts a listing that the acquisition is about to make: a relist
-// if an earlier listing already showed the node it has now (locate took
-// the snapshot), so that the round trip stands between a release, a
-// reconnection or a lost answer and the grant. The first listing, sent
-// behind the create or made once our node is known, is everyone's.
+// listing counts, as the acquisition is about to list the directory, a
+// relist: a listing after one that showed the node it has now (locate took
+// its snapshot). Such a listing stands between what let the acquisition go
+// on (a release, a reconnection, a lost answer) and its grant; the first,
+// behind the create or once our node is known, is everyone's.
 func (a *acquisition) listing() {
 	if a.snap.self.name != "" {
 		a.relists.Add(1)

@@ -241,14 +241,13 @@ type ModeStats struct {
 	OneRoundTrip uint64
 	// Relists counts the listings of the directory that the acquisitions
 	// made after the one that first showed their node: listing again after
-	// a wake (the node in the way went and another may be left), a
-	// reconnection, a lost answer, a TryRLock that passed a writer gone.
+	// a wake (the node in the way went, and another may be left), a
+	// reconnection, a lost answer, or a TryRLock's pass of a writer gone.
 	// Each is a round trip between what let the acquisition go on and its
 	// grant (or its end), so a handoff that needs none counts 0. Not
-	// counted: the first listing, sent behind the create or made once the
-	// node is known, which every acquisition makes; that of a node made
-	// again after its session ended. Failed and cancelled acquisitions'
-	// count too.
+	// counted: the listing that first shows the node, which every
+	// acquisition makes, also for a node made again after its session
+	// ended. Failed and cancelled acquisitions' relists count too.
 	Relists uint64
 	// Wait is the time the granted acquisitions took, from the call to
 	// the grant. (The time spent by the others is in the contention

@@ -15,14 +15,13 @@ type check struct {
 }
 
 // Check answers a question about what the connection may do at path, as
-// ask, which sends the request that tells, answers it. Every lock on the
-// connection asks the same question of the same path, so a yes is
-// remembered for as long as c lives (until Forget), and callers that come
-// while it is being asked wait for its answer (or ctx) instead of asking
-// too. A no or an error is not remembered: what the connection may do can
-// change ((*zk.Conn).AddAuth), and the next caller asks again. The callers
-// that waited share a no, but ask again themselves when the asker's
-// context ended first.
+// ask, which sends the request that tells, answers it. Its users ask the
+// same question of the same path, so a yes is remembered for as long as c
+// lives (until Forget), and callers that come while it is being asked wait
+// for its answer (or ctx) instead of asking too. A no or an error is not
+// remembered: what the connection may do can change ((*zk.Conn).AddAuth),
+// and the next caller asks again. The callers that waited share a no, but
+// ask themselves when the asker's context ended first.
 func (c *Client) Check(ctx context.Context, path string, ask func() (bool, error)) (bool, error) {
 	for {
 		c.mu.Lock()
