@@ -73,7 +73,8 @@ fuzz:
 
 ## bench: the workloads of bench/peers/README.md (W1-W6r), the drain scale series and
 ## ReadBatch, each run once against a throwaway ZooKeeper (or ZKRWLOCK_BENCH_SERVERS).
-## Progress and Go benchmark lines go to stderr and bench/results/<time>.txt; one
+## Progress and Go benchmark lines (with req/acquire and, for W3-W6r, relists/acquire:
+## listings between a release and a grant) go to stderr and bench/results/<time>.txt; one
 ## JSON line per workload to bench/results/<time>.jsonl, printed at the end, in the
 ## format of the peers' harnesses (bench/peers). BENCH picks benchmarks (a -bench
 ## regexp); BENCHFLAGS adds flags after the package (e.g. -short, or -bench.waiters=20).

@@ -311,6 +311,7 @@ func (a *acquisition) listBehind(ctx context.Context, sending <-chan struct{}) <
 // grant's watch for its node's deletion, if we are granted at once (see
 // Grant.watchFrom).
 func (a *acquisition) list(ctx context.Context) (step, error) {
+	a.listing() // counted for the observers (observer.go)
 	var lr zkclient.Reply[zkclient.Listing]
 	if a.dir == nil {
 		lr, a.dir = a.c.ListW(ctx, a.l.path)

@@ -50,12 +50,15 @@ func (a *acquisition) mkdirs(ctx context.Context) error {
 	return nil
 }
 
-// recheckDeletable checks the DELETE permission again in a lock directory
-// this acquisition has just made: the check before queueing found no
-// directory, and this one has the lock's own ACL. Unless that ACL lets
-// anyone delete, the client may be unable to, and would leave a node it
-// cannot remove.
+// recheckDeletable is called once the create found no lock directory and
+// mkdirs made it, or found it made by someone else: the check before
+// queueing found no directory, so its yes says nothing of this one, and the
+// connection forgets it (the next lock on it checks again). In a directory
+// this acquisition made, with the lock's own ACL, it checks again at once,
+// unless that ACL lets anyone delete: otherwise the client may be unable
+// to, and would leave a node it cannot remove.
 func (a *acquisition) recheckDeletable(ctx context.Context) error {
+	a.c.Forget(a.l.path)
 	if !slices.Contains(a.created, a.l.path) || worldCanDelete(a.l.acl) {
 		return nil
 	}

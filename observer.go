@@ -51,6 +51,9 @@ type AcquireEvent struct {
 	Start    time.Time     // when the call began
 	Wait     time.Duration // how long it took
 	Requests int           // the requests it sent to ZooKeeper
+	// Relists counts its listings after the one that first showed its
+	// node (see stats.ModeStats.Relists).
+	Relists int
 	// OneRoundTrip: granted from its first listing, which rode behind its
 	// create, without waiting for anyone (the uncontended case).
 	OneRoundTrip bool
@@ -215,7 +218,7 @@ func (l *RWLock) acquired(ctx context.Context, a *acquisition, start time.Time, 
 	}
 	ev := AcquireEvent{
 		Lock: l.path, Mode: a.mode, Try: !a.block, Outcome: outcome,
-		Start: start, Wait: wait, Requests: int(a.requests.Load()), Err: err,
+		Start: start, Wait: wait, Requests: int(a.requests.Load()), Relists: int(a.relists.Load()), Err: err,
 	}
 	ev.OneRoundTrip = err == nil && oneRoundTrip(a)
 	for _, o := range l.observers {
@@ -291,6 +294,18 @@ func (g *Grant) initContext() {
 type acqStats struct {
 	tally    tally        // its context for requests (see counting)
 	requests atomic.Int64 // the requests it sent
+	relists  atomic.Int32 // its listings after the one that first showed its node
+}
+
+// listing counts, as the acquisition is about to list the directory, a
+// relist: a listing after one that showed the node it has now (locate took
+// its snapshot). Such a listing stands between what let the acquisition go
+// on (a release, a reconnection, a lost answer) and its grant; the first,
+// behind the create or once our node is known, is everyone's.
+func (a *acquisition) listing() {
+	if a.snap.self.name != "" {
+		a.relists.Add(1)
+	}
 }
 
 // grantStats are a grant's own figures, for its event.

@@ -3,10 +3,12 @@ package rwlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -260,5 +262,108 @@ func TestObservers(t *testing.T) {
 		}
 		_, err := newRWLock(s.conn(), dir, WithObserver(nil))
 		require.ErrorIs(t, err, ErrInvalidArgument)
+	})
+}
+
+// Relists counts the listings that stand between what let a waiter go on
+// and its grant, and nothing every acquisition makes anyway.
+func TestRelists(t *testing.T) {
+	// relists returns the Relists of the one acquisition rec heard.
+	relists := func(t *testing.T, rec *recorder) int {
+		t.Helper()
+		acquires, _ := rec.events()
+		require.Len(t, acquires, 1)
+		require.Equal(t, "granted", acquires[0].Outcome)
+		return acquires[0].Relists
+	}
+	t.Run("first listing lost", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newFakeServer()
+			g, err := newLock(t, s.conn()).Lock(t.Context()) // makes the directory
+			require.NoError(t, err)
+			require.NoError(t, g.Release(t.Context()))
+			c := s.conn()
+			var lost atomic.Bool
+			c.setBefore(func(op, p string) error {
+				if op == "children" && p == dir && !lost.Swap(true) {
+					return zk.ErrConnectionClosed // the listing sent behind the create
+				}
+				return nil
+			})
+			var rec recorder
+			g, err = newLock(t, c, WithObserver(&rec)).Lock(t.Context())
+			require.NoError(t, err)
+			require.NoError(t, g.Release(t.Context()))
+			require.True(t, lost.Load())
+			assert.Zero(t, relists(t, &rec), "the listing that first shows our node is everyone's")
+		})
+	})
+	t.Run("writer behind writers", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newFakeServer()
+			ctx := t.Context()
+			holder, err := newLock(t, s.conn()).Lock(ctx)
+			require.NoError(t, err)
+			first := start(ctx, newLock(t, s.conn()).Lock)
+			synctest.Wait()
+			var rec recorder
+			w := start(ctx, newLock(t, s.conn(), WithObserver(&rec)).Lock)
+			synctest.Wait()
+			require.NoError(t, holder.Release(ctx))
+			synctest.Wait()
+			require.NoError(t, granted(t, first).Release(ctx))
+			synctest.Wait()
+			require.NoError(t, granted(t, w).Release(ctx))
+			assert.Zero(t, relists(t, &rec), "the held mark proves the way clear")
+		})
+	})
+	t.Run("writer behind readers", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newFakeServer()
+			ctx := t.Context()
+			r1, err := newLock(t, s.conn()).RLock(ctx)
+			require.NoError(t, err)
+			r2, err := newLock(t, s.conn()).RLock(ctx)
+			require.NoError(t, err)
+			c := s.conn()
+			var rec recorder
+			w := start(ctx, newLock(t, c, WithObserver(&rec)).Lock)
+			synctest.Wait()
+			listed := c.lists.Load()
+			require.NoError(t, r2.Release(ctx)) // the reader it waits on; r1 may still hold
+			synctest.Wait()
+			pending(t, w)
+			assert.Equal(t, listed+1, c.lists.Load(), "it listed again")
+			require.NoError(t, r1.Release(ctx))
+			synctest.Wait()
+			require.NoError(t, granted(t, w).Release(ctx))
+			assert.Equal(t, 1, relists(t, &rec))
+		})
+	})
+	t.Run("reconnection while waiting", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newFakeServer()
+			ctx := t.Context()
+			holder, err := newLock(t, s.conn()).Lock(ctx)
+			require.NoError(t, err)
+			c := s.conn()
+			var failed atomic.Bool
+			c.setBefore(func(op, p string) error {
+				if op == "get" && p == holder.Node() && !failed.Swap(true) {
+					return zk.ErrConnectionClosed // its look at the holder
+				}
+				return nil
+			})
+			var rec recorder
+			w := start(ctx, newLock(t, c, WithObserver(&rec)).Lock)
+			time.Sleep(time.Second) // the bubble's clock: the retry's backoff passes
+			synctest.Wait()
+			pending(t, w)
+			require.True(t, failed.Load())
+			require.NoError(t, holder.Release(ctx))
+			synctest.Wait()
+			require.NoError(t, granted(t, w).Release(ctx))
+			assert.Equal(t, 1, relists(t, &rec), "it listed again to prove its place")
+		})
 	})
 }

@@ -164,26 +164,33 @@ func (l *RWLock) deleteMine(c *zkclient.Client, path, guid string) error {
 	return nil
 }
 
-// checkDeletable makes sure, once per lock, that this client may delete
-// nodes in the lock directory before it queues there: deleting needs the
-// DELETE permission on the directory, and a node that cannot be deleted
-// would block everyone until its session ends. ZooKeeper checks the
-// permission before it looks for the node, so deleting a name that cannot
-// exist tells, in one request, without a trace. A missing directory is
-// created with the lock's own ACL; where that ACL does not let everyone
-// delete, the check is made again once it exists (see create).
+// checkDeletable makes sure, once per lock directory and connection, that
+// this client may delete nodes in the lock directory before it queues
+// there: deleting needs the DELETE permission on the directory, and a node
+// that cannot be deleted would block everyone until its session ends.
+// ZooKeeper checks the permission before it looks for the node, so
+// deleting a name that cannot exist tells, in one request, without a
+// trace. The connection's client remembers a yes for every lock on it (see
+// zkclient.Client.Check), and the lock too, for when nothing holds the
+// client; a refusal is never remembered, so that AddAuth can still let
+// the client in. A missing directory is created with the lock's own ACL;
+// where that ACL does not let everyone delete, the check is made again
+// once it exists (see recheckDeletable).
 func (l *RWLock) checkDeletable(ctx context.Context, c *zkclient.Client) error {
 	if l.deletable.Load() {
 		return nil
 	}
-	r := c.Delete(ctx, l.path+"/zkrwlock-acl-check-"+lockname.NewGUID(), nil)
+	yes, err := c.Check(ctx, l.path, func() (bool, error) {
+		err := c.Delete(ctx, l.path+"/zkrwlock-acl-check-"+lockname.NewGUID(), nil).Err
+		return errors.Is(err, zk.ErrNoNode), err
+	})
 	switch {
-	case errors.Is(r.Err, zk.ErrNoAuth):
+	case yes:
+		l.deletable.Store(true)
+	case errors.Is(err, zk.ErrNoAuth):
 		return fmt.Errorf("%w: this client may not delete nodes in %s (the directory's ACL lacks DELETE for it), "+
 			"so it could never release a grant there; if the ACL names a user (digest) or another scheme, authenticate as it "+
 			"with (*zk.Conn).AddAuth before locking", zk.ErrNoAuth, l.path)
-	case errors.Is(r.Err, zk.ErrNoNode):
-		l.deletable.Store(true)
 	}
 	return nil // any other failure, the acquisition meets again
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/stats"
 )
 
 // W3, W4 and W5: 8 clients loop acquire/release on one lock for a while.
@@ -55,9 +56,10 @@ func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *me
 	ss := s.dial(b, contenders)
 	defer ss.close()
 	ctx := context.Background()
+	var rec stats.Recorder
 	locks := make([]*rwlock.RWLock, contenders)
 	for i := range locks {
-		locks[i] = ss.lock(b, i, path)
+		locks[i] = ss.lock(b, i, path, rwlock.WithObserver(&rec))
 		acquire := locks[i].Lock
 		if mx == onlyReads {
 			acquire = locks[i].RLock
@@ -125,6 +127,7 @@ func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *me
 		})
 	}
 
+	st0 := rec.Stats()
 	p0 := s.mustMntr(b, "zk_packets_received")
 	use := startUsage()
 	b.StartTimer()
@@ -136,6 +139,7 @@ func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *me
 	b.StopTimer()
 	spent := use.since()
 	p1 := s.mustMntr(b, "zk_packets_received")
+	st := rec.Stats().Sub(st0)
 
 	var total, writes, timeouts int64
 	var held time.Duration
@@ -166,6 +170,7 @@ func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *me
 	r.put("timeouts", timeouts)
 	r.put("violations", chk.violations.Load())
 	req := r.reqPerAcq(s, p0, p1, 0, total)
+	r.relistsPerAcq(m, st, total)
 	r.put("acq_p50_us", pct(acq, 50))
 	r.put("acq_p99_us", pct(acq, 99))
 	r.put("rel_p50_us", pct(rel, 50))

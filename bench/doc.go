@@ -55,16 +55,19 @@
 // slept: see sleepPrecisely), one_round_trip_share for W1/W2 (the share
 // of measured acquisitions that the lock's own counter, Stats'
 // OneRoundTrip, saw granted from the listing sent behind the create: one
-// round trip), round_s for W6, and an "error" key
+// round trip), relists_per_acq for W3-W6r (the lock's own count of
+// listings between a release and a grant, Stats' Relists, per
+// acquisition), round_s for W6, and an "error" key
 // (which the comparison leaves out) when a run failed.
 //
 // Each benchmark also reports its metrics the Go way (b.ReportMetric:
 // cycles/s or acquisitions/s, p50/p99 acquire and release latency in µs,
-// req/acquire, allocs/acquire, cpu-us/acquire, ...), so runs can be
-// compared with benchstat. One benchmark iteration is one whole workload
-// run: -benchtime 1x runs each once, and ns/op is its measured phase. A run
-// with a mutual exclusion violation or a failed acquisition fails the
-// benchmark (acquire timeouts in W3-W5 are counted, as the peers count them).
+// req/acquire, relists/acquire (W3-W6r), allocs/acquire, cpu-us/acquire,
+// ...), so runs can be compared with benchstat. One benchmark iteration is
+// one whole workload run: -benchtime 1x runs each once, and ns/op is its
+// measured phase. A run with a mutual exclusion violation or a failed
+// acquisition fails the benchmark (acquire timeouts in W3-W5 are counted,
+// as the peers count them).
 //
 // RB32/RL32 have keys of their own: fns, grants_per_batch, batches,
 // batches_per_s, batch_p50_us, batch_p99_us, zk_req_per_batch,

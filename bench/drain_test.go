@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/stats"
 )
 
 // W6, W6r and the scale series: a queue of waiters behind one writer.
@@ -60,9 +61,10 @@ func drainRound(b *testing.B, s *servers, ss *sessions, name, path string, reade
 		return nil, err
 	}
 	chk.enter(true)
+	var rec stats.Recorder // the waiters'
 	locks := make([]*rwlock.RWLock, n)
 	for i := range locks {
-		locks[i] = ss.lock(b, i+1, path)
+		locks[i] = ss.lock(b, i+1, path, rwlock.WithObserver(&rec))
 	}
 
 	acqT, relT := make([]time.Duration, n), make([]time.Duration, n)
@@ -216,6 +218,7 @@ func drainRound(b *testing.B, s *servers, ss *sessions, name, path string, reade
 	r.put("violations", chk.violations.Load())
 	other := polls + mntrPolls*int64(len(s.addrs))
 	req := r.reqPerAcq(s, p0, p1, other, int64(n))
+	r.relistsPerAcq(m, rec.Stats(), int64(n))
 	r.usagePerAcq(m, spent, int64(n))
 	r.put("round_s", (end - tq).Seconds())
 	m.add("req/acquire", req)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/zkrwlock/rwlock/stats"
 )
 
 var flagJSON = flag.String("bench.json", "", "append one JSON line per workload run to this file, "+
@@ -66,6 +68,17 @@ func (r *record) reqPerAcq(s *servers, p0, p1, other, acquisitions int64) float6
 	per := float64(net) / float64(acquisitions)
 	r.put("zk_req_per_acq", per)
 	return per
+}
+
+// relistsPerAcq puts the lock's own count of relists (stats.ModeStats.Relists:
+// listings between a release and a grant) per acquisition, and reports it.
+func (r *record) relistsPerAcq(m *metrics, s stats.Stats, acquisitions int64) {
+	if acquisitions <= 0 {
+		return
+	}
+	per := float64(s.Read.Relists+s.Write.Relists) / float64(acquisitions)
+	r.put("relists_per_acq", per)
+	m.add("relists/acquire", per)
 }
 
 // usagePerAcq puts the process's allocations and CPU time per

@@ -10,6 +10,7 @@
 //
 //	rwlock.acquisitions                     counter    {acquisition}  rwlock.path, rwlock.mode, rwlock.outcome
 //	rwlock.acquisitions.one_round_trip      counter    {acquisition}  rwlock.path, rwlock.mode
+//	rwlock.relists                          counter    {listing}      rwlock.path, rwlock.mode
 //	rwlock.wait.duration                    histogram  s              rwlock.path, rwlock.mode, rwlock.outcome
 //	rwlock.hold.duration                    histogram  s              rwlock.path, rwlock.mode
 //	rwlock.grants.lost                      counter    {grant}        rwlock.path, rwlock.mode, rwlock.loss_cause
@@ -84,6 +85,7 @@ var buckets = []float64{
 type Observer struct {
 	acquisitions metric.Int64Counter
 	oneRoundTrip metric.Int64Counter
+	relists      metric.Int64Counter
 	wait         metric.Float64Histogram
 	hold         metric.Float64Histogram
 	lost         metric.Int64Counter
@@ -153,6 +155,9 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	o.oneRoundTrip, e = m.Int64Counter("rwlock.acquisitions.one_round_trip", metric.WithUnit("{acquisition}"),
 		metric.WithDescription("Grants that the first listing of the lock's queue proved, without waiting."))
 	err = first(err, e)
+	o.relists, e = m.Int64Counter("rwlock.relists", metric.WithUnit("{listing}"),
+		metric.WithDescription("Listings an acquisition made after the one that first showed its node: round trips between a release and a grant."))
+	err = first(err, e)
 	o.wait, e = m.Float64Histogram("rwlock.wait.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time from an acquisition's call to its return, by outcome."),
 		metric.WithExplicitBucketBoundaries(buckets...))
@@ -214,6 +219,9 @@ func (o *Observer) ObserveAcquire(ctx context.Context, e rwlock.AcquireEvent) {
 	o.wait.Record(ctx, e.Wait.Seconds(), withOutcome)
 	if e.OneRoundTrip {
 		o.oneRoundTrip.Add(ctx, 1, o.attributes(attrKey{lock: e.Lock, mode: e.Mode, kind: byMode}))
+	}
+	if e.Relists > 0 {
+		o.relists.Add(ctx, int64(e.Relists), o.attributes(attrKey{lock: e.Lock, mode: e.Mode, kind: byMode}))
 	}
 	if e.Requests > 0 {
 		o.requests.Add(ctx, int64(e.Requests), o.attributes(attrKey{lock: e.Lock, kind: byLock}))

@@ -331,6 +331,29 @@ func TestObserverPathAttribute(t *testing.T) {
 	}
 }
 
+// rwlock.relists adds up the events' Relists by path and mode.
+func TestObserverCountsRelists(t *testing.T) {
+	s := newSDK(t)
+	obs, err := otelrwlock.NewObserver(otelrwlock.WithMeterProvider(s.mp), otelrwlock.WithTracerProvider(s.tp))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, e := range []rwlock.AcquireEvent{
+		{Lock: "/a", Mode: rwlock.Write, Outcome: "granted", Relists: 1},
+		{Lock: "/a", Mode: rwlock.Write, Outcome: "cancelled", Relists: 2},
+		{Lock: "/a", Mode: rwlock.Read, Outcome: "granted"},
+		{Lock: "/b", Mode: rwlock.Read, Outcome: "granted", Relists: 4},
+	} {
+		e.Start = time.Now()
+		obs.ObserveAcquire(ctx, e)
+	}
+	m := s.metrics(t)
+	aWrite := attrs(otelrwlock.KeyPath.String("/a"), otelrwlock.KeyMode.String("write"))
+	bRead := attrs(otelrwlock.KeyPath.String("/b"), otelrwlock.KeyMode.String("read"))
+	assert.Equal(t, int64(3), sum(t, m["rwlock.relists"], &aWrite))
+	assert.Equal(t, int64(4), sum(t, m["rwlock.relists"], &bRead))
+	assert.Equal(t, int64(7), sum(t, m["rwlock.relists"], nil))
+}
+
 func attrOf(kvs []attribute.KeyValue, k attribute.Key) string {
 	for _, kv := range kvs {
 		if kv.Key == k {

@@ -11,8 +11,8 @@ import (
 )
 
 // A benchmark of your own code reports the lock's figures after its loop (a stats.Recorder observes it):
-// go test -bench prints p50-ns/acquire, p99-ns/acquire, req/acquire and
-// lost/grant beside ns/op, and benchstat compares them.
+// go test -bench prints p50-ns/acquire, p99-ns/acquire, req/acquire,
+// relists/acquire and lost/grant beside ns/op, and benchstat compares them.
 func ExampleReportMetrics() {
 	benchmarkConfigReload := func(b *testing.B) {
 		ctx := context.Background()

@@ -32,10 +32,11 @@ import (
 // The metrics' units. Latencies are of the acquisitions that were granted,
 // from the call to the grant.
 const (
-	UnitWaitP50     = "p50-ns/acquire" // median wait
-	UnitWaitP99     = "p99-ns/acquire" // 99th percentile of the wait
-	UnitRequests    = "req/acquire"    // requests to ZooKeeper per acquisition, its release included
-	UnitLostByGrant = "lost/grant"     // the share of grants that were lost, not released
+	UnitWaitP50     = "p50-ns/acquire"  // median wait
+	UnitWaitP99     = "p99-ns/acquire"  // 99th percentile of the wait
+	UnitRequests    = "req/acquire"     // requests to ZooKeeper per acquisition, its release included
+	UnitRelists     = "relists/acquire" // listings between a release and a grant per acquisition (stats.ModeStats.Relists)
+	UnitLostByGrant = "lost/grant"      // the share of grants that were lost, not released
 	// What is under way at the snapshot, reported only when there is any:
 	// a benchmark that ends with grants still held, or calls still
 	// waiting, has left them behind.
@@ -44,8 +45,8 @@ const (
 )
 
 // ReportMetrics reports s (see package stats): the median and 99th
-// percentile wait of the grants, requests per acquisition, the share of
-// grants lost, and what is under way if anything is. For the figures of the benchmark's loop alone, take a
+// percentile wait of the grants, requests and relists per acquisition, the
+// share of grants lost, and what is under way if anything is. For the figures of the benchmark's loop alone, take a
 // snapshot before it and pass the difference:
 //
 //	before := rec.Stats()
@@ -63,6 +64,7 @@ func ReportMetrics(b *testing.B, s stats.Stats) {
 	b.ReportMetric(float64(wait.Quantile(0.5).Nanoseconds()), UnitWaitP50)
 	b.ReportMetric(float64(wait.Quantile(0.99).Nanoseconds()), UnitWaitP99)
 	b.ReportMetric(float64(s.Requests)/float64(acquisitions), UnitRequests)
+	b.ReportMetric(float64(s.Read.Relists+s.Write.Relists)/float64(acquisitions), UnitRelists)
 	if granted := s.Granted(); granted > 0 {
 		b.ReportMetric(float64(s.Lost.Total())/float64(granted), UnitLostByGrant)
 	}

@@ -40,9 +40,10 @@ func TestReportMetrics(t *testing.T) {
 	require.Positive(t, res.N)
 	st := rec.Stats()
 	assert.Equal(t, uint64(res.N), st.Read.Granted, "the Recorder of the last run")
-	for _, unit := range []string{rwlocktest.UnitWaitP50, rwlocktest.UnitWaitP99, rwlocktest.UnitRequests, rwlocktest.UnitLostByGrant} {
+	for _, unit := range []string{rwlocktest.UnitWaitP50, rwlocktest.UnitWaitP99, rwlocktest.UnitRequests, rwlocktest.UnitRelists, rwlocktest.UnitLostByGrant} {
 		assert.Contains(t, res.Extra, unit)
 	}
+	assert.Zero(t, res.Extra[rwlocktest.UnitRelists], "nobody in the way: no listing but the first")
 	assert.Equal(t, float64(st.Read.Wait.Quantile(0.5).Nanoseconds()), res.Extra[rwlocktest.UnitWaitP50])
 	assert.Positive(t, res.Extra[rwlocktest.UnitWaitP50])
 	assert.GreaterOrEqual(t, res.Extra[rwlocktest.UnitWaitP99], res.Extra[rwlocktest.UnitWaitP50])

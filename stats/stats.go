@@ -108,7 +108,7 @@ func (n *live) read(s *Stats) {
 }
 
 type modeRecord struct {
-	granted, wouldBlock, cancelled, failed, oneRoundTrip atomic.Uint64
+	granted, wouldBlock, cancelled, failed, oneRoundTrip, relists atomic.Uint64
 
 	wait, hold histogram
 }
@@ -133,12 +133,13 @@ func (r *Recorder) ObserveAcquireStart(_ context.Context, e rwlock.AcquireEvent)
 // ObserveGrantStart counts a grant as held, until its ObserveGrant.
 func (r *Recorder) ObserveGrantStart(e rwlock.GrantEvent) { r.now.hold(e.Node, e.Mode) }
 
-// ObserveAcquire counts an acquisition: its outcome, its requests and, if
-// granted, its wait.
+// ObserveAcquire counts an acquisition: its outcome, its requests, its
+// relists and, if granted, its wait.
 func (r *Recorder) ObserveAcquire(_ context.Context, e rwlock.AcquireEvent) {
 	r.now.end(wait{lock: e.Lock, mode: e.Mode, start: e.Start})
 	m := r.mode(e.Mode)
 	r.requests.Add(uint64(e.Requests))
+	m.relists.Add(uint64(e.Relists))
 	switch e.Outcome {
 	case "granted":
 		m.granted.Add(1)
@@ -188,7 +189,7 @@ func (r *Recorder) Stats() Stats {
 		rec := &r.modes[i]
 		m.Granted, m.WouldBlock = rec.granted.Load(), rec.wouldBlock.Load()
 		m.Cancelled, m.Failed = rec.cancelled.Load(), rec.failed.Load()
-		m.OneRoundTrip = rec.oneRoundTrip.Load()
+		m.OneRoundTrip, m.Relists = rec.oneRoundTrip.Load(), rec.relists.Load()
 		m.Wait, m.Hold = rec.wait.snapshot(), rec.hold.snapshot()
 	}
 	s.Lost = LostStats{
@@ -238,6 +239,16 @@ type ModeStats struct {
 	// directory, sent right behind the create, proved without waiting for
 	// anyone: the uncontended acquisitions.
 	OneRoundTrip uint64
+	// Relists counts the listings of the directory that the acquisitions
+	// made after the one that first showed their node: listing again after
+	// a wake (the node in the way went, and another may be left), a
+	// reconnection, a lost answer, or a TryRLock's pass of a writer gone.
+	// Each is a round trip between what let the acquisition go on and its
+	// grant (or its end), so a handoff that needs none counts 0. Not
+	// counted: the listing that first shows the node, which every
+	// acquisition makes, also for a node made again after its session
+	// ended. Failed and cancelled acquisitions' relists count too.
+	Relists uint64
 	// Wait is the time the granted acquisitions took, from the call to
 	// the grant. (The time spent by the others is in the contention
 	// profile and the events.)
@@ -305,8 +316,8 @@ func (m ModeStats) combine(o ModeStats, sign int) ModeStats {
 	r := ModeStats{
 		Granted: f(m.Granted, o.Granted), WouldBlock: f(m.WouldBlock, o.WouldBlock),
 		Cancelled: f(m.Cancelled, o.Cancelled), Failed: f(m.Failed, o.Failed),
-		OneRoundTrip: f(m.OneRoundTrip, o.OneRoundTrip),
-		Waiting:      m.Waiting, Held: m.Held, // under way at m
+		OneRoundTrip: f(m.OneRoundTrip, o.OneRoundTrip), Relists: f(m.Relists, o.Relists),
+		Waiting: m.Waiting, Held: m.Held, // under way at m
 	}
 	if sign > 0 {
 		r.Waiting, r.Held = m.Waiting+o.Waiting, m.Held+o.Held

@@ -27,10 +27,10 @@ func TestRecorderCountsAcquisitions(t *testing.T) {
 	ctx := context.Background()
 	for _, e := range []rwlock.AcquireEvent{
 		{Mode: rwlock.Read, Outcome: "granted", Wait: time.Millisecond, Requests: 2, OneRoundTrip: true},
-		{Mode: rwlock.Read, Outcome: "granted", Wait: 3 * time.Millisecond, Requests: 4},
-		{Mode: rwlock.Read, Outcome: "cancelled", Wait: time.Second, Requests: 3},
+		{Mode: rwlock.Read, Outcome: "granted", Wait: 3 * time.Millisecond, Requests: 4, Relists: 1},
+		{Mode: rwlock.Read, Outcome: "cancelled", Wait: time.Second, Requests: 3, Relists: 1},
 		{Mode: rwlock.Write, Outcome: "would_block", Requests: 4},
-		{Mode: rwlock.Write, Outcome: "failed", Requests: 1},
+		{Mode: rwlock.Write, Outcome: "failed", Requests: 1, Relists: 3},
 	} {
 		r.ObserveAcquire(ctx, e)
 	}
@@ -40,6 +40,8 @@ func TestRecorderCountsAcquisitions(t *testing.T) {
 	assert.Equal(t, uint64(1), s.Read.OneRoundTrip)
 	assert.Equal(t, uint64(1), s.Write.WouldBlock)
 	assert.Equal(t, uint64(1), s.Write.Failed)
+	assert.Equal(t, uint64(2), s.Read.Relists, "failed and cancelled acquisitions' too")
+	assert.Equal(t, uint64(3), s.Write.Relists)
 	assert.Equal(t, uint64(3), s.Read.Acquisitions())
 	assert.Equal(t, uint64(5), s.Acquisitions())
 	assert.Equal(t, uint64(2), s.Granted())
@@ -74,7 +76,7 @@ func TestRecorderCountsGrants(t *testing.T) {
 func TestStatsAddAndSub(t *testing.T) {
 	var a, b Recorder
 	ctx := context.Background()
-	granted := rwlock.AcquireEvent{Mode: rwlock.Read, Outcome: "granted", Wait: time.Millisecond, Requests: 2}
+	granted := rwlock.AcquireEvent{Mode: rwlock.Read, Outcome: "granted", Wait: time.Millisecond, Requests: 2, Relists: 1}
 	a.ObserveAcquire(ctx, granted)
 	before := b.Stats()
 	b.ObserveAcquire(ctx, granted)
@@ -84,6 +86,7 @@ func TestStatsAddAndSub(t *testing.T) {
 	assert.Equal(t, uint64(3), sum.Read.Granted)
 	assert.Equal(t, uint64(3), sum.Read.Wait.Count())
 	assert.Equal(t, uint64(6), sum.Requests)
+	assert.Equal(t, uint64(3), sum.Read.Relists)
 	assert.Equal(t, b.Stats(), sum.Sub(a.Stats()))
 	assert.Equal(t, b.Stats(), b.Stats().Sub(before), "since the zero snapshot: everything")
 }

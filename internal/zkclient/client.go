@@ -75,6 +75,7 @@ type Client struct {
 	pinging bool                // a keepalive is in flight; guarded by mu
 	pinged  time.Time           // when the last keepalive was sent; guarded by mu
 	watches map[watchKey]*Watch // guarded by mu
+	checks  map[string]*check   // by path (see Check); guarded by mu
 }
 
 // clients is the registry of clients by connection.
