@@ -60,6 +60,7 @@ var rows = []row{
 	{"W7", "zk_req_per_burst", "W7 requests/burst", requests},
 	{"W8", "ops_per_s", "W8 4 locks at once (2 write, 2 read), cycles/s", rate},
 	{"W8", "acq_p50_us", "W8 set acquire p50 µs", latency},
+	{"W8", "rel_p50_us", "W8 set release p50 µs", latency},
 	{"W8", "zk_req_per_acq", "W8 requests/set", requests},
 	{"W8", "contended_sets_per_s", "W8 4 clients, random orders, sets/s", rate},
 	{"W8", "deadlocks", "W8 deadlocks (sets not granted in time), all runs", total},
