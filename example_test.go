@@ -7,6 +7,8 @@ import (
 	"log"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/zkrwlock/rwlock"
 )
 
@@ -357,6 +359,47 @@ func ExampleWithDialect() {
 		return migrate(ctx, "add column")
 	})
 	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A job that copies data from one store to another takes both locks in one
+// call: no deadlock with a job that asks for them in the other order, and
+// nothing held if it fails.
+func ExampleLockAll() {
+	ctx := context.Background()
+	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	source, err := rwlock.New(conn, "/locks/store-a")
+	if err != nil {
+		log.Fatal(err)
+	}
+	target, err := rwlock.New(conn, "/locks/store-b")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	grants, err := rwlock.LockAll(ctx,
+		rwlock.Request{Lock: source, Mode: rwlock.Read},
+		rwlock.Request{Lock: target, Mode: rwlock.Write})
+	if err != nil {
+		log.Fatal(err) // no node of the set is left behind
+	}
+	defer func() {
+		// Release them together: their deletions share one round trip,
+		// where one after another would take a round trip each.
+		var eg errgroup.Group
+		for _, g := range grants {
+			eg.Go(func() error { return g.Release(context.Background()) })
+		}
+		if err := eg.Wait(); err != nil {
+			log.Print(err) // the node is deleted in the background, or goes with the session
+		}
+	}()
+	if err := migrate(ctx, "copy store-a to store-b"); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -53,7 +53,9 @@ type Request struct {
 // requests (a caller that holds a grant and then asks for more still can).
 // When nothing is in the way it takes one round trip. The grants are
 // ordinary grants (Release each, or let each be lost alone) and share one
-// token, the transaction's zxid.
+// token, the transaction's zxid. Release them concurrently, as the example
+// does: their deletions then share one round trip, where releasing them
+// one after another takes a round trip each.
 //
 // Every lock must use the same *zk.Conn, and no path may appear twice;
 // otherwise LockAll returns an error wrapping ErrInvalidArgument, as it

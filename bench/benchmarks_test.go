@@ -55,8 +55,8 @@ func BenchmarkW6r(b *testing.B) {
 }
 
 // BenchmarkW8 is W8, several locks at once: one client takes 4 locks (2
-// write, 2 read) with LockAll and releases them, 100 warm-up then 2000
-// measured sets (W8-1); then 4 clients each take the same 4 locks in
+// write, 2 read) with LockAll and releases them together, 100 warm-up then
+// 2000 measured sets (W8-1); then 4 clients each take the same 4 locks in
 // orders of their own for 5 s (W8-4): sets/s, requests per set,
 // deadlocks (none).
 func BenchmarkW8(b *testing.B) { benchMulti(b) }

@@ -26,7 +26,7 @@
 #
 # Environment:
 #   DELAYS="0 0.5 1 2"                    ms added each way; 0 is loopback
-#   WORKLOADS="W1 W2 W3 W4 W5 W6 W6r W7"   (W7: Curator and zkrwlock only)
+#   WORKLOADS="W1 W2 W3 W4 W5 W6 W6r W7 W8"   (W7, W8: Curator and zkrwlock only)
 #   IMPLS="curator kazoo gozk zkrwlock"   (go-zk runs only W1, W3, W6: it has no read lock; kazoo no W7)
 #   EXTRAS=1                              0 skips zkrwlock's own workloads
 #   MAX_FOREIGN_CPU=0.5                   CPU-seconds of other processes' load a run may overlap
@@ -36,7 +36,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
 out=${2:-$(mktemp -d /tmp/compare-peers.XXXXXX)}
 delays=${DELAYS:-0 0.5 1 2}
-workloads=${WORKLOADS:-W1 W2 W3 W4 W5 W6 W6r W7}
+workloads=${WORKLOADS:-W1 W2 W3 W4 W5 W6 W6r W7 W8}
 impls=${IMPLS:-curator kazoo gozk zkrwlock}
 max_foreign=${MAX_FOREIGN_CPU:-0.5}
 mkdir -p "$out"
@@ -172,7 +172,7 @@ supported() { # supported IMPL WORKLOAD
 	case $1:$2 in
 	gozk:W1 | gozk:W3 | gozk:W6) return 0 ;;
 	gozk:*) return 1 ;;
-	kazoo:W7) return 1 ;; # the harness has no W7: Curator is its reference
+	kazoo:W7 | kazoo:W8) return 1 ;; # the harness has neither: Curator is their reference
 	esac
 }
 

@@ -69,8 +69,8 @@ func TestHarnesses(t *testing.T) {
 		// requests per acquisition, uncontended and after one wait
 		uncontended, waited float64
 	}{
-		{"curator", append(slices.Clip(allWorkloads), "W7"), 3, 5}, // W7's only peer
-		{"kazoo", allWorkloads, 4, 6},                              // one more listing: see README.md
+		{"curator", append(slices.Clip(allWorkloads), "W7", "W8"), 3, 5}, // W7's and W8's only peer
+		{"kazoo", allWorkloads, 4, 6},                                    // one more listing: see README.md
 		{"gozk", []string{"W1", "W3", "W6"}, 3, 5},
 	} {
 		t.Run(tc.impl, func(t *testing.T) { // one at a time: the server counts every packet
@@ -118,6 +118,7 @@ var keys = map[string][]string{
 	"W6":  {"waiters", "enqueue_s", "failed", "drain_s", "handoff_mean_us", "handoff_p50_us", "handoff_p99_us", "violations", "zk_req_per_acq"},
 	"W6r": {"waiters", "enqueue_s", "failed", "drain_s", "wake_mean_us", "wake_p50_us", "wake_max_us", "violations", "zk_req_per_acq"},
 	"W7":  {"clients", "threads", "bursts", "elapsed_s", "bursts_per_s", "burst_p50_us", "burst_p99_us", "timeouts", "zk_req_per_acq", "zk_req_per_burst"},
+	"W8":  {"locks", "ops", "ops_per_s", "acq_p50_us", "acq_p99_us", "rel_p50_us", "rel_p99_us", "zk_req_per_acq", "contended_clients", "contended_sets", "contended_sets_per_s", "deadlocks", "violations"},
 }
 
 func init() {

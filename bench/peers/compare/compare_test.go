@@ -180,3 +180,34 @@ func TestBurst(t *testing.T) {
 	require.Contains(t, text, "| W7 without WithReadCoalescing: bursts/s | 40 | 1 |")
 	require.Contains(t, text, "| W7 without WithReadCoalescing: requests/burst | 192.00 | 1 |")
 }
+
+// W8 sets zkrwlock's LockAll cycle beside Curator's InterProcessMultiLock:
+// the cycle, the set's acquire and release, requests per set, the contended sets, and
+// deadlocks and violations summed over the runs; a smoke run is left out.
+func TestSeveralLocks(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, map[string]string{
+		"loopback/ours1.jsonl": `{"impl": "zkrwlock", "workload": "W8", "locks": 4, "ops_per_s": 900, "acq_p50_us": 800, "rel_p50_us": 300, "zk_req_per_acq": 9.0, "contended_sets_per_s": 400, "deadlocks": 0, "violations": 0}
+{"impl": "zkrwlock", "workload": "W8-smoke", "ops_per_s": 1, "deadlocks": 7}
+`,
+		"loopback/ours2.jsonl": `{"impl": "zkrwlock", "workload": "W8", "locks": 4, "ops_per_s": 700, "acq_p50_us": 1000, "rel_p50_us": 500, "zk_req_per_acq": 9.0, "contended_sets_per_s": 300, "deadlocks": 0, "violations": 1}`,
+		"loopback/peers1.jsonl": `{"impl": "curator", "workload": "W8", "locks": 4, "ops_per_s": 200, "acq_p50_us": 2700, "rel_p50_us": 1600, "zk_req_per_acq": 12.0, "contended_sets_per_s": 0.5, "deadlocks": 10, "violations": 0}
+{"impl": "curator", "workload": "W8-smoke", "ops_per_s": 1, "deadlocks": 7}
+`,
+		"loopback/peers2.jsonl": `{"impl": "curator", "workload": "W8", "locks": 4, "ops_per_s": 300, "acq_p50_us": 2700, "rel_p50_us": 1600, "zk_req_per_acq": 12.0, "contended_sets_per_s": 0.3, "deadlocks": 9, "violations": 0}`,
+	})
+	res, err := load([]string{dir})
+	require.NoError(t, err)
+	require.True(t, res.anyRuns("zkrwlock"), "W8 alone is a comparison")
+	var out strings.Builder
+	writeTables(&out, res, "all")
+	text := out.String()
+	require.Contains(t, text, "| W8 4 locks at once (2 write, 2 read), cycles/s | 800 | 250 | – | – | 3.20x | – | – |")
+	require.Contains(t, text, "| W8 set acquire p50 µs | 900 | 2700 | – | – | 3.00x | – | – |")
+	require.Contains(t, text, "| W8 set release p50 µs | 400 | 1600 | – | – | 4.00x | – | – |")
+	require.Contains(t, text, "| W8 requests/set | 9.00 | 12.00 | – | – | – | – | – |")
+	require.Contains(t, text, "| W8 4 clients, random orders, sets/s | 350 | 0.4 | – | – | 875.00x | – | – |")
+	require.Contains(t, text, "| W8 deadlocks (sets not granted in time), all runs | 0 | 19 | – | – | – | – | – |")
+	require.Contains(t, text, "| violations, all runs | 1 | 0 |", "W8 counts its violations")
+	require.Contains(t, text, "| zkrwlock | – | – | – | – | – | – | – | – | 25% |", "the spread of W8's cycles/s")
+}

@@ -3,7 +3,7 @@
 // medians over the rounds for every implementation, workload and network
 // setting (loopback, and each delay proxy), how many times better zkrwlock
 // is than each peer, the ZooKeeper requests per acquisition, acquire
-// timeouts and mutual exclusion violations.
+// timeouts, W8's deadlocks and mutual exclusion violations.
 //
 //	go run ./bench/peers/compare [-layout latency|columns|all] DIR
 //	go run ./bench/peers/compare FILE.jsonl...

@@ -58,15 +58,22 @@ var rows = []row{
 	{"W7", "bursts_per_s", "W7 64 readers of one process at once, bursts/s", rate},
 	{"W7", "burst_p50_us", "W7 burst p50 µs", latency},
 	{"W7", "zk_req_per_burst", "W7 requests/burst", requests},
+	{"W8", "ops_per_s", "W8 4 locks at once (2 write, 2 read), cycles/s", rate},
+	{"W8", "acq_p50_us", "W8 set acquire p50 µs", latency},
+	{"W8", "rel_p50_us", "W8 set release p50 µs", latency},
+	{"W8", "zk_req_per_acq", "W8 requests/set", requests},
+	{"W8", "contended_sets_per_s", "W8 4 clients, random orders, sets/s", rate},
+	{"W8", "deadlocks", "W8 deadlocks (sets not granted in time), all runs", total},
 }
 
 // checked are the workloads whose runs count mutual exclusion violations.
-var checked = []string{"W3", "W5", "W6", "W6r"}
+var checked = []string{"W3", "W5", "W6", "W6r", "W8"}
 
 // main metric of each workload, for the spread table.
 var mainMetric = map[string]string{
 	"W1": "ops_per_s", "W2": "ops_per_s", "W3": "acq_per_s", "W4": "acq_per_s",
 	"W5": "acq_per_s", "W6": "drain_s", "W6r": "drain_s", "W7": "bursts_per_s",
+	"W8": "ops_per_s",
 }
 
 // cell is one implementation's value of a row in a column.
@@ -124,7 +131,11 @@ func format(r row, c cell, rounds int) string {
 	case seconds:
 		s = strconv.FormatFloat(c.v, 'g', 3, 64)
 	default:
-		s = strconv.FormatFloat(c.v, 'f', 0, 64)
+		if c.v > 0 && c.v < 10 { // Curator's contended W8: a fraction of a set per second
+			s = strconv.FormatFloat(c.v, 'g', 2, 64)
+		} else {
+			s = strconv.FormatFloat(c.v, 'f', 0, 64)
+		}
 	}
 	if c.runs < rounds && r.kind != total {
 		s += fmt.Sprintf(" (%d of %d runs)", c.runs, rounds)

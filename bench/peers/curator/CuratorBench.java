@@ -388,14 +388,16 @@ public final class CuratorBench {
             one.release();
         }
         int ops = sizes.ops;
-        long[] acq = new long[ops];
+        long[] acq = new long[ops], rel = new long[ops];
         long p0 = mntr("zk_packets_received");
         long start = System.nanoTime();
         for (int i = 0; i < ops; i++) {
             long t0 = System.nanoTime();
             one.acquire();
-            acq[i] = System.nanoTime() - t0;
+            long t1 = System.nanoTime();
+            acq[i] = t1 - t0;
             one.release();
+            rel[i] = System.nanoTime() - t1;
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
         long p1 = mntr("zk_packets_received");
@@ -404,6 +406,8 @@ public final class CuratorBench {
         r.put("ops_per_s", ops / elapsed);
         r.put("acq_p50_us", percentileUs(acq, 50));
         r.put("acq_p99_us", percentileUs(acq, 99));
+        r.put("rel_p50_us", percentileUs(rel, 50));
+        r.put("rel_p99_us", percentileUs(rel, 99));
         requests(r, p0, p1, 0, ops);
 
         long[] sets = new long[MULTI_CLIENTS], deadlocks = new long[MULTI_CLIENTS];
