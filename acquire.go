@@ -380,13 +380,26 @@ func (a *acquisition) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, er
 // our czxid does: no later holder is turned away, no earlier one let in.
 // Past the top of the counter (no count change) the rule never holds. A
 // token read from our node (a waiter's own watch) is exact and is kept.
+//
+// A reader needs less: its token must order only against writers' (readers
+// granted together carry tokens in no particular order). If the listing
+// shows no writer after ours, and none of a peer, pzxid will do whatever
+// was created after ours: pzxid is at least our czxid (the listing shows
+// our node), every writer created after the listing has a larger czxid,
+// and one created after ours and deleted before the listing never held
+// (it queued behind us, and we are still here). So contended readers, which
+// the first rule rarely fits, need no read of their node either.
 func (a *acquisition) dated(dir *zk.Stat) {
 	if a.tok != 0 || dir == nil {
 		return
 	}
 	creates := (int64(dir.Cversion) + int64(dir.NumChildren)) / 2
+	switch {
 	// mutant: token-any-listing
-	if creates == int64(a.snap.self.seq)+1 {
+	case creates == int64(a.snap.self.seq)+1:
+		a.tok = dir.Pzxid
+	// mutant: reader-token-any-listing
+	case a.mode == Read && !a.snap.laterWriter && a.snap.peers == 0:
 		a.tok = dir.Pzxid
 	}
 }

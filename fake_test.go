@@ -32,6 +32,14 @@ type fakeServer struct {
 	conns    []*fakeConn
 	czxids   map[string]int64 // every node ever created, when (see the simulation's fairness check)
 	dzxids   map[string]int64 // every node deleted, when
+	tokens   []grantToken     // the grants checkToken saw
+}
+
+// grantToken is a grant's token, for checkToken.
+type grantToken struct {
+	node string
+	mode Mode
+	tok  int64
 }
 
 type fakeNode struct {
@@ -672,10 +680,11 @@ func (s *fakeServer) czxid(p string) int64 {
 }
 
 // checkToken says what is wrong with tok as the fencing token of the
-// grant of node, or "": it must order against every node's czxid as
-// node's own does (see acquisition.dated), so no smaller than node's and
-// smaller than that of every node created in its directory after it.
-func (s *fakeServer) checkToken(node string, tok int64) string {
+// grant of node, in mode, or "", and records it: tok is no smaller than
+// node's czxid, and it orders against the tokens of the conflicting grants
+// of the directory (a write and anything) checked before as the nodes'
+// czxids do (see acquisition.dated). Nodes that never held have no say.
+func (s *fakeServer) checkToken(node string, mode Mode, tok int64) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	own, ok := s.czxids[node]
@@ -685,11 +694,16 @@ func (s *fakeServer) checkToken(node string, tok int64) string {
 	case tok < own || tok > s.zxid:
 		return fmt.Sprintf("token %d of %s (czxid %d, now %d)", tok, node, own, s.zxid)
 	}
-	for p, z := range s.czxids {
-		if path.Dir(p) == path.Dir(node) && z > own && tok >= z {
-			return fmt.Sprintf("token %d of %s (czxid %d) is not below the czxid %d of %s, created later", tok, node, own, z, p)
+	for _, g := range s.tokens {
+		if path.Dir(g.node) != path.Dir(node) || g.node == node || mode == Read && g.mode == Read {
+			continue
+		}
+		if (s.czxids[g.node] < own) != (g.tok < tok) {
+			return fmt.Sprintf("token %d of %s (czxid %d) and token %d of %s (czxid %d) are in the wrong order",
+				tok, node, own, g.tok, g.node, s.czxids[g.node])
 		}
 	}
+	s.tokens = append(s.tokens, grantToken{node, mode, tok})
 	return ""
 }
 

@@ -181,7 +181,9 @@ func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 // made and the write grant it came from, and every grant of one LockAll set
 // carry the same token. (Where a node ahead was deleted between the create
 // and the listing that granted it, the token is that deletion's zxid, which
-// orders against every other node's czxid exactly as this node's does; see
+// orders against every other node's czxid exactly as this node's does; a
+// reader whose listing shows only readers after it may carry the listing's
+// zxid, which orders against every write's token as its czxid does; see
 // docs/guarantees.md.)
 func (g *Grant) Token() int64 { return g.root().token.Load() }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -436,38 +437,64 @@ func TestReleasingTheDowngradedWriteGrantReleasesTheNode(t *testing.T) {
 
 // A grant whose listing cannot date its node (a node was created behind
 // it before the listing) reads its node once before the grant: the token
-// is still its czxid, and Token sends nothing.
+// is then its czxid, and Token sends nothing. A reader needs no read when
+// the node behind is one of our readers: a writer created later has a
+// larger czxid than the listing's pzxid, which stands in.
 func TestTokenReadWhenTheListingCannotTell(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newFakeServer()
-		c := s.conn()
-		l := newLock(t, c)
-		warm, err := l.Lock(t.Context()) // makes the directory
-		require.NoError(t, err)
-		require.NoError(t, warm.Release(t.Context()))
-		other := s.conn()
-		// Another node, created after ours and before the first listing
-		// that can show ours (one that overtook our create cannot).
-		var once sync.Once
-		var gets atomic.Int64
-		c.setBefore(func(op, p string) error {
-			switch {
-			case op == "get":
-				gets.Add(1)
-			case op == "children" && len(s.lockNodes(dir)) > 0: // ours is there
-				once.Do(func() {
-					_, err := other.Create(dir+"/read-", nil, zk.FlagEphemeral|zk.FlagSequence, nil)
-					require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		mode   Mode
+		behind func() string
+		reads  int64
+	}{
+		{"reader behind a reader of ours", Read, func() string { return nodePrefix(dir, lockname.NewGUID(), Read, DialectNative) }, 0},
+		{"reader behind a writer of ours", Read, func() string { return nodePrefix(dir, lockname.NewGUID(), Write, DialectNative) }, 1},
+		{"reader behind a peer's reader", Read, func() string { return dir + "/read-" }, 1},
+		{"writer behind a reader of ours", Write, func() string { return nodePrefix(dir, lockname.NewGUID(), Read, DialectNative) }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newFakeServer()
+				c := s.conn()
+				l := newLock(t, c)
+				warm, err := l.Lock(t.Context()) // makes the directory
+				require.NoError(t, err)
+				require.NoError(t, warm.Release(t.Context()))
+				other := s.conn()
+				// Another node, created after ours and before the first
+				// listing that can show ours (one that overtook our
+				// create cannot).
+				var once sync.Once
+				var gets atomic.Int64
+				c.setBefore(func(op, p string) error {
+					switch {
+					case op == "get":
+						gets.Add(1)
+					case op == "children" && len(s.lockNodes(dir)) > 0: // ours is there
+						once.Do(func() {
+							_, err := other.Create(tc.behind(), nil, zk.FlagEphemeral|zk.FlagSequence, nil)
+							require.NoError(t, err)
+						})
+					}
+					return nil
 				})
-			}
-			return nil
+				acquire := l.RLock
+				if tc.mode == Write {
+					acquire = l.Lock
+				}
+				g, err := acquire(t.Context())
+				require.NoError(t, err)
+				assert.Equal(t, tc.reads, gets.Load(), "reads of the node")
+				before := c.calls.Load()
+				if tc.reads == 1 {
+					assert.Equal(t, s.czxid(g.Node()), g.Token())
+				} else {
+					assert.Empty(t, s.checkToken(g.Node(), g.Mode(), g.Token()))
+					assert.Greater(t, g.Token(), s.czxid(g.Node()), "the listing's pzxid")
+				}
+				assert.Equal(t, before, c.calls.Load(), "Token sends nothing")
+				require.NoError(t, g.Release(t.Context()))
+			})
 		})
-		g, err := l.RLock(t.Context())
-		require.NoError(t, err)
-		assert.Equal(t, int64(1), gets.Load(), "one read of the node")
-		before := c.calls.Load()
-		assert.Equal(t, s.czxid(g.Node()), g.Token())
-		assert.Equal(t, before, c.calls.Load(), "Token sends nothing")
-		require.NoError(t, g.Release(t.Context()))
-	})
+	}
 }

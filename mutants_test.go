@@ -44,7 +44,9 @@ var mutants = []mutant{
 		{file: "nodename.go", point: "self-duplicate", new: "case false:"},
 		{file: "nodename.go", point: "duplicate", new: "if false {"}}},
 	{name: "a token taken from any listing", edits: []mutantEdit{
-		{file: "acquire.go", point: "token-any-listing", new: "if _ = creates; true {"}}},
+		{file: "acquire.go", point: "token-any-listing", new: "case creates == creates:"}}},
+	{name: "a reader's token taken from a listing that shows a later writer", edits: []mutantEdit{
+		{file: "acquire.go", point: "reader-token-any-listing", new: "case a.mode == Read:"}}},
 	{name: "readers ignore writers", edits: []mutantEdit{
 		{file: "reader.go", point: "readers-ignore-writers", new: "if n := before[i]; false && n.mode == Write && !downgraded(n.name) {"}}},
 	{name: "a waiter that gives up marks its node held", edits: []mutantEdit{

@@ -51,6 +51,8 @@ type snapshot struct {
 	self   lockNode
 	peers  uint16 // the markers (bits by index in lockname.Markers) of peers' nodes listed, before ours or after
 	after  bool   // a lock node after ours was listed (see coalesce.go)
+	// laterWriter: a writer's node after ours was listed (see dated).
+	laterWriter bool
 }
 
 // errNotListed means our node is not among the children: it is gone.
@@ -94,6 +96,7 @@ func takeSnapshot(children []string, self string, buf []lockNode) (snapshot, err
 			kept = append(kept, n)
 		default:
 			s.after = true
+			s.laterWriter = s.laterWriter || n.mode == Write
 		}
 	}
 	s.before = kept

@@ -533,7 +533,7 @@ func (s *sim) client(c *simClient) {
 			if g == nil {
 				continue
 			}
-			if msg := s.server.checkToken(g.Node(), g.Token()); msg != "" {
+			if msg := s.server.checkToken(g.Node(), g.Mode(), g.Token()); msg != "" {
 				s.fail("c%d: %s", c.id, msg)
 			}
 		}
