@@ -449,11 +449,12 @@ func (a *acquisition) newGrant() *Grant {
 	if a.l.maxHold > 0 {
 		g.limitHold(g.since.Add(a.l.maxHold))
 	}
-	// A writer that waited behind writers may be followed by a waiter whose
-	// listing still shows them: its release mark spares that waiter a
-	// listing (see Grant.Release). Behind readers only, it would spare no
-	// reader anything, and cost a reader waiting on us a request.
-	g.markRelease = a.mode == Write && a.waited && a.writers
+	// A writer that waited may be followed by a waiter whose listing still
+	// shows the nodes it waited for: its release mark tells that waiter
+	// they are gone, without a listing (see Grant.Release). A reader
+	// waiting on us takes the mark as our deletion, at no request (see
+	// await).
+	g.markRelease = a.mode == Write && a.waited
 	g.watchFrom(a.own, a.dir)
 	a.l.peerWatch.join(g, a.dir)
 	return g
