@@ -345,6 +345,7 @@ func (a *acquisition) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, er
 	case err != nil:
 		return 0, err
 	}
+	a.l.debug("listed", a.path)
 	if m := a.l.blind(snap.peers); m != nil {
 		// Before or after ours, such a node breaks exclusion: refuse to
 		// queue (abort deletes our node), loudly.
