@@ -42,8 +42,12 @@ import (
 //     reconnection, or on a connection that does not tell, we read our node
 //     before the grant.
 //
-// Anything else (a TryRLock that read a writer gone or downgraded) lists
-// again before granting.
+// What clears our way is read off the snapshot of our first listing: it
+// holds every node that can ever precede ours (numbers only grow), and a
+// node leaves it only when shown gone, or, for the nodes before one of ours
+// that held, by a change of that node's data (see runAhead). Anything else
+// (a TryRLock that read a writer gone or downgraded, a writer ahead that
+// went without its mark) lists again before granting.
 
 type step int
 

@@ -13,10 +13,11 @@ import (
 )
 
 // wait waits until nothing in the snapshot blocks us, watching one node at
-// a time. When a watched node goes and the snapshot holds no other
-// candidate blocker, the lock is ours without another request, provided
-// our own node is still there (see acquire.go); when the snapshot holds
-// one, we list again.
+// a time, or a writer behind readers all of them at once (see runAhead).
+// When a watched node goes and the snapshot holds no other candidate
+// blocker, the lock is ours without another request, provided our own node
+// is still there (see acquire.go); when the snapshot holds one, we list
+// again.
 //
 // The watch on our own node goes out together with the first look at the
 // node in our way, and the child watch that a writer behind a writer needs
@@ -151,9 +152,10 @@ func (a *acquisition) watchGoingBehind(ctx context.Context, path string) <-chan 
 // not nil, its child watch, and for our own node's watch and ctx. A change
 // of one of our own nodes' data means that b held the lock (only holders
 // change their data), so nothing before b is left; that is taken from the
-// event itself, since b may be gone before its mark could be read. A
-// peer's change proves nothing: we look again. next is stepWait unless our
-// node or our session is gone.
+// event itself, since b may be gone before its mark could be read. To a
+// reader, b is then out of the way too: downgraded, or going. A peer's
+// change proves nothing: we look again. next is stepWait unless our node
+// or our session is gone.
 func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *zkclient.Watch) (gone bool, next step, err error) {
 	var deletedFired <-chan struct{}
 	if deleted != nil {
@@ -466,6 +468,7 @@ func (a *acquisition) waitAll(ctx context.Context, own <-chan ownResult, ahead [
 			return a.confirmOwn(ctx)
 		}
 		if !slices.ContainsFunc(looks, func(l look) bool { return !l.gone }) {
+			// mutant: run-unmarked-w0
 			return stepList, nil // w0 went without its mark: what is left, a listing tells
 		}
 		select {
