@@ -698,8 +698,9 @@ func TestListingThatOvertakesTheCreate(t *testing.T) {
 				c.setAfter(func(op, p string, err error) error {
 					mu.Lock()
 					order = append(order, op)
+					first := len(order) == 1
 					mu.Unlock()
-					if op == "children" && len(order) == 1 {
+					if op == "children" && first {
 						close(listed)
 					}
 					return err
