@@ -2,9 +2,11 @@ package rwlock
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"testing/synctest"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -196,5 +198,43 @@ func TestReaderIgnoresAPeersChange(t *testing.T) {
 		require.NoError(t, peer.Delete(dir+"/"+p, -1))
 		synctest.Wait()
 		require.NoError(t, granted(t, r).Release(ctx))
+	})
+}
+
+// Where the child watch on the writer ahead could not be set, its mark
+// uses up its data watch, and nothing would tell its deletion: the writer
+// behind looks again.
+func TestRunLeaderWithoutGoingWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		r0, err := newLock(t, s.conn()).RLock(ctx)
+		require.NoError(t, err)
+		w0 := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		var leader string
+		for _, n := range s.lockNodes(dir) {
+			if strings.Contains(n, "-write-") {
+				leader = dir + "/" + n
+			}
+		}
+		r1 := start(ctx, newLock(t, s.conn()).RLock)
+		synctest.Wait()
+		c := s.conn()
+		c.setBefore(func(op, p string) error {
+			if op == "children" && p == leader {
+				return zk.ErrNoNode // as if it went between the look at its data and this
+			}
+			return nil
+		})
+		w := start(ctx, newLock(t, c).Lock)
+		synctest.Wait()
+		require.NoError(t, r0.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, w0).Release(ctx)) // with its mark
+		synctest.Wait()
+		require.NoError(t, granted(t, r1).Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, w).Release(ctx))
 	})
 }

@@ -475,7 +475,7 @@ func (a *acquisition) waitAll(ctx context.Context, own <-chan ownResult, ahead [
 		case <-a.own.Fired():
 			return a.ownEvent(a.own.Event())
 		case f := <-fired:
-			if next, err := a.fired(ctx, f); err != nil || next != stepWait {
+			if next, err, waiting := a.fired(ctx, f); !waiting {
 				return next, err
 			}
 		case <-ctx.Done():
@@ -484,12 +484,12 @@ func (a *acquisition) waitAll(ctx context.Context, own <-chan ownResult, ahead [
 	}
 }
 
-// fired takes the event of one of a run's watches; next is stepWait while
-// we keep waiting.
-func (a *acquisition) fired(ctx context.Context, f fire) (step, error) {
+// fired takes the event of one of a run's watches; waiting is true while
+// we keep waiting on them, and else next and err say what then.
+func (a *acquisition) fired(ctx context.Context, f fire) (next step, err error, waiting bool) {
 	l := f.look
 	if l.gone {
-		return stepWait, nil // its other watch told already
+		return 0, nil, true // its other watch told already
 	}
 	w := l.data
 	if f.going {
@@ -498,14 +498,15 @@ func (a *acquisition) fired(ctx context.Context, f fire) (step, error) {
 	ev := w.Event()
 	switch {
 	case ev.Type == zk.EventNotWatching:
-		return a.notWatching(ev)
+		next, err = a.notWatching(ev)
+		return next, err, false
 	case f.going:
 		// w0's deletion fires its data watch too, with the mark if the
 		// mark came first: wait for that event, as await does.
 		select {
 		case <-l.data.Fired():
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, ctx.Err(), false
 		}
 		if ev := l.data.Event(); ev.Type == zk.EventNodeDataChanged {
 			a.snap.pruneBefore(l.node)
@@ -516,12 +517,12 @@ func (a *acquisition) fired(ctx context.Context, f fire) (step, error) {
 	case ev.Type == zk.EventNodeDataChanged && l.node.mode == Write:
 		a.snap.pruneBefore(l.node) // w0 held
 		if l.going == nil {
-			return stepWait, nil // nothing tells its deletion now: look again
+			return stepWait, nil, false // nothing tells its deletion now: look again
 		}
 	default:
-		return stepList, nil // a reader's data never changes: whatever this is, a listing tells
+		return stepList, nil, false // a reader's data never changes: whatever this is, a listing tells
 	}
-	return stepWait, nil
+	return 0, nil, true
 }
 
 // gone forgets a node of a run that is known to be gone.
