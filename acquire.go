@@ -42,8 +42,12 @@ import (
 //     reconnection, or on a connection that does not tell, we read our node
 //     before the grant.
 //
-// Anything else (a TryRLock that read a writer gone or downgraded) lists
-// again before granting.
+// What clears our way is read off the snapshot of our first listing: it
+// holds every node that can ever precede ours (numbers only grow), and a
+// node leaves it only when shown gone, or, for the nodes before one of ours
+// that held, by a change of that node's data (see runAhead). Anything else
+// (a TryRLock that read a writer gone or downgraded, a writer ahead that
+// went without its mark) lists again before granting.
 
 type step int
 
@@ -346,6 +350,7 @@ func (a *acquisition) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, er
 	case err != nil:
 		return 0, err
 	}
+	a.l.debug("listed", a.path)
 	if m := a.l.blind(snap.peers); m != nil {
 		// Before or after ours, such a node breaks exclusion: refuse to
 		// queue (abort deletes our node), loudly.
@@ -463,11 +468,12 @@ func (a *acquisition) newGrant() *Grant {
 	if a.l.maxHold > 0 {
 		g.limitHold(g.since.Add(a.l.maxHold))
 	}
-	// A writer that waited behind writers may be followed by a waiter whose
-	// listing still shows them: its release mark spares that waiter a
-	// listing (see Grant.Release). Behind readers only, it would spare no
-	// reader anything, and cost a reader waiting on us a request.
-	g.markRelease = a.mode == Write && a.waited && a.writers
+	// A writer that waited may be followed by a waiter whose listing still
+	// shows the nodes it waited for: its release mark tells that waiter
+	// they are gone, without a listing (see Grant.Release). A reader
+	// waiting on us takes the mark as our deletion, at no request (see
+	// await).
+	g.markRelease = a.mode == Write && a.waited
 	g.watchFrom(a.own, a.dir)
 	a.l.peerWatch.join(g, a.dir)
 	return g

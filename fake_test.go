@@ -60,7 +60,7 @@ type fakeConn struct {
 	session  atomic.Int64
 	state    atomic.Int32
 	calls    atomic.Int64         // requests sent to the server
-	lists    atomic.Int64         // of which Children and ChildrenW
+	lists    atomic.Int64         // of which Children and ChildrenW of a directory
 	applied  []string             // "op path" of every request, in the server's order; guarded by s.mu
 	connects atomic.Uint64        // sessions had: one per connection, as Dial counts them
 	granted  atomic.Int64         // the session timeout a Dial connection learnt; 0: not told (see setGranted)
@@ -229,7 +229,9 @@ func (c *fakeConn) ChildrenW(p string) ([]string, *zk.Stat, <-chan zk.Event, err
 
 func (c *fakeConn) children(p string, watch bool) (children []string, st *zk.Stat, ch <-chan zk.Event, err error) {
 	err = c.do("children", p, func() error {
-		c.lists.Add(1)
+		if _, lockNode := lockname.Parse(path.Base(p)); !lockNode {
+			c.lists.Add(1) // a child watch on a lock node tells its deletion: no listing
+		}
 		n := c.s.nodes[p]
 		if n == nil {
 			return zk.ErrNoNode

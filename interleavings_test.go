@@ -127,19 +127,23 @@ func TestNoGrantForAReplacedSession(t *testing.T) {
 		h, err := newLock(t, s.conn()).Lock(ctx)
 		require.NoError(t, err)
 		b := s.conn()
-		w2 := start(ctx, newLock(t, b).Lock)
-		synctest.Wait()
-		w3 := start(ctx, newLock(t, s.conn()).Lock)
-		synctest.Wait()
+		gate := make(chan struct{})
 		fired := false
 		b.setBefore(func(op, p string) error {
-			if op == "get" && !fired {
+			if op == "get" && p == h.Node() && !fired {
 				fired = true
+				<-gate // w2's look at h waits in the queue while w3 queues behind w2
 				b.expire()
 			}
 			return nil
 		})
-		r, err := h.Downgrade(ctx) // a data change: w2 sets its watch again
+		w2 := start(ctx, newLock(t, b).Lock)
+		synctest.Wait()
+		w3 := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		close(gate)
+		synctest.Wait()
+		r, err := h.Downgrade(ctx) // a data change: fires the watch w2's look set in the new session
 		require.NoError(t, err)
 		synctest.Wait()
 		require.NoError(t, r.Release(ctx))

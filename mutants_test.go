@@ -57,6 +57,15 @@ var mutants = []mutant{
 		{file: "internal/zkclient/lease.go", point: "trust-asked-timeout", new: "if limit > 0 {"}}},
 	{name: "a reconnection granted less is not heard", edits: []mutantEdit{
 		{file: "internal/zkclient/dial.go", point: "shorter-grant-unheard", new: "if last := d.last.Load(); last == nil || last.session != session {"}}},
+	// The handoff in one notification (see runAhead and await).
+	{name: "a writer granted when its run ahead is gone though a node before w0 is left", edits: []mutantEdit{
+		{file: "watch.go", point: "run-unmarked-w0", new: "return a.confirmOwn(ctx)"}}},
+	// The simulation has no peers.
+	{name: "a reader takes a peer writer's data change for clearance", run: "TestReaderIgnoresAPeersChange",
+		edits: []mutantEdit{{file: "watch.go", point: "reader-trusts-peer", new: "if a.mode == Read {"}}},
+	{name: "a writer watches its run ahead with a peer in the queue", run: "TestRunAheadWithAPeer",
+		edits: []mutantEdit{{file: "watch.go", point: "run-with-peers",
+			new: "if a.mode != Write || len(before) == 0 || before[len(before)-1].mode == Write {"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
 	// member's node deleted while the set waits for the others is a hand
 	// deletion, which the simulation does not make: multi_test.go's

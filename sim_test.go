@@ -204,22 +204,26 @@ type simClient struct {
 	other *simClient // holds the grant of lock2 while c holds a set (sets)
 
 	// Guarded by net.mu:
-	cancel   context.CancelFunc // cancels the acquisition in progress
-	holding  *Grant
-	holdEnd  time.Time // when it means to release
-	planned  *Grant    // the grant plan last considered
-	finished bool
-	reacted  time.Time // the notification after which a cut was last considered
-	cutAt    time.Time
-	resumed  time.Time // when its process last resumed
-	stopped  int       // the grants given before its process was last stopped
+	cancel      context.CancelFunc // cancels the acquisition in progress
+	holding     *Grant
+	downgrading bool      // its write grant is being downgraded: it reads only
+	holdEnd     time.Time // when it means to release
+	planned     *Grant    // the grant plan last considered
+	finished    bool
+	reacted     time.Time // the notification after which a cut was last considered
+	cutAt       time.Time
+	resumed     time.Time // when its process last resumed
+	stopped     int       // the grants given before its process was last stopped
 }
 
 type simStep struct {
 	mode Mode
 	try  bool
 	hold time.Duration // unless the grant is lost first
-	set  *simSet       // a set of the lock and lock2, instead of mode and try
+	// downgrade a write grant halfway through hold: its readers join,
+	// which they learn from the mark alone (see await)
+	downgrade bool
+	set       *simSet // a set of the lock and lock2, instead of mode and try
 }
 
 // simSet is a LockAll of the client's two locks.
@@ -367,6 +371,7 @@ func (s *sim) run() {
 				hold = time.Duration(r.Int64N(int64(2 * s.timeout))) // through a partition, maybe
 			}
 			step := simStep{mode: Mode(1 + r.IntN(2)), try: r.IntN(8) == 0, hold: hold}
+			step.downgrade = step.mode == Write && r.IntN(4) == 0
 			if s.cfg.sets && r.IntN(3) != 0 {
 				step.try, step.set = false, &simSet{mode2: Mode(1 + r.IntN(2)), reversed: r.IntN(2) == 0}
 			}
@@ -553,13 +558,25 @@ func (s *sim) client(c *simClient) {
 		}
 		n.mu.Unlock()
 		s.logf("c%d holds %s %s for %v", c.id, g.Mode(), g.Node(), step.hold)
-		hold := time.NewTimer(step.hold)
-		select {
-		case <-hold.C:
-		case <-done:
-			hold.Stop()
-		case <-done2:
-			hold.Stop()
+		held := func(d time.Duration) bool {
+			hold := time.NewTimer(d)
+			defer hold.Stop()
+			select {
+			case <-hold.C:
+				return true
+			case <-done:
+			case <-done2:
+			}
+			return false
+		}
+		if !step.downgrade || g2 != nil {
+			held(step.hold)
+		} else if held(step.hold / 2) {
+			c.zk.pause()
+			if d := s.downgrade(c, g); d != nil {
+				g, done = d, d.Done()
+				held(step.hold - step.hold/2)
+			}
 		}
 		c.zk.pause()
 		if err := errors.Join(g.Err(), g2.errIfAny()); err != nil {
@@ -578,6 +595,27 @@ func (s *sim) client(c *simClient) {
 			g2.Release(context.Background())
 		}
 	}
+}
+
+// downgrade downgrades g, c's write grant, and returns the read grant, or
+// nil if the downgrade failed. From the call on, c counts as a reader: it
+// writes no more, and readers may join as soon as the mark is written.
+func (s *sim) downgrade(c *simClient, g *Grant) *Grant {
+	n := s.net
+	n.mu.Lock()
+	c.downgrading = true
+	n.mu.Unlock()
+	d, err := g.Downgrade(context.Background())
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c.downgrading = false
+	if err != nil {
+		s.logf("c%d's downgrade: %v", c.id, err)
+		return nil
+	}
+	s.logf("c%d downgrades", c.id)
+	c.holding = d
+	return d
 }
 
 // lockSet takes c's two locks with LockAll, in the step's order and modes,
@@ -1021,7 +1059,7 @@ func (s *sim) thaw(c *simClient) {
 // Call with net.mu held.
 func (s *sim) lostDuring(c *simClient, g *Grant) string {
 	for _, o := range s.grants[c.stopped:] {
-		if o.client != c.id && o.lock == g.l.path && (o.mode == Write || g.Mode() == Write) {
+		if o.client != c.id && o.lock == g.l.path && (o.mode == Write || g.Mode() == Write && !c.downgrading) {
 			return fmt.Sprintf("c%d was granted %s at %v", o.client, o.mode, at(o.at))
 		}
 	}
@@ -1075,7 +1113,7 @@ func (s *sim) check() {
 				continue // go-zookeeper's blind spot, which such a grant keeps
 			}
 		}
-		if p := g.l.path; g.Mode() == Write {
+		if p := g.l.path; g.Mode() == Write && !c.downgrading {
 			writers[p] = append(writers[p], c)
 		} else {
 			readers[p] = append(readers[p], c)

@@ -3,6 +3,8 @@ package rwlock
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 
 	"github.com/go-zookeeper/zk"
 
@@ -11,10 +13,11 @@ import (
 )
 
 // wait waits until nothing in the snapshot blocks us, watching one node at
-// a time. When a watched node goes and the snapshot holds no other
-// candidate blocker, the lock is ours without another request, provided
-// our own node is still there (see acquire.go); when the snapshot holds
-// one, we list again.
+// a time, or a writer behind readers all of them at once (see runAhead).
+// When a watched node goes and the snapshot holds no other candidate
+// blocker, the lock is ours without another request, provided our own node
+// is still there (see acquire.go); when the snapshot holds one, we list
+// again.
 //
 // The watch on our own node goes out together with the first look at the
 // node in our way, and the child watch that a writer behind a writer needs
@@ -29,6 +32,9 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 		a.ownConnects, a.ownConnectsKnown = a.connects()
 		own = a.watchOwnBehind(ctx)
 	}
+	if ahead := a.runAhead(); ahead != nil {
+		return a.waitAll(ctx, own, ahead)
+	}
 	for {
 		b, blocked := a.snap.blocker(a.isDowngraded)
 		var r zkclient.Reply[zkclient.Node]
@@ -36,7 +42,7 @@ func (a *acquisition) wait(ctx context.Context) (step, error) {
 		var going <-chan *zkclient.Watch
 		path := a.l.path + "/" + b.name
 		if blocked {
-			if a.mode == Write && b.mode == Write && b.ours && len(a.snap.before) > 1 {
+			if a.mode == Write && b.mode == Write && b.ours {
 				// b's going proves the way clear only if b held the lock,
 				// which a writer tells by marking its node as it goes (see
 				// Grant.Release). The mark uses up the data watch; a child
@@ -146,9 +152,10 @@ func (a *acquisition) watchGoingBehind(ctx context.Context, path string) <-chan 
 // not nil, its child watch, and for our own node's watch and ctx. A change
 // of one of our own nodes' data means that b held the lock (only holders
 // change their data), so nothing before b is left; that is taken from the
-// event itself, since b may be gone before its mark could be read. A
-// peer's change proves nothing: we look again. next is stepWait unless our
-// node or our session is gone.
+// event itself, since b may be gone before its mark could be read. To a
+// reader, b is then out of the way too: downgraded, or going. A peer's
+// change proves nothing: we look again. next is stepWait unless our node
+// or our session is gone.
 func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *zkclient.Watch) (gone bool, next step, err error) {
 	var deletedFired <-chan struct{}
 	if deleted != nil {
@@ -166,6 +173,17 @@ func (a *acquisition) await(ctx context.Context, b lockNode, data, deleted *zkcl
 			case zk.EventNodeDeleted:
 				return true, stepWait, nil
 			case zk.EventNodeDataChanged:
+				// mutant: reader-trusts-peer
+				if b.ours && a.mode == Read {
+					// b held, and is now shared (downgraded) or on its
+					// way out (the held mark rides on its deletion):
+					// either way out of a reader's way, and only readers
+					// are between b and us. Which of the two, we need
+					// not read.
+					a.snap.pruneBefore(b)
+					a.markDowngraded(b.name)
+					return false, stepWait, nil
+				}
 				if b.ours {
 					a.snap.pruneBefore(b)
 				}
@@ -328,4 +346,187 @@ func (a *acquisition) markDowngraded(name string) {
 		a.downgraded = make(map[string]bool)
 	}
 	a.downgraded[name] = true
+}
+
+// A writer behind a run of readers watches all of them at once, and the
+// nearest writer before them (w0), instead of its predecessor alone, and is
+// granted, with no listing, on the deletion that leaves its snapshot empty:
+//
+//   - the snapshot, from a listing that showed our node, holds every node
+//     that precedes ours: sequence numbers only grow, so none can join it
+//     later;
+//   - a node leaves it only when shown gone: its deletion event, an answer
+//     that it is missing, or, for the nodes before w0, a change of w0's data
+//     (the held mark its release writes, or a downgrade): only a holder
+//     changes its node's data (Grant.Release, Grant.Downgrade; Grant.Multi
+//     refuses the lock's own nodes), and a writer holds only once nothing
+//     before it is left;
+//   - so an empty snapshot means that, when the last event came, no node
+//     was before ours; that our own node was still there is the own-node
+//     watch's proof (see acquire.go).
+//
+// When the watched nodes are all gone but nodes before w0 are left (w0 went
+// without its mark: a waiter that gave up, a session that expired), we list
+// once. Each reader is watched by one writer, the next one after it, and
+// w0 by the one writer behind its readers (and by those readers): watches
+// stay linear in the queue.
+//
+// It does not hold where a node can join the queue out of sequence: a peer
+// (Curator's downgrade since 5.5 makes a node of its own), or a node made
+// by hand with our names; nor are a peer's data changes proofs. So only a
+// snapshot without peers' nodes takes this path; with any, the writer waits
+// for its predecessor and lists again, as before. A node made by hand with
+// our names breaks every proof of the lock: do not make one.
+
+// runAhead returns the nodes that a writer watches all at once (w0 first,
+// if there is one, then the readers after it), or nil where the writer
+// waits for its predecessor alone: a reader, a writer behind a writer, or a
+// snapshot with a peer's node.
+func (a *acquisition) runAhead() []lockNode {
+	before := a.snap.before
+	// mutant: run-with-peers
+	if a.mode != Write || a.snap.peers != 0 || len(before) == 0 || before[len(before)-1].mode == Write {
+		return nil
+	}
+	i := len(before) - 1
+	for i > 0 && before[i].mode == Read {
+		i--
+	}
+	return before[i:]
+}
+
+// A look is one node of a run ahead (see runAhead): its data watch, and
+// for w0, the child watch that tells its deletion after its mark used up
+// the data watch (see wait).
+type look struct {
+	node  lockNode
+	r     zkclient.Reply[zkclient.Node]
+	data  *zkclient.Watch
+	going *zkclient.Watch
+	gone  bool
+}
+
+// A fire is one of a look's watches that fired.
+type fire struct {
+	look  *look
+	going bool // the child watch, not the data watch
+}
+
+// waitAll waits for every node of ahead to go, setting all the watches at
+// once, together with the one on our own node (own, if not nil).
+func (a *acquisition) waitAll(ctx context.Context, own <-chan ownResult, ahead []lockNode) (step, error) {
+	looks := make([]look, len(ahead))
+	var wg sync.WaitGroup
+	for i, n := range ahead {
+		l := &looks[i]
+		l.node = n
+		path := a.l.path + "/" + n.name
+		if n.mode == Write {
+			wg.Go(func() {
+				if r, w := a.c.ChildrenW(ctx, path, false); r.Err == nil {
+					l.going = w
+				}
+			})
+		}
+		wg.Go(func() { l.r, l.data = a.c.GetW(ctx, path) })
+	}
+	wg.Wait()
+	if own != nil {
+		if next, err, ok := a.settleOwn(<-own); !ok {
+			return next, err
+		}
+	}
+	if ev, gone := a.ownGone(); gone {
+		return a.ownEvent(ev)
+	}
+	fired := make(chan fire, 2*len(looks))
+	for i := range looks {
+		l := &looks[i]
+		switch r := l.r; {
+		case errors.Is(r.Err, zk.ErrNoNode):
+			a.gone(l)
+			continue
+		case r.Err != nil:
+			return a.after(r.Err)
+		case !a.ours(r.Session):
+			return stepRequeue, nil
+		case l.node.mode == Write && (lockname.Held(r.V.Data) || lockname.Downgraded(r.V.Data)):
+			a.snap.pruneBefore(l.node) // w0 held: nothing before it is left
+		}
+		defer l.data.Subscribe(func(zk.Event) { fired <- fire{look: l} })()
+		if l.going != nil {
+			defer l.going.Subscribe(func(zk.Event) { fired <- fire{look: l, going: true} })()
+		}
+	}
+	a.waited = true
+	a.l.debug("waiting for the run ahead", a.path)
+	for {
+		if len(a.snap.before) == 0 {
+			if ev, gone := a.ownGone(); gone {
+				return a.ownEvent(ev)
+			}
+			return a.confirmOwn(ctx)
+		}
+		if !slices.ContainsFunc(looks, func(l look) bool { return !l.gone }) {
+			// mutant: run-unmarked-w0
+			return stepList, nil // w0 went without its mark: what is left, a listing tells
+		}
+		select {
+		case <-a.own.Fired():
+			return a.ownEvent(a.own.Event())
+		case f := <-fired:
+			if next, err, waiting := a.fired(ctx, f); !waiting {
+				return next, err
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// fired takes the event of one of a run's watches; waiting is true while
+// we keep waiting on them, and else next and err say what then.
+func (a *acquisition) fired(ctx context.Context, f fire) (next step, err error, waiting bool) {
+	l := f.look
+	if l.gone {
+		return 0, nil, true // its other watch told already
+	}
+	w := l.data
+	if f.going {
+		w = l.going
+	}
+	ev := w.Event()
+	switch {
+	case ev.Type == zk.EventNotWatching:
+		next, err = a.notWatching(ev)
+		return next, err, false
+	case f.going:
+		// w0's deletion fires its data watch too, with the mark if the
+		// mark came first: wait for that event, as await does.
+		select {
+		case <-l.data.Fired():
+		case <-ctx.Done():
+			return 0, ctx.Err(), false
+		}
+		if ev := l.data.Event(); ev.Type == zk.EventNodeDataChanged {
+			a.snap.pruneBefore(l.node)
+		}
+		a.gone(l)
+	case ev.Type == zk.EventNodeDeleted:
+		a.gone(l)
+	case ev.Type == zk.EventNodeDataChanged && l.node.mode == Write:
+		a.snap.pruneBefore(l.node) // w0 held
+		if l.going == nil {
+			return stepWait, nil, false // nothing tells its deletion now: look again
+		}
+	default:
+		return stepList, nil, false // a reader's data never changes: whatever this is, a listing tells
+	}
+	return 0, nil, true
+}
+
+// gone forgets a node of a run that is known to be gone.
+func (a *acquisition) gone(l *look) {
+	l.gone = true
+	a.snap.remove(l.node.name)
 }

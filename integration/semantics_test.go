@@ -211,23 +211,26 @@ func TestGrantsFollowQueueOrder(t *testing.T) {
 	require.Empty(t, lockNodes(t, holder.conn, p))
 }
 
-// Each waiter watches exactly one node (the server's wchp says so), and no
-// node is watched by two waiting writers: readers behind a writer all watch
-// that writer, and in an alternating queue every node has at most one
-// watcher, so no release wakes a herd.
-func TestEachWaiterWatchesOneNode(t *testing.T) {
+// Each waiter watches the nodes its rule names (the server's wchp says so),
+// and no node is watched by two waiting writers: readers behind a writer
+// all watch that writer, and a writer behind readers watches them and the
+// writer before them, so each reader has one watcher and no release wakes
+// a herd.
+func TestEachWaiterWatchesItsNodes(t *testing.T) {
 	srv := sharedServer(t)
 	for _, tc := range []struct {
 		name    string
 		modes   string // in queue order
 		holders int    // how many of them hold the lock; the others wait
-		// watched[i] is the index in modes of the node that waiter i
-		// (modes[holders+i]) must watch.
-		watched []int
+		// watched[i] are the indexes in modes of the nodes that waiter i
+		// (modes[holders+i]) must watch: a reader, the nearest writer
+		// before it; a writer, its predecessor, or behind readers, the run
+		// of them and the writer before them.
+		watched [][]int
 	}{
-		{name: "readers behind a writer", modes: "wrrr", holders: 1, watched: []int{0, 0, 0}},
-		{name: "alternating", modes: "wrwrw", holders: 1, watched: []int{0, 1, 2, 3}},
-		{name: "writers behind readers", modes: "rrwrw", holders: 2, watched: []int{1, 2, 3}},
+		{name: "readers behind a writer", modes: "wrrr", holders: 1, watched: [][]int{{0}, {0}, {0}}},
+		{name: "alternating", modes: "wrwrw", holders: 1, watched: [][]int{{0}, {0, 1}, {2}, {2, 3}}},
+		{name: "writers behind readers", modes: "rrwrw", holders: 2, watched: [][]int{{0, 1}, {2}, {2, 3}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := zktest.LockPath(t, "/it")
@@ -264,9 +267,11 @@ func TestEachWaiterWatchesOneNode(t *testing.T) {
 			}
 
 			want := map[string][]string{}
-			for i, target := range tc.watched {
-				node := q[target].Node
-				want[node] = append(want[node], sessions[tc.holders+i])
+			for i, targets := range tc.watched {
+				for _, target := range targets {
+					node := q[target].Node
+					want[node] = append(want[node], sessions[tc.holders+i])
+				}
 			}
 			for node := range want {
 				slices.Sort(want[node])
@@ -289,7 +294,7 @@ func TestEachWaiterWatchesOneNode(t *testing.T) {
 				for _, ids := range got {
 					n += len(ids)
 				}
-				return n >= len(waiters)
+				return fmt.Sprint(got) == fmt.Sprint(want)
 			}, func() string { return fmt.Sprintf("the waiters never all watched (last: %v)", got) })
 			require.Equal(t, want, got, "who watches what")
 
@@ -305,8 +310,8 @@ func TestEachWaiterWatchesOneNode(t *testing.T) {
 				}
 				assert.LessOrEqual(t, writers, 1, "waiting writers watching %s", node)
 			}
-			for _, id := range sessions[tc.holders:] {
-				assert.Equal(t, 1, watches[id], "nodes watched by waiter %s", id)
+			for i, id := range sessions[tc.holders:] {
+				assert.Equal(t, len(tc.watched[i]), watches[id], "nodes watched by waiter %s", id)
 			}
 
 			// Clean up the way clients do: waiters give up, holders release.

@@ -28,10 +28,9 @@ import (
 //	state=held
 //	mode=read
 //
-// state=held: a writer that waited behind a long queue sets it as it
-// releases, in the transaction that deletes the node, so that the node's
-// successor learns that every node before it is gone and needs no new
-// listing. mode=read: the write grant was downgraded; readers no longer
+// state=held: a writer that waited sets it as it releases, in the
+// transaction that deletes the node, so that the writer behind learns that
+// every node before it is gone and needs no new listing. mode=read: the write grant was downgraded; readers no longer
 // wait for it. Either mark proves that the node held the lock, and so does
 // any change of a lock node's data, which only holders make. All of this
 // holds for zkrwlock's own nodes only (Node.Ours): a peer's data is never
