@@ -359,15 +359,18 @@ func (a *acquisition) markDowngraded(name string) {
 //     that it is missing, or, for the nodes before w0, a change of w0's data
 //     (the held mark its release writes, or a downgrade): only a holder
 //     changes its node's data (Grant.Release, Grant.Downgrade; Grant.Multi
-//     refuses the lock's own nodes), and a writer holds only once nothing
-//     before it is left;
+//     refuses its own lock's nodes, though not another lock's: writing a
+//     lock node's data through another lock's grant forges a release, as a
+//     node made by hand does), and a writer holds only once nothing before
+//     it is left;
 //   - so an empty snapshot means that, when the last event came, no node
 //     was before ours; that our own node was still there is the own-node
 //     watch's proof (see acquire.go).
 //
 // When the watched nodes are all gone but nodes before w0 are left (w0 went
-// without its mark: a waiter that gave up, a session that expired), we list
-// once. Each reader is watched by one writer, the next one after it, and
+// without its mark: a waiter that gave up, a session that expired, a
+// release that could not write the mark or finished in the background, a
+// writer that never waited), we list once. Each reader is watched by one writer, the next one after it, and
 // w0 by the one writer behind its readers (and by those readers): watches
 // stay linear in the queue.
 //

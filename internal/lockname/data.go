@@ -32,10 +32,13 @@ import (
 // transaction that deletes the node, so that the writer behind learns that
 // every node before it is gone and needs no new listing. mode=read: the write grant was downgraded; readers no longer
 // wait for it. Either mark proves that the node held the lock, and so does
-// any change of a lock node's data, which only holders make. All of this
+// any change of a lock node's data, which only holders make (a writer marks
+// when it can: a release whose mark could not be written, or that ended in
+// the background, deletes the node plainly, and the writer behind lists
+// once). All of this
 // holds for zkrwlock's own nodes only (Node.Ours): a peer's data is never
-// read for marks. Do not write lock node data by hand: a forged change
-// lets waiters in.
+// read for marks. Do not write lock node data by hand, nor through
+// another lock's Grant.Multi: a forged change lets waiters in.
 const (
 	ownerKey       = "owner="
 	maxHoldKey     = "max-hold="
