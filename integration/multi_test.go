@@ -42,20 +42,35 @@ func TestLockAllUncontended(t *testing.T) {
 		require.NoError(t, g.Release(ctx))
 	}
 
-	before := rec.Stats()
 	packets := func() int64 {
 		n, err := srv.SumMntr(ctx, "zk_packets_received")
 		require.NoError(t, err)
 		return n
 	}
-	p0 := packets()
-	grants, err = rwlock.LockAll(ctx, reqs...)
-	require.NoError(t, err)
-	p1 := packets()
-	d := rec.Stats().Sub(before)
-	assert.Equal(t, uint64(5), d.Requests, "one multi, four listings behind it")
-	assert.Equal(t, int64(5), p1-p0-1, "what the server received (the mntr exchange aside)")
-	assert.Equal(t, uint64(4), d.Read.OneRoundTrip+d.Write.OneRoundTrip, "every member from its first listing")
+	// A listing sent behind the multi can overtake it (go-zookeeper sends
+	// concurrent calls in no set order; see listBehind), and its member
+	// then lists again: never wrong, one request more. Under -race on a
+	// busy machine that happens to one set in a few, so the set is taken
+	// again, up to 5 times, until none did.
+	for try := 1; ; try++ {
+		before := rec.Stats()
+		p0 := packets()
+		grants, err = rwlock.LockAll(ctx, reqs...)
+		require.NoError(t, err)
+		p1 := packets()
+		d := rec.Stats().Sub(before)
+		if first := d.Read.OneRoundTrip + d.Write.OneRoundTrip; first < 4 && try < 5 {
+			t.Logf("try %d: %d members from their first listing; taking the set again", try, first)
+			for _, g := range grants {
+				require.NoError(t, g.Release(ctx))
+			}
+			continue
+		}
+		assert.Equal(t, uint64(5), d.Requests, "one multi, four listings behind it")
+		assert.Equal(t, int64(5), p1-p0-1, "what the server received (the mntr exchange aside)")
+		assert.Equal(t, uint64(4), d.Read.OneRoundTrip+d.Write.OneRoundTrip, "every member from its first listing")
+		break
+	}
 	token := grants[0].Token()
 	require.NotZero(t, token)
 	for i, g := range grants {
