@@ -153,6 +153,7 @@ type dialer struct {
 	over     bool           // the dial is over: ctx no longer closes conns; guarded by mu
 	unheard  bool           // a connection was made that the server never answered on; guarded by mu
 	answered bool           // some server answered on a connection; guarded by mu
+	failed   string         // the last connection that could not be made, and why; guarded by mu
 }
 
 // dial calls rwlock.Dial with d's zk.Dialer and returns when it does, or
@@ -197,11 +198,14 @@ func (d *dialer) dial(servers []string, sessionTimeout time.Duration) (*zk.Conn,
 // dialZK is the zk.Dialer.
 func (d *dialer) dialZK(network, address string, timeout time.Duration) (net.Conn, error) {
 	conn, err := d.rec.Dial(network, address, timeout)
-	if err != nil {
-		return nil, err
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err != nil {
+		// Kept here too: a dial that runs out of time returns before
+		// rwlock.Dial, whose error says the same, has closed its connection.
+		d.failed = fmt.Sprintf("failed to connect to %s: %v", address, err)
+		return nil, err
+	}
 	if d.over {
 		return conn, nil
 	}
@@ -239,7 +243,7 @@ func (d *dialer) closeAll() {
 // why says why a dial ran out of time, for the error.
 func (d *dialer) why(err error) string {
 	d.mu.Lock()
-	unheard, answered := d.unheard, d.answered
+	unheard, answered, failed := d.unheard, d.answered, d.failed
 	d.mu.Unlock()
 	switch {
 	case unheard && !answered:
@@ -255,6 +259,9 @@ func (d *dialer) why(err error) string {
 			last = "the handshake failed: " + rest
 		}
 		return "last attempt: " + last
+	}
+	if failed != "" {
+		return "last attempt: " + failed
 	}
 	return "no server answered"
 }
