@@ -58,25 +58,10 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	}
 	c := zkclient.For(l.conn)
 	defer c.Unref()
-	children := c.Children(ctx, l.path)
-	if errors.Is(children.Err, zk.ErrNoNode) {
-		return nil, nil
+	nodes, err := l.listQueue(ctx, c)
+	if err != nil {
+		return nil, errorf("rwlock: queue %s: %w", l.path, err)
 	}
-	if children.Err != nil {
-		return nil, errorf("rwlock: queue %s: %w", l.path, children.Err)
-	}
-	var nodes []lockNode
-	var peers uint16
-	for _, name := range children.V {
-		if n, ok := parseNode(name); ok {
-			nodes = append(nodes, n)
-			if !n.ours {
-				peers |= 1 << n.marker
-			}
-		}
-	}
-	l.notePeers(peers)
-	slices.SortFunc(nodes, queueOrder)
 
 	entries := make([]Entry, len(nodes))
 	found := make([]bool, len(nodes))
@@ -132,6 +117,32 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 		}
 	}
 	return queue, nil
+}
+
+// listQueue lists the lock directory's lock nodes of every family, in
+// queue order (none if the directory is missing), and notes the peers
+// among them.
+func (l *RWLock) listQueue(ctx context.Context, c *zkclient.Client) ([]lockNode, error) {
+	children := c.Children(ctx, l.path)
+	if errors.Is(children.Err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if children.Err != nil {
+		return nil, children.Err
+	}
+	var nodes []lockNode
+	var peers uint16
+	for _, name := range children.V {
+		if n, ok := parseNode(name); ok {
+			nodes = append(nodes, n)
+			if !n.ours {
+				peers |= 1 << n.marker
+			}
+		}
+	}
+	l.notePeers(peers)
+	slices.SortFunc(nodes, queueOrder)
+	return nodes, nil
 }
 
 // peerView judges the peer's node listed[i] as its library does: it holds

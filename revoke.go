@@ -77,25 +77,10 @@ func (l *RWLock) Revoke(ctx context.Context, reason string) error {
 // matters only if a reader of ours follows it before any other writer:
 // that reader holds if and only if the first was downgraded.
 func (l *RWLock) holders(ctx context.Context, c *zkclient.Client) ([]int32, error) {
-	children := c.Children(ctx, l.path)
-	if errors.Is(children.Err, zk.ErrNoNode) {
-		return nil, nil
+	nodes, err := l.listQueue(ctx, c)
+	if err != nil {
+		return nil, err
 	}
-	if children.Err != nil {
-		return nil, children.Err
-	}
-	var nodes []lockNode
-	var peers uint16
-	for _, name := range children.V {
-		if n, ok := parseNode(name); ok {
-			nodes = append(nodes, n)
-			if !n.ours {
-				peers |= 1 << n.marker
-			}
-		}
-	}
-	l.notePeers(peers)
-	slices.SortFunc(nodes, queueOrder)
 	for len(nodes) > 0 {
 		first := nodes[0]
 		if !first.ours || first.mode != Write || !readerJoins(nodes) {
