@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/zkrwlock/rwlock/internal/zkserver"
+	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
 func TestMain(m *testing.M) {
@@ -20,12 +19,7 @@ func TestMain(m *testing.M) {
 	shared.Close()
 	removeJavaBuild()
 	if code == 0 {
-		// go-zookeeper v1.0.4's own loop can stay blocked after Close in
-		// flushRequests: a request that met Close in queueRequest's "tie"
-		// gets ErrConnectionClosed there, then its answer or a flush, and
-		// a third send on a channel of two never returns. Its goroutine,
-		// not ours; the lock's own goroutines are still checked.
-		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/go-zookeeper/zk.(*Conn).flushRequests")); err != nil {
+		if err := zktest.FindLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}

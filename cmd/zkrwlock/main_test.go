@@ -17,7 +17,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
@@ -62,7 +61,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "zkserver:", err)
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := zktest.FindLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			return 1
 		}
