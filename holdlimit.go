@@ -17,7 +17,11 @@ import (
 // finished after a reconnection). Nobody else deletes it, so no other
 // client can be granted before the limit. The limit counts from the grant
 // on the holder's monotonic clock; a nested grant and a downgrade keep the
-// limit of the grant they come from.
+// limit of the grant they come from. Two releases are the holder's own
+// and may land after the notice: a Release called before it deletes the
+// node at once, and a Downgrade called before it lets readers in with its
+// mark (the holder only reads from the call on). The simulation checks all
+// of this (sim_test.go, checkLimits).
 
 // WithMaxHold limits every grant of the lock to d. The grant ends by itself
 // a head start before d: Done closes, Err returns an error wrapping ErrLost
@@ -78,5 +82,6 @@ func (g *Grant) holdLimitReached() {
 		return
 	}
 	g.l.debug("hold limit: told; the node goes at the limit", g.node)
+	// mutant: delete-at-limit
 	time.AfterFunc(time.Until(g.holdEnd), func() { finish(g.node, "", g.session) })
 }

@@ -85,7 +85,9 @@ var mutants = []mutant{
 		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
 	{name: "the state rule: any fault",
 		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
-	// The simulation has no hold limits.
+	{name: "a hold limit's node deleted at the notice, not at the limit", edits: []mutantEdit{
+		{file: "holdlimit.go", point: "delete-at-limit", new: "time.AfterFunc(0, func() { finish(g.node, \"\", g.session) })"}}},
+	// The simulation's timers fire while a process is stopped.
 	{name: "a resumed holder waits for the hold timer", run: "TestHoldLimitAfterAPause",
 		edits: []mutantEdit{{file: "grant.go", point: "judge-ignores-hold-limit", new: "if false && r.ctx.Err() == nil && r.overHold() {"}}},
 }

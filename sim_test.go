@@ -46,8 +46,11 @@ import (
 // session expired, meanwhile. A grant whose session timeout the lock does
 // not know keeps go-zookeeper's blind spot (internal/zkclient/lease.go); it is held to what
 // the lock promises for it: lost within zkclient.UnknownTimeoutPoll of go-zookeeper
-// reporting a disconnection or a new session. At the end, no node may be
-// left behind, and every call must have returned.
+// reporting a disconnection or a new session. Some clients' locks have a
+// hold limit (WithMaxHold, shorter than many holds): as each grant is
+// given, no conflicting grant ended by its limit may still have the limit
+// ahead, where its own client deletes its node (checkLimits). At the end,
+// no node may be left behind, and every call must have returned.
 //
 // Each request runs alone while the others wait for the scheduler, and
 // requests made at the same instant are put in an order of their own, so
@@ -232,12 +235,14 @@ type simSet struct {
 	reversed bool // lock2 asked for first
 }
 
-// simGrant is a grant given, for the check after a stopped process resumes.
+// simGrant is a grant given, for the check after a stopped process resumes
+// and the hold limits' (see checkLimits).
 type simGrant struct {
 	client int
 	lock   string
 	mode   Mode
 	at     time.Time
+	g      *Grant
 }
 
 type sim struct {
@@ -253,13 +258,15 @@ type sim struct {
 	probe   chan struct{} // closed when the lock's background work was done
 
 	// Guarded by net.mu:
-	budget  simBudget // faults left: after them, the run settles
-	plans   []simPlan
-	quiet   bool // every client is done: no more faults
-	failed  string
-	settled bool
-	grants  []simGrant
-	joins   []simJoin
+	budget     simBudget // faults left: after them, the run settles
+	plans      []simPlan
+	quiet      bool // every client is done: no more faults
+	failed     string
+	settled    bool
+	grants     []simGrant
+	release    map[*Grant]time.Time // when the holder called Release
+	downgraded map[*Grant]time.Time // when the holder of a write grant called Downgrade
+	joins      []simJoin
 }
 
 // simJoin is a coalesced read granted: the node it holds, and what its
@@ -352,6 +359,10 @@ func (s *sim) run() {
 		}
 		if s.cfg.coalesce {
 			opts = append(opts, WithReadCoalescing())
+		}
+		if r.IntN(3) == 0 {
+			// Holds that run past it, sometimes through a fault.
+			opts = append(opts, WithMaxHold(time.Duration(10+r.Int64N(int64(s.timeout/time.Millisecond)))*time.Millisecond))
 		}
 		l, err := newRWLock(conn, dir, opts...)
 		if err != nil {
@@ -545,11 +556,13 @@ func (s *sim) client(c *simClient) {
 		done, done2 := g.Done(), (<-chan struct{})(nil) // a careful holder watches from the start
 		n.mu.Lock()
 		c.holding, c.holdEnd = g, time.Now().Add(step.hold)
-		s.grants = append(s.grants, simGrant{c.id, dir, g.Mode(), time.Now()})
+		s.checkLimits(c, g)
+		s.grants = append(s.grants, simGrant{c.id, dir, g.Mode(), time.Now(), g})
 		if g2 != nil {
 			done2 = g2.Done()
 			c.other.holding, c.other.holdEnd = g2, c.holdEnd
-			s.grants = append(s.grants, simGrant{c.other.id, dir2, g2.Mode(), time.Now()})
+			s.checkLimits(c.other, g2)
+			s.grants = append(s.grants, simGrant{c.other.id, dir2, g2.Mode(), time.Now(), g2})
 		}
 		if s.cfg.coalesce && w.mode == Read && w.block {
 			s.server.mu.Lock()
@@ -586,8 +599,13 @@ func (s *sim) client(c *simClient) {
 		}
 		n.mu.Lock()
 		c.holding = nil
+		if s.release == nil {
+			s.release = make(map[*Grant]time.Time)
+		}
+		s.release[g] = time.Now()
 		if g2 != nil {
 			c.other.holding = nil
+			s.release[g2] = time.Now()
 		}
 		n.mu.Unlock()
 		g.Release(context.Background())
@@ -604,6 +622,10 @@ func (s *sim) downgrade(c *simClient, g *Grant) *Grant {
 	n := s.net
 	n.mu.Lock()
 	c.downgrading = true
+	if s.downgraded == nil {
+		s.downgraded = make(map[*Grant]time.Time)
+	}
+	s.downgraded[g] = time.Now()
 	n.mu.Unlock()
 	d, err := g.Downgrade(context.Background())
 	n.mu.Lock()
@@ -615,7 +637,40 @@ func (s *sim) downgrade(c *simClient, g *Grant) *Grant {
 	}
 	s.logf("c%d downgrades", c.id)
 	c.holding = d
+	s.grants = append(s.grants, simGrant{c.id, d.l.path, Read, time.Now(), d}) // with the write's hold limit
 	return d
+}
+
+// checkLimits checks the hold limit's promise (see holdlimit.go) as g is
+// granted to c: no grant that conflicts with g and ended by its hold limit
+// still has the limit ahead, when its holder's own client deletes its
+// node; unless its holder released it before the notice (the release
+// deletes it, and the notice may still come while it does) or, for a
+// reader, downgraded it before the notice (it reads only from then on, and
+// its mark lets readers in), or the server ended its session (which took
+// the node). Call with net.mu held.
+func (s *sim) checkLimits(c *simClient, g *Grant) {
+	now := time.Now()
+	for _, o := range s.grants {
+		h := o.g
+		if o.client == c.id || o.lock != g.l.path || o.mode == Read && g.Mode() == Read ||
+			!errors.Is(context.Cause(h.ctx), ErrHoldLimit) || !now.Before(h.holdEnd) {
+			continue
+		}
+		if t, ok := s.release[h]; ok && t.Before(h.holdNotice) {
+			continue
+		}
+		if t, ok := s.downgraded[h]; ok && t.Before(h.holdNotice) && g.Mode() == Read {
+			continue
+		}
+		if _, expired := s.net.expired[h.session]; expired {
+			continue
+		}
+		if s.failed == "" {
+			s.failed = fmt.Sprintf("c%d was granted %s at %v, before the hold limit of c%d's %s grant (%v), which its own client has not reached",
+				c.id, g.Mode(), at(now), o.client, o.mode, at(h.holdEnd))
+		}
+	}
 }
 
 // lockSet takes c's two locks with LockAll, in the step's order and modes,
