@@ -76,7 +76,7 @@ func runBatch(b *testing.B, s *servers, p sizes, name string, kind batchKind, m 
 	if kind == grantEach {
 		grants *= batchFns
 	}
-	r := newRecord(name)
+	r := newRecord(workload(name, p.batches == standard.batches))
 	r.put("clients", 1)
 	r.put("fns", batchFns)
 	r.put("grants_per_batch", grants/int64(p.batches))
