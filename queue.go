@@ -100,23 +100,38 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 
 	queue := entries[:0]
 	var listed []lockNode // the nodes of queue, as named
-	var before, writerBefore bool
+	var modes []Mode
 	for i, e := range entries {
-		if !found[i] {
-			continue
+		if found[i] {
+			queue = append(queue, e)
+			listed = append(listed, nodes[i])
+			modes = append(modes, e.Mode)
 		}
-		e.Held = !before || e.Mode == Read && !writerBefore
-		before = true
-		writerBefore = writerBefore || e.Mode == Write
-		queue = append(queue, e)
-		listed = append(listed, nodes[i])
 	}
-	for i, n := range listed {
-		if !n.ours {
-			queue[i].Held, queue[i].Blind = peerView(listed, i)
+	for i, h := range holding(listed, modes) {
+		queue[i].Held = h
+		if !listed[i].ours {
+			_, queue[i].Blind = peerView(listed, i)
 		}
 	}
 	return queue, nil
+}
+
+// holding judges which of nodes, in queue order, hold the lock: the first,
+// and each reader with no writer before it, modes[i] being nodes[i]'s mode
+// (Read for a writer of ours that was downgraded); a peer's node as its
+// library judges it (peerView).
+func holding(nodes []lockNode, modes []Mode) []bool {
+	held := make([]bool, len(nodes))
+	writerBefore := false
+	for i, n := range nodes {
+		held[i] = i == 0 || modes[i] == Read && !writerBefore
+		if !n.ours {
+			held[i], _ = peerView(nodes, i)
+		}
+		writerBefore = writerBefore || modes[i] == Write
+	}
+	return held
 }
 
 // listQueue lists the lock directory's lock nodes of every family, in

@@ -119,21 +119,18 @@ func readerJoins(nodes []lockNode) bool {
 // heldSeqs returns the sequence numbers of the nodes in queue order that
 // hold, by Queue's rules, with nodes[0] a reader if downgraded.
 func heldSeqs(nodes []lockNode, downgraded bool) []int32 {
-	var held []int32
-	writerBefore := false
+	modes := make([]Mode, len(nodes))
 	for i, n := range nodes {
-		mode := n.mode
-		if i == 0 && downgraded {
-			mode = Read
-		}
-		h := i == 0 || mode == Read && !writerBefore
-		if !n.ours {
-			h, _ = peerView(nodes, i)
-		}
+		modes[i] = n.mode
+	}
+	if downgraded {
+		modes[0] = Read
+	}
+	var held []int32
+	for i, h := range holding(nodes, modes) {
 		if h {
-			held = append(held, n.seq)
+			held = append(held, nodes[i].seq)
 		}
-		writerBefore = writerBefore || mode == Write
 	}
 	return held
 }
