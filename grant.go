@@ -322,7 +322,6 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	}
 	d.initContext()
 	d.token.Store(g.token.Load())
-	d.limitHold(g.holdEnd)
 	g.released, g.successor = true, d
 	g.c.Ref() // the read grant's own use of the client
 	g.c.Hold((*holder)(d))
@@ -334,6 +333,9 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 		return fail(g.ended())
 	}
 	l.granted(d) // after g's end, so that the node is never counted twice
+	// Once d is on the lease clock and counted: its limit, g's, may be due
+	// already, and ends it at once.
+	d.limitHold(g.holdEnd)
 	d.watchNode()
 	l.debug("downgraded", g.node)
 	return d, nil

@@ -12,10 +12,11 @@ import (
 // holder dies. It keeps the lock's promise that a holder is told before
 // anyone else can be granted: the grant ends (Done closes, Err fails) a
 // head start before the limit, and the node, which is what lets the next
-// waiter in, is deleted by the holder's own client at the limit, through
-// the background deletion that a lost grant's node gets (retried, and
-// finished after a reconnection). Nobody else deletes it, so no other
-// client can be granted before the limit. The limit counts from the grant
+// waiter in, is deleted by the holder's own client at the limit (a holder
+// told late, its process stopped across the notice, keeps its head start
+// from when it is told), through the background deletion that a lost
+// grant's node gets (retried, and finished after a reconnection). Nobody
+// else deletes it, so no other client can be granted before then. The limit counts from the grant
 // on the holder's monotonic clock; a nested grant and a downgrade keep the
 // limit of the grant they come from. Two releases are the holder's own
 // and may land after the notice: a Release called before it deletes the
@@ -27,7 +28,9 @@ import (
 // a head start before d: Done closes, Err returns an error wrapping ErrLost
 // and ErrHoldLimit, and WithRead's and WithWrite's function sees its
 // context cancelled with that cause. At d the lock deletes the grant's
-// node, so that the next waiter may go. The head start is a quarter of the
+// node, so that the next waiter may go; a holder whose process was stopped
+// across the notice is told as it resumes, and the node goes no sooner
+// than the head start after that. The head start is a quarter of the
 // session timeout in effect, as for a lost lease (a quarter of d where the
 // lock does not know the session timeout), and at most half of d. Release
 // after the notice deletes nothing: the node goes at d.
@@ -53,14 +56,14 @@ func (g *Grant) limitHold(end time.Time) {
 		head = g.l.maxHold / 4
 	}
 	g.holdNotice = end.Add(-min(head, g.l.maxHold/2))
-	timer := holdTimer(time.Until(g.holdNotice), g.holdLimitReached)
+	timer := holdTimer(g.c, time.Until(g.holdNotice), g.holdLimitReached)
 	g.whenEnded(func(error) { timer.Stop() })
 }
 
 // holdTimer starts the timer that tells a holder of its limit. Tests
 // replace it with one that never fires, as in a process paused past the
 // notice, whose timer's goroutine has not run yet when it resumes.
-var holdTimer = time.AfterFunc
+var holdTimer = (*zkclient.Client).AfterFunc
 
 // overHold reports whether g's hold limit has come: a process that was
 // paused sees it at its first look, before the timer's goroutine runs.
@@ -69,12 +72,31 @@ func (g *Grant) overHold() bool {
 }
 
 // holdLimitReached ends g with ErrHoldLimit, and deletes its node at the
-// limit.
+// limit, or a head start after now if that is later: a process stopped
+// across the notice is told only as it resumes, and its holder still gets
+// its head start. The lease is judged first: a grant whose session may be
+// gone already is lost for that, with the lease's deadline. The deadline
+// of a grant ended here is when its node goes, or the lease's end if
+// earlier, since after its end nothing renews its lease for it.
 func (g *Grant) holdLimitReached() {
+	g.c.Judge((*holder)(g))
 	finish, cancel := g.l.reserveFinish(g.c)
+	lease, leased := g.c.Deadline((*holder)(g))
+	now := time.Now()
 	g.mu.Lock()
+	at := g.holdEnd
+	// mutant: told-late
+	if told := now.Add(g.holdEnd.Sub(g.holdNotice)); told.After(at) {
+		at = told
+	}
 	if g.ctx.Err() == nil {
-		g.deadline = g.holdEnd
+		g.deadline, g.holdEnd = at, at
+		if leased && lease.Before(at) {
+			g.deadline = lease
+		}
+		if g.deadline.Before(now) {
+			g.deadline = now
+		}
 	}
 	g.mu.Unlock()
 	if !g.end(lostError(g.node, fmt.Errorf("%w: held for %v", ErrHoldLimit, g.l.maxHold))) {
@@ -83,5 +105,5 @@ func (g *Grant) holdLimitReached() {
 	}
 	g.l.debug("hold limit: told; the node goes at the limit", g.node)
 	// mutant: delete-at-limit
-	time.AfterFunc(time.Until(g.holdEnd), func() { finish(g.node, "", g.session) })
+	time.AfterFunc(time.Until(at), func() { finish(g.node, "", g.session) })
 }

@@ -6,8 +6,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // The holder is told a head start before the limit; the node, and with it
@@ -149,37 +152,153 @@ func TestQueueShowsHoldLimit(t *testing.T) {
 }
 
 // A process paused past the notice resumes before its hold timer's
-// goroutine runs: the first Err already fails, and the next writer is
-// still kept out until the limit.
+// goroutine runs: the first Err already fails, and the next writer is kept
+// out until the limit and the holder's head start after it was told,
+// whichever is later; a pause past the limit too gets the whole head start.
 func TestHoldLimitAfterAPause(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		paused time.Duration // from the grant; the limit is 10s, the head start 2s
+		goes   time.Duration // when the node goes, from the grant
+	}{
+		{"past the notice", 9 * time.Second, 11 * time.Second},
+		{"past the limit", 10500 * time.Millisecond, 12500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const limit = 10 * time.Second
+				defer func(t func(*zkclient.Client, time.Duration, func()) *time.Timer) { holdTimer = t }(holdTimer)
+				holdTimer = func(*zkclient.Client, time.Duration, func()) *time.Timer { return time.AfterFunc(time.Hour, func() {}) }
+				s := newFakeServer()
+				c := s.conn()
+				c.setGranted(8 * time.Second) // told 2s before the limit
+				l := newLock(t, c, WithMaxHold(limit))
+				began := time.Now()
+				g, err := l.Lock(t.Context())
+				require.NoError(t, err)
+				next := start(t.Context(), newLock(t, s.conn()).Lock)
+
+				time.Sleep(tc.paused) // the timer unheard
+				synctest.Wait()
+				pending(t, next)
+				require.ErrorIs(t, g.Err(), ErrHoldLimit, "the first look after the pause")
+				require.ErrorIs(t, g.Err(), ErrLost)
+				deadline, ok := g.Deadline()
+				require.True(t, ok)
+				assert.Equal(t, began.Add(tc.goes), deadline)
+
+				time.Sleep(time.Until(began.Add(tc.goes)) - time.Millisecond)
+				synctest.Wait()
+				pending(t, next)
+				time.Sleep(time.Millisecond)
+				synctest.Wait()
+				w := granted(t, next)
+				require.NoError(t, w.Release(t.Context()))
+				require.NoError(t, g.Release(t.Context()))
+			})
+		})
+	}
+}
+
+// The notice judges the lease first: a grant whose keepalives go
+// unanswered keeps the lease's deadline once told of its limit, which can
+// only come earlier, never later.
+func TestHoldLimitKeepsTheLeaseDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const limit = 10 * time.Second
-		defer func(t func(time.Duration, func()) *time.Timer) { holdTimer = t }(holdTimer)
-		holdTimer = func(time.Duration, func()) *time.Timer { return time.AfterFunc(time.Hour, func() {}) }
+		const limit = 10300 * time.Millisecond // head start 2s: the notice at 8.3s
 		s := newFakeServer()
 		c := s.conn()
-		c.setGranted(8 * time.Second) // told 2s before the limit
-		l := newLock(t, c, WithMaxHold(limit))
+		c.setGranted(8 * time.Second)
 		began := time.Now()
-		g, err := l.Lock(t.Context())
+		c.setBefore(func(op, _ string) error {
+			if op == "sync" && time.Since(began) > 2600*time.Millisecond {
+				return zk.ErrConnectionClosed // keepalives unanswered from 2.6s
+			}
+			return nil
+		})
+		g, err := newLock(t, c, WithMaxHold(limit)).Lock(t.Context())
 		require.NoError(t, err)
-		next := start(t.Context(), newLock(t, s.conn()).Lock)
-
-		time.Sleep(limit - time.Second) // past the notice, the timer unheard
-		synctest.Wait()
-		select {
-		case <-next:
-			t.Fatal("the next writer was granted before the limit")
-		default:
-		}
-		require.ErrorIs(t, g.Err(), ErrHoldLimit, "the first look after the pause")
+		time.Sleep(8200 * time.Millisecond)
+		before, ok := g.Deadline()
+		require.True(t, ok)
+		time.Sleep(200 * time.Millisecond) // past the notice
 		require.ErrorIs(t, g.Err(), ErrLost)
+		after, ok := g.Deadline()
+		require.True(t, ok)
+		assert.False(t, after.After(before), "the deadline moved from %v to %v after the loss",
+			before.Sub(began), after.Sub(began))
+	})
+}
 
-		time.Sleep(time.Until(began.Add(limit)))
+// A stop longer than the session: as the process resumes, the hold timer
+// may run before the lease clock; the grant is lost for the lease all the
+// same, with a deadline that has passed.
+func TestHoldLimitAfterTheSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 20 * time.Second // the notice at 18s
+		s := newFakeServer()
+		c := s.conn()
+		c.setGranted(8 * time.Second)
+		g, err := newLock(t, c, WithMaxHold(limit)).Lock(t.Context())
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		c.freeze() // the lease clock and requests stop; so does the hold timer
+		time.Sleep(18 * time.Second)
 		synctest.Wait()
-		w := granted(t, next)
-		assert.Equal(t, limit, time.Since(began), "the node goes at the limit")
-		require.NoError(t, w.Release(t.Context()))
+		var lapsed *zkclient.LeaseLapsedError
+		c.thaw()
+		synctest.Wait()
+		require.ErrorAs(t, g.Err(), &lapsed)
+		deadline, ok := g.Deadline()
+		require.True(t, ok)
+		assert.False(t, deadline.After(time.Now()), "a deadline %v ahead", time.Until(deadline))
+	})
+}
+
+// A Downgrade whose mark lands after the write grant's notice, while that
+// grant's timer has not run yet: the read grant, due at once, ends, and
+// leaves nothing on the lease clock (no keepalives once all is released).
+func TestHoldLimitDowngradeAtTheNotice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 10 * time.Second
+		var writeTimer func()
+		timers := 0
+		defer func(t func(*zkclient.Client, time.Duration, func()) *time.Timer) { holdTimer = t }(holdTimer)
+		holdTimer = func(c *zkclient.Client, d time.Duration, f func()) *time.Timer {
+			if timers++; timers == 1 { // the write grant's: its goroutine is late
+				writeTimer = f
+				return time.AfterFunc(time.Hour, func() {})
+			}
+			if d <= 0 { // the read grant's: its goroutine runs first
+				f()
+			}
+			return time.AfterFunc(d, f)
+		}
+		s := newFakeServer()
+		c := s.conn()
+		c.setGranted(8 * time.Second) // the notice at 8s
+		began := time.Now()
+		c.setBefore(func(op, _ string) error {
+			if op == "set" {
+				time.Sleep(time.Until(began.Add(8500 * time.Millisecond)))
+			}
+			return nil
+		})
+		g, err := newLock(t, c, WithMaxHold(limit)).Lock(t.Context())
+		require.NoError(t, err)
+		time.Sleep(7 * time.Second)
+		d, err := g.Downgrade(t.Context())
+		require.NoError(t, err)
+		require.ErrorIs(t, d.Err(), ErrHoldLimit)
+		writeTimer()
+		require.NoError(t, d.Release(t.Context()))
 		require.NoError(t, g.Release(t.Context()))
+		time.Sleep(limit)
+		synctest.Wait()
+		sent := c.calls.Load()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		assert.Zero(t, c.calls.Load()-sent, "requests with nothing held")
+		assert.Empty(t, s.lockNodes(dir))
 	})
 }

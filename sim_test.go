@@ -48,8 +48,10 @@ import (
 // the lock promises for it: lost within zkclient.UnknownTimeoutPoll of go-zookeeper
 // reporting a disconnection or a new session. Some clients' locks have a
 // hold limit (WithMaxHold, shorter than many holds): as each grant is
-// given, no conflicting grant ended by its limit may still have the limit
-// ahead, where its own client deletes its node (checkLimits). At the end,
+// given, no conflicting grant ended by its limit may still have the limit,
+// or the head start after its holder was told, ahead: its own client
+// deletes its node then (checkLimits). Its timers, like the lease clock's,
+// fire in a stopped process only once it resumes. At the end,
 // no node may be left behind, and every call must have returned.
 //
 // Each request runs alone while the others wait for the scheduler, and
@@ -243,6 +245,7 @@ type simGrant struct {
 	mode   Mode
 	at     time.Time
 	g      *Grant
+	head   time.Duration // its hold limit's head start
 }
 
 type sim struct {
@@ -266,7 +269,10 @@ type sim struct {
 	grants     []simGrant
 	release    map[*Grant]time.Time // when the holder called Release
 	downgraded map[*Grant]time.Time // when the holder of a write grant called Downgrade
-	joins      []simJoin
+
+	endedMu sync.Mutex
+	ended   map[*Grant]time.Time // when a root grant ended (its holder was told)
+	joins   []simJoin
 }
 
 // simJoin is a coalesced read granted: the node it holds, and what its
@@ -557,12 +563,12 @@ func (s *sim) client(c *simClient) {
 		n.mu.Lock()
 		c.holding, c.holdEnd = g, time.Now().Add(step.hold)
 		s.checkLimits(c, g)
-		s.grants = append(s.grants, simGrant{c.id, dir, g.Mode(), time.Now(), g})
+		s.grants = append(s.grants, s.given(c.id, dir, g))
 		if g2 != nil {
 			done2 = g2.Done()
 			c.other.holding, c.other.holdEnd = g2, c.holdEnd
 			s.checkLimits(c.other, g2)
-			s.grants = append(s.grants, simGrant{c.other.id, dir2, g2.Mode(), time.Now(), g2})
+			s.grants = append(s.grants, s.given(c.other.id, dir2, g2))
 		}
 		if s.cfg.coalesce && w.mode == Read && w.block {
 			s.server.mu.Lock()
@@ -637,8 +643,25 @@ func (s *sim) downgrade(c *simClient, g *Grant) *Grant {
 	}
 	s.logf("c%d downgrades", c.id)
 	c.holding = d
-	s.grants = append(s.grants, simGrant{c.id, d.l.path, Read, time.Now(), d}) // with the write's hold limit
+	s.grants = append(s.grants, s.given(c.id, d.l.path, d)) // with the write's hold limit
 	return d
+}
+
+// given records g, granted to client id on lock, and when it ends. Call
+// with net.mu held.
+func (s *sim) given(id int, lock string, g *Grant) simGrant {
+	r := g.root()
+	r.whenEnded(func(error) {
+		s.endedMu.Lock()
+		defer s.endedMu.Unlock()
+		if s.ended == nil {
+			s.ended = make(map[*Grant]time.Time)
+		}
+		if _, ok := s.ended[r]; !ok {
+			s.ended[r] = time.Now()
+		}
+	})
+	return simGrant{id, lock, g.Mode(), time.Now(), g, r.nodeGoes().Sub(r.holdNotice)}
 }
 
 // checkLimits checks the hold limit's promise (see holdlimit.go) as g is
@@ -652,25 +675,42 @@ func (s *sim) downgrade(c *simClient, g *Grant) *Grant {
 func (s *sim) checkLimits(c *simClient, g *Grant) {
 	now := time.Now()
 	for _, o := range s.grants {
-		h := o.g
-		if o.client == c.id || o.lock != g.l.path || o.mode == Read && g.Mode() == Read ||
-			!errors.Is(context.Cause(h.ctx), ErrHoldLimit) || !now.Before(h.holdEnd) {
+		h := o.g.root() // a coalesced reader's node is its root grant's
+		if o.lock != g.l.path || o.mode == Read && g.Mode() == Read || !errors.Is(context.Cause(h.ctx), ErrHoldLimit) {
 			continue
 		}
-		if t, ok := s.release[h]; ok && t.Before(h.holdNotice) {
+		s.endedMu.Lock()
+		told := s.ended[h]
+		s.endedMu.Unlock()
+		goes := h.nodeGoes()
+		if t := told.Add(o.head); t.After(goes) {
+			goes = t // told late: the head start counts from then
+		}
+		if !now.Before(goes) {
 			continue
 		}
-		if t, ok := s.downgraded[h]; ok && t.Before(h.holdNotice) && g.Mode() == Read {
+		if t, ok := s.release[o.g]; ok && t.Before(h.holdNotice) {
+			continue
+		}
+		if t, ok := s.downgraded[o.g]; ok && t.Before(h.holdNotice) && g.Mode() == Read {
 			continue
 		}
 		if _, expired := s.net.expired[h.session]; expired {
 			continue
 		}
 		if s.failed == "" {
-			s.failed = fmt.Sprintf("c%d was granted %s at %v, before the hold limit of c%d's %s grant (%v), which its own client has not reached",
-				c.id, g.Mode(), at(now), o.client, o.mode, at(h.holdEnd))
+			s.failed = fmt.Sprintf("c%d was granted %s at %v, before c%d's %s grant's node was to go at its hold limit "+
+				"or a head start after its holder was told at %v (%v)", c.id, g.Mode(), at(now), o.client, o.mode, at(told), at(goes))
 		}
 	}
+}
+
+// nodeGoes is when the hold limit deletes g's node: the limit, or later
+// for a holder told late (see holdLimitReached).
+func (g *Grant) nodeGoes() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.holdEnd
 }
 
 // lockSet takes c's two locks with LockAll, in the step's order and modes,
@@ -1110,7 +1150,8 @@ func (s *sim) thaw(c *simClient) {
 }
 
 // lostDuring says why g, held by c, was lost while c's process was
-// stopped, if it was: a conflicting grant given, or its session expired.
+// stopped, if it was: a conflicting grant given, its session expired, or
+// its hold limit's notice came.
 // Call with net.mu held.
 func (s *sim) lostDuring(c *simClient, g *Grant) string {
 	for _, o := range s.grants[c.stopped:] {
@@ -1120,6 +1161,9 @@ func (s *sim) lostDuring(c *simClient, g *Grant) string {
 	}
 	if t, ok := s.net.expired[g.session]; ok && !t.Before(c.zk.frozenAt) {
 		return fmt.Sprintf("the server expired its session at %v", at(t))
+	}
+	if r := g.root(); r.overHold() {
+		return fmt.Sprintf("its hold limit's notice came at %v", at(r.holdNotice))
 	}
 	return ""
 }

@@ -42,13 +42,22 @@ var _ Conn = (*zk.Conn)(nil)
 // Pauser is a Conn whose process can be stopped: only the simulation's
 // fake is one. Pause blocks while the process is stopped, as the lock's
 // goroutines would not run then: before a request is timed and sent, and
-// as the lease clock's timer fires.
+// as the lease clock's timer, or any timer of the lock's (AfterFunc), fires.
 type Pauser interface{ Pause() }
 
 func pause(conn Conn) {
 	if p, ok := conn.(Pauser); ok {
 		p.Pause()
 	}
+}
+
+// AfterFunc is time.AfterFunc for a timer of the lock's on c: in a stopped
+// process (Pauser) f runs only once the process resumes, as it would.
+func (c *Client) AfterFunc(d time.Duration, f func()) *time.Timer {
+	return time.AfterFunc(d, func() {
+		pause(c.zk)
+		f()
+	})
 }
 
 // A Client is what every lock on one connection shares: the requests they
