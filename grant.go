@@ -46,8 +46,9 @@ type Grant struct {
 	unnest    func()                    // for a nested grant: stops the outer's hook; guarded by mu
 
 	revoked    chan struct{} // Revoked's; nil until asked for; guarded by mu
-	holdEnd    time.Time     // WithMaxHold: when the node goes; zero for no limit
+	holdEnd    time.Time     // WithMaxHold: when the node goes (guarded by mu once granted); zero for no limit
 	holdNotice time.Time     // WithMaxHold: when the grant ends (see holdlimit.go)
+	holdHead   time.Duration // WithMaxHold: the head start, from holdNotice or from a later notice to the node's going
 
 	token       atomic.Int64 // czxid of node (see acquisition.dated), set before the grant is returned
 	markRelease bool         // release marks the node held (see Release)
@@ -146,15 +147,19 @@ func (g *Grant) judge() {
 // expired session). It counts the worst case of an ensemble (see
 // [Grant.Done]); it moves earlier when a reconnection is granted a shorter
 // session timeout. With a hold limit (WithMaxHold) it is never later than
-// the limit. ok is false while the grant is held, without a hold limit, on
-// a connection whose session timeout the lock does not know, and after
-// Release.
+// the limit, or, for a holder told of it late (its process stopped across
+// the notice), the head start after it was told. ok is false while the
+// grant is held, without a hold limit, on a connection whose session
+// timeout the lock does not know, and after Release.
 func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 	r := g.root()
 	r.judge()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ctx.Err() != nil {
+		if errors.Is(context.Cause(r.ctx), ErrReleased) {
+			return time.Time{}, false // a loss that lost the race to Release may have set it
+		}
 		return r.deadline, !r.deadline.IsZero()
 	}
 	deadline, ok = r.c.Deadline((*holder)(r))

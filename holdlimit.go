@@ -33,7 +33,7 @@ import (
 // than the head start after that. The head start is a quarter of the
 // session timeout in effect, as for a lost lease (a quarter of d where the
 // lock does not know the session timeout), and at most half of d. Release
-// after the notice deletes nothing: the node goes at d.
+// after the notice deletes nothing: the node goes as said.
 func WithMaxHold(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -55,7 +55,8 @@ func (g *Grant) limitHold(end time.Time) {
 	if t == 0 {
 		head = g.l.maxHold / 4
 	}
-	g.holdNotice = end.Add(-min(head, g.l.maxHold/2))
+	g.holdHead = min(head, g.l.maxHold/2)
+	g.holdNotice = end.Add(-g.holdHead)
 	timer := holdTimer(g.c, time.Until(g.holdNotice), g.holdLimitReached)
 	g.whenEnded(func(error) { timer.Stop() })
 }
@@ -84,12 +85,12 @@ func (g *Grant) holdLimitReached() {
 	lease, leased := g.c.Deadline((*holder)(g))
 	now := time.Now()
 	g.mu.Lock()
-	at := g.holdEnd
-	// mutant: told-late
-	if told := now.Add(g.holdEnd.Sub(g.holdNotice)); told.After(at) {
-		at = told
-	}
 	if g.ctx.Err() == nil {
+		at := g.holdEnd
+		// mutant: told-late
+		if told := now.Add(g.holdHead); told.After(at) {
+			at = told
+		}
 		g.deadline, g.holdEnd = at, at
 		if leased && lease.Before(at) {
 			g.deadline = lease
@@ -103,6 +104,12 @@ func (g *Grant) holdLimitReached() {
 		cancel()
 		return
 	}
+	// Another call (the timer's, and a look of the holder's, as a stopped
+	// process resumes) may have moved the time before our end won: the node
+	// goes when the deadline says.
+	g.mu.Lock()
+	at := g.holdEnd
+	g.mu.Unlock()
 	g.l.debug("hold limit: told; the node goes at the limit", g.node)
 	// mutant: delete-at-limit
 	time.AfterFunc(time.Until(at), func() { finish(g.node, "", g.session) })

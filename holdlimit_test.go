@@ -2,6 +2,7 @@ package rwlock
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -231,8 +232,8 @@ func TestHoldLimitKeepsTheLeaseDeadline(t *testing.T) {
 }
 
 // A stop longer than the session: as the process resumes, the hold timer
-// may run before the lease clock; the grant is lost for the lease all the
-// same, with a deadline that has passed.
+// may run before the lease clock; the grant is lost for its session all
+// the same, with a deadline that has passed, not for its hold limit.
 func TestHoldLimitAfterTheSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 20 * time.Second // the notice at 18s
@@ -243,12 +244,14 @@ func TestHoldLimitAfterTheSession(t *testing.T) {
 		require.NoError(t, err)
 		time.Sleep(time.Second)
 		c.freeze() // the lease clock and requests stop; so does the hold timer
-		time.Sleep(18 * time.Second)
+		time.Sleep(9 * time.Second)
+		c.serverExpire() // T after the server last heard of it
+		time.Sleep(9 * time.Second)
 		synctest.Wait()
-		var lapsed *zkclient.LeaseLapsedError
 		c.thaw()
 		synctest.Wait()
-		require.ErrorAs(t, g.Err(), &lapsed)
+		require.ErrorIs(t, g.Err(), ErrLost)
+		require.NotErrorIs(t, g.Err(), ErrHoldLimit)
 		deadline, ok := g.Deadline()
 		require.True(t, ok)
 		assert.False(t, deadline.After(time.Now()), "a deadline %v ahead", time.Until(deadline))
@@ -300,5 +303,41 @@ func TestHoldLimitDowngradeAtTheNotice(t *testing.T) {
 		synctest.Wait()
 		assert.Zero(t, c.calls.Load()-sent, "requests with nothing held")
 		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// As a stopped process resumes, its hold timer and its holder's first look
+// may both tell the holder at once: whichever ends the grant, the node
+// goes when Deadline says, not before and not later.
+func TestHoldLimitToldTwiceAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 10 * time.Second
+		var timer func()
+		defer func(t func(*zkclient.Client, time.Duration, func()) *time.Timer) { holdTimer = t }(holdTimer)
+		holdTimer = func(_ *zkclient.Client, _ time.Duration, f func()) *time.Timer {
+			timer = f
+			return time.AfterFunc(time.Hour, func() {})
+		}
+		s := newFakeServer()
+		c := s.conn()
+		c.setGranted(8 * time.Second) // told 2s before the limit
+		g, err := newLock(t, c, WithMaxHold(limit)).Lock(t.Context())
+		require.NoError(t, err)
+		next := start(t.Context(), newLock(t, s.conn()).Lock)
+		time.Sleep(9 * time.Second) // stopped across the notice
+		synctest.Wait()
+		var wg sync.WaitGroup
+		wg.Go(timer)
+		wg.Go(func() { g.Err() })
+		wg.Wait()
+		deadline, ok := g.Deadline()
+		require.True(t, ok)
+		time.Sleep(time.Until(deadline) - time.Millisecond)
+		synctest.Wait()
+		pending(t, next)
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.NoError(t, granted(t, next).Release(t.Context()))
+		require.NoError(t, g.Release(t.Context()))
 	})
 }

@@ -86,9 +86,9 @@ var mutants = []mutant{
 	{name: "the state rule: any fault",
 		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
 	{name: "a hold limit's node deleted at the notice, not at the limit", edits: []mutantEdit{
-		{file: "holdlimit.go", point: "delete-at-limit", new: "time.AfterFunc(0, func() { finish(g.node, \"\", g.session) })"}}},
+		{file: "holdlimit.go", point: "delete-at-limit", new: "time.AfterFunc(time.Until(at)*0, func() { finish(g.node, \"\", g.session) })"}}},
 	{name: "a holder told of its hold limit late gets no head start", flags: []string{"-sim.nocut"}, edits: []mutantEdit{
-		{file: "holdlimit.go", point: "told-late", new: "if told := now.Add(g.holdEnd.Sub(g.holdNotice)); false && told.After(at) {"}}},
+		{file: "holdlimit.go", point: "told-late", new: "if told := now.Add(g.holdHead); false && told.After(at) {"}}},
 	{name: "a resumed holder waits for the hold timer", flags: []string{"-sim.nocut"},
 		edits: []mutantEdit{{file: "grant.go", point: "judge-ignores-hold-limit", new: "if false && r.ctx.Err() == nil && r.overHold() {"}}},
 }

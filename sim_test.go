@@ -661,7 +661,7 @@ func (s *sim) given(id int, lock string, g *Grant) simGrant {
 			s.ended[r] = time.Now()
 		}
 	})
-	return simGrant{id, lock, g.Mode(), time.Now(), g, r.nodeGoes().Sub(r.holdNotice)}
+	return simGrant{id, lock, g.Mode(), time.Now(), g, r.holdHead}
 }
 
 // checkLimits checks the hold limit's promise (see holdlimit.go) as g is
