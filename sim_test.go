@@ -446,6 +446,11 @@ func (s *sim) run() {
 		}
 	}
 	apps.Wait()
+	// Time stops in the bubble once run returns: a client still in a
+	// backoff after the scheduler gave up (no progress) must see its
+	// connection closed first, or synctest reports a deadlock in place of
+	// the failure.
+	<-clientsDone
 	for _, c := range s.clients {
 		c.lock.background.Wait()
 	}
