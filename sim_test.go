@@ -246,6 +246,7 @@ type simGrant struct {
 	at     time.Time
 	g      *Grant
 	head   time.Duration // its hold limit's head start
+	void   bool          // lost at its holder's first look: never held
 }
 
 type sim struct {
@@ -565,15 +566,23 @@ func (s *sim) client(c *simClient) {
 			}
 		}
 		done, done2 := g.Done(), (<-chan struct{})(nil) // a careful holder watches from the start
+		// Its first look: a grant lost by then (its process stopped past
+		// its session after the lock's last look) was never held, and
+		// proves nothing against the grants of others.
+		void := errors.Join(g.Err(), g2.errIfAny()) != nil
 		n.mu.Lock()
 		c.holding, c.holdEnd = g, time.Now().Add(step.hold)
-		s.checkLimits(c, g)
-		s.grants = append(s.grants, s.given(c.id, dir, g))
+		if !void {
+			s.checkLimits(c, g)
+		}
+		s.grants = append(s.grants, s.given(c.id, dir, g, void))
 		if g2 != nil {
 			done2 = g2.Done()
 			c.other.holding, c.other.holdEnd = g2, c.holdEnd
-			s.checkLimits(c.other, g2)
-			s.grants = append(s.grants, s.given(c.other.id, dir2, g2))
+			if !void {
+				s.checkLimits(c.other, g2)
+			}
+			s.grants = append(s.grants, s.given(c.other.id, dir2, g2, void))
 		}
 		if s.cfg.coalesce && w.mode == Read && w.block {
 			s.server.mu.Lock()
@@ -648,13 +657,13 @@ func (s *sim) downgrade(c *simClient, g *Grant) *Grant {
 	}
 	s.logf("c%d downgrades", c.id)
 	c.holding = d
-	s.grants = append(s.grants, s.given(c.id, d.l.path, d)) // with the write's hold limit
+	s.grants = append(s.grants, s.given(c.id, d.l.path, d, false)) // with the write's hold limit
 	return d
 }
 
 // given records g, granted to client id on lock, and when it ends. Call
 // with net.mu held.
-func (s *sim) given(id int, lock string, g *Grant) simGrant {
+func (s *sim) given(id int, lock string, g *Grant, void bool) simGrant {
 	r := g.root()
 	r.whenEnded(func(error) {
 		s.endedMu.Lock()
@@ -666,7 +675,7 @@ func (s *sim) given(id int, lock string, g *Grant) simGrant {
 			s.ended[r] = time.Now()
 		}
 	})
-	return simGrant{id, lock, g.Mode(), time.Now(), g, r.holdHead}
+	return simGrant{id, lock, g.Mode(), time.Now(), g, r.holdHead, void}
 }
 
 // checkLimits checks the hold limit's promise (see holdlimit.go) as g is
@@ -1160,7 +1169,7 @@ func (s *sim) thaw(c *simClient) {
 // Call with net.mu held.
 func (s *sim) lostDuring(c *simClient, g *Grant) string {
 	for _, o := range s.grants[c.stopped:] {
-		if o.client != c.id && o.lock == g.l.path && (o.mode == Write || g.Mode() == Write && !c.downgrading) {
+		if o.client != c.id && !o.void && o.lock == g.l.path && (o.mode == Write || g.Mode() == Write && !c.downgrading) {
 			if t, ok := s.net.expired[o.g.session]; ok && !s.clients[o.client].known && !t.After(o.at) {
 				continue // go-zookeeper's blind spot, as in check: proves nothing of c's grant
 			}
