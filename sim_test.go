@@ -566,11 +566,13 @@ func (s *sim) client(c *simClient) {
 			}
 		}
 		done, done2 := g.Done(), (<-chan struct{})(nil) // a careful holder watches from the start
-		// Its first look: a grant lost by then (its process stopped past
-		// its session after the lock's last look) was never held, and
+		// Its first look: a grant lost by then because its process stopped
+		// past its session after the lock's last look was never held, and
 		// proves nothing against the grants of others.
-		void := errors.Join(g.Err(), g2.errIfAny()) != nil
+		lost := errors.Join(g.Err(), g2.errIfAny()) != nil
 		n.mu.Lock()
+		_, expired := s.net.expired[g.session]
+		void := lost && expired
 		c.holding, c.holdEnd = g, time.Now().Add(step.hold)
 		if !void {
 			s.checkLimits(c, g)
