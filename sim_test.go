@@ -246,7 +246,7 @@ type simGrant struct {
 	at     time.Time
 	g      *Grant
 	head   time.Duration // its hold limit's head start
-	void   bool          // lost at its holder's first look: never held
+	void   bool          // lost at its holder's first look, its session expired: never held
 }
 
 type sim struct {
