@@ -246,7 +246,7 @@ type simGrant struct {
 	at     time.Time
 	g      *Grant
 	head   time.Duration // its hold limit's head start
-	void   bool          // lost at its holder's first look, its session expired: never held
+	void   bool          // lost at its holder's first look, its process stopped past its session: never held
 }
 
 type sim struct {
@@ -540,6 +540,7 @@ func (s *sim) client(c *simClient) {
 		n.mu.Unlock()
 		var g, g2 *Grant
 		var err error
+		start := time.Now()
 		if step.set != nil {
 			g, g2, err = s.lockSet(ctx, c, step)
 		} else {
@@ -566,13 +567,15 @@ func (s *sim) client(c *simClient) {
 			}
 		}
 		done, done2 := g.Done(), (<-chan struct{})(nil) // a careful holder watches from the start
-		// Its first look: a grant lost by then because its process stopped
-		// past its session after the lock's last look was never held, and
-		// proves nothing against the grants of others.
+		// Its first look. A grant lost by then because its process was
+		// stopped during the call and its session expired meanwhile (after
+		// the lock's last look, as far as the lock can know) was never
+		// held, and proves nothing against the grants of others. Lost at
+		// once for any other reason, it still counts.
 		lost := errors.Join(g.Err(), g2.errIfAny()) != nil
 		n.mu.Lock()
-		_, expired := s.net.expired[g.session]
-		void := lost && expired
+		expiredAt, expired := s.net.expired[g.session]
+		void := lost && expired && !c.zk.frozenAt.Before(start) && !expiredAt.Before(start)
 		c.holding, c.holdEnd = g, time.Now().Add(step.hold)
 		if !void {
 			s.checkLimits(c, g)
