@@ -72,6 +72,7 @@ var (
 
 	// Capabilities on the same queue.
 	_ func(context.Context, ...rw.Request) ([]*rw.Grant, error)            = rw.LockAll
+	_ func(context.Context, ...*rw.Grant) error                            = rw.ReleaseAll
 	_                                                                      = rw.Request{Lock: (*rw.RWLock)(nil), Mode: rw.Write}
 	_ func(time.Duration) rw.Option                                        = rw.WithMaxHold
 	_ func(*rw.Grant, context.Context, ...any) ([]zk.MultiResponse, error) = (*rw.Grant).Multi

@@ -38,6 +38,7 @@
 //
 // [LockAll] takes several locks in one ZooKeeper transaction: callers that
 // take all their locks so cannot deadlock, whatever the order of the paths.
+// [ReleaseAll] releases them in one transaction.
 //
 // Reentrancy travels in the context, since Go has no goroutine identity:
 // the contexts handed out by WithRead, WithWrite and ReadGroup, or made by

@@ -7,8 +7,6 @@ import (
 	"log"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/zkrwlock/rwlock"
 )
 
@@ -389,14 +387,9 @@ func ExampleLockAll() {
 		log.Fatal(err) // no node of the set is left behind
 	}
 	defer func() {
-		// Release them together: their deletions share one round trip,
-		// where one after another would take a round trip each.
-		var eg errgroup.Group
-		for _, g := range grants {
-			eg.Go(func() error { return g.Release(context.Background()) })
-		}
-		if err := eg.Wait(); err != nil {
-			log.Print(err) // the node is deleted in the background, or goes with the session
+		// One transaction deletes the set.
+		if err := rwlock.ReleaseAll(context.Background(), grants...); err != nil {
+			log.Print(err) // a node is deleted in the background, or goes with the session
 		}
 	}()
 	if err := migrate(ctx, "copy store-a to store-b"); err != nil {

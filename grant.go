@@ -218,6 +218,22 @@ func (g *Grant) Release(ctx context.Context) error {
 		return s.Release(ctx)
 	}
 	defer g.ops.Unlock()
+	if !g.ownsHeldNode() {
+		return g.releaseWithoutDelete(ctx)
+	}
+	g.setReleasing(true)
+	return g.afterDelete(g.l.deleteNode(g.counting(ctx), g.c, g.node, g.session, g.markRelease))
+}
+
+// ownsHeldNode reports whether Release must delete g's node: g is held,
+// and is not nested in another grant. The caller holds g.ops.
+func (g *Grant) ownsHeldNode() bool {
+	return !g.released && g.outer == nil && g.ctx.Err() == nil
+}
+
+// releaseWithoutDelete releases g, which does not own a held node (see
+// ownsHeldNode). The caller holds g.ops.
+func (g *Grant) releaseWithoutDelete(ctx context.Context) error {
 	switch {
 	case g.released:
 		return nil
@@ -232,12 +248,15 @@ func (g *Grant) Release(ctx context.Context) error {
 		g.released = true
 		g.end(ErrReleased)
 		return err
-	case g.ctx.Err() != nil:
-		g.released = true
-		return nil
 	}
-	g.setReleasing(true)
-	err := g.l.deleteNode(g.counting(ctx), g.c, g.node, g.session, g.markRelease)
+	g.released = true // lost: its node is gone, or being deleted
+	return nil
+}
+
+// afterDelete ends g once the deletion of its node, begun with
+// setReleasing(true), has returned err (see deleteNode): a refused
+// deletion leaves g held. The caller holds g.ops.
+func (g *Grant) afterDelete(err error) error {
 	if err != nil && !errors.Is(err, errFinishing) {
 		if g.setReleasing(false) {
 			g.watchNode() // someone else's delete may have come meanwhile: look again

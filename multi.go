@@ -1,10 +1,12 @@
 package rwlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,10 +54,9 @@ type Request struct {
 // locks with LockAll cannot deadlock, whatever the order of their
 // requests (a caller that holds a grant and then asks for more still can).
 // When nothing is in the way it takes one round trip. The grants are
-// ordinary grants (Release each, or let each be lost alone) and share one
-// token, the transaction's zxid. Release them concurrently, as the example
-// does: their deletions then share one round trip, where releasing them
-// one after another takes a round trip each.
+// ordinary grants (each can be released, downgraded or lost alone) and
+// share one token, the transaction's zxid. Release them with [ReleaseAll]:
+// one transaction deletes them all, where Release takes a request each.
 //
 // Every lock must use the same *zk.Conn, and no path may appear twice;
 // otherwise LockAll returns an error wrapping ErrInvalidArgument, as it
@@ -87,6 +88,132 @@ func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
 		return nil, errorf("rwlock: lockall %s: %w", s, err)
 	}
 	return grants, nil
+}
+
+// ReleaseAll releases every grant, as Release releases each, and returns
+// the errors of those it could not release, joined. The nodes of grants on
+// one connection are deleted in one ZooKeeper transaction: one round trip
+// and one write for a LockAll set, where Release takes a write per grant.
+// If the server refuses the transaction (a node gone already, an ACL), each
+// grant is released alone, as Release would. nil grants are skipped.
+func ReleaseAll(ctx context.Context, grants ...*Grant) error {
+	var alone []*Grant
+	together := make(map[*zkclient.Client][]*Grant)
+	for _, g := range grants {
+		if g == nil {
+			continue
+		}
+		g.judge() // a grant the clock has given up is lost, not released
+		if g = g.latest(); g.outer != nil {
+			alone = append(alone, g)
+		} else if !slices.Contains(together[g.c], g) {
+			together[g.c] = append(together[g.c], g)
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var errs []error
+	release := func(g *Grant) {
+		wg.Go(func() {
+			if err := g.Release(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	for c, gs := range together {
+		if len(gs) == 1 {
+			alone = append(alone, gs[0])
+			continue
+		}
+		wg.Go(func() {
+			left, err := releaseTogether(ctx, c, gs)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			for _, g := range left {
+				release(g)
+			}
+		})
+	}
+	for _, g := range alone {
+		release(g)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// latest returns the grant that g became through Downgrades: the one that
+// owns its node now.
+func (g *Grant) latest() *Grant {
+	for {
+		g.ops.Lock()
+		s := g.successor
+		g.ops.Unlock()
+		if s == nil {
+			return g
+		}
+		g = s
+	}
+}
+
+// releaseTogether deletes the nodes of gs, grants on c that own their
+// nodes, in one transaction (see deleteNodes), and ends the grants. It
+// returns the grants left for Release: those that changed meanwhile (a
+// Downgrade, a loss), or all of them if the server refused the
+// transaction.
+//
+// Each grant's ops stays locked from the check to its end, as in Release;
+// they are locked in the order of node and mode, which is one grant's
+// alone (a downgraded write grant and its read grant share a node), so
+// that calls with overlapping grants cannot deadlock.
+func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left []*Grant, err error) {
+	slices.SortFunc(gs, func(a, b *Grant) int {
+		return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(a.mode, b.mode))
+	})
+	var locked []*Grant
+	for _, g := range gs {
+		g.ops.Lock()
+		if g.successor != nil || !g.ownsHeldNode() {
+			g.ops.Unlock()
+			left = append(left, g)
+			continue
+		}
+		locked = append(locked, g)
+	}
+	defer func() {
+		for _, g := range locked {
+			g.ops.Unlock()
+		}
+	}()
+	if len(locked) < 2 {
+		return append(left, locked...), nil
+	}
+	for _, g := range locked {
+		g.setReleasing(true)
+	}
+	err = deleteNodes(locked[0].counting(ctx), c, locked)
+	// mutant: set-release-refused
+	if err != nil && !errors.Is(err, errFinishing) {
+		for _, g := range locked {
+			g.afterDelete(err) // still held: each is released alone
+		}
+		return append(left, locked...), nil
+	}
+	for _, g := range locked {
+		g.afterDelete(nil)
+	}
+	if err != nil {
+		nodes := make([]string, len(locked))
+		for i, g := range locked {
+			nodes[i] = g.node
+		}
+		return left, errorf("rwlock: release %v: %w", nodes, err)
+	}
+	return left, nil
 }
 
 // set is one LockAll call in progress: an acquisition per lock, in the

@@ -72,6 +72,13 @@ var mutants = []mutant{
 	// real-server test covers it.)
 	{name: "a set granted before all its members", flags: []string{"-sim.set"}, edits: []mutantEdit{
 		{file: "multi.go", point: "set-partial", new: "if errs[i] != nil || next[i] != stepWait {"}}},
+	// A set released together (ReleaseAll). The simulation refuses no
+	// transaction while the session lives (it has no ACLs and no hand
+	// deletions): a unit test covers the refusal.
+	{name: "a set release whose answer is lost leaves its nodes", flags: []string{"-sim.set"}, edits: []mutantEdit{
+		{file: "release.go", point: "set-release-lost", new: "_ = finish"}}},
+	{name: "a set release the server refused counts as done", run: "TestReleaseAllRefused", edits: []mutantEdit{
+		{file: "multi.go", point: "set-release-refused", new: "if false {"}}},
 	// The rule the lock had before its lease clock: a grant judged by
 	// go-zookeeper's state alone, as if T were unknown. It must fail in both
 	// ways the issue reported, and where notifications keep coming through

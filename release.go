@@ -65,6 +65,51 @@ func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string
 	return fmt.Errorf("delete %s: %w", path, r.Err)
 }
 
+// deleteNodes deletes the nodes of gs, grants on c that own held nodes, in
+// one transaction, and marks those held that Release would mark (a node's
+// mark is true whatever else the transaction deletes: its grant was made
+// when every node before it had gone). It returns as deleteNode does: nil
+// once all are gone; an error wrapping errFinishing when ctx ends or the
+// connection fails first, and a background goroutine finishes each
+// deletion; any other error is the server's refusal of the whole
+// transaction (a node already gone, an ACL), and every node stays.
+func deleteNodes(ctx context.Context, c *zkclient.Client, gs []*Grant) error {
+	ops := make([]any, 0, 2*len(gs))
+	for _, g := range gs {
+		if g.markRelease {
+			ops = append(ops, &zk.SetDataRequest{Path: g.node, Data: lockname.Data(g.l.owner, g.l.maxHold, true, false), Version: -1})
+		}
+		ops = append(ops, &zk.DeleteRequest{Path: g.node, Version: -1})
+	}
+	finish := func() {
+		for _, g := range gs {
+			g.l.finish(c, g.node, "", g.session)
+		}
+	}
+	// A refused transaction deleted nothing, so a late answer of any error
+	// leaves every node to finish (a node already gone finishes at once).
+	late := func(r zkclient.Reply[[]zk.MultiResponse]) {
+		if r.Err != nil {
+			finish()
+		}
+	}
+	r := c.Multi(ctx, ops, nil, late)
+	switch {
+	case r.Err == nil:
+		for _, g := range gs {
+			g.l.debug("deleted with others", g.node)
+		}
+		return nil
+	case zkclient.ConnectionLoss(r.Err):
+		// mutant: set-release-lost
+		finish()
+		fallthrough
+	case ctx.Err() != nil: // the request goes on; late takes its outcome
+		return fmt.Errorf("delete %d nodes: %w; %w", len(gs), r.Err, errFinishing)
+	}
+	return fmt.Errorf("delete %d nodes: %w", len(gs), r.Err)
+}
+
 // nodeGone reports errors after which a node of ours is surely gone.
 func nodeGone(err error) bool { return errors.Is(err, zk.ErrNoNode) || zkclient.SessionGone(err) }
 

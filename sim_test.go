@@ -235,6 +235,7 @@ type simStep struct {
 type simSet struct {
 	mode2    Mode // lock2's; the lock's is the step's
 	reversed bool // lock2 asked for first
+	together bool // released with ReleaseAll, in one transaction
 }
 
 // simGrant is a grant given, for the check after a stopped process resumes
@@ -391,7 +392,8 @@ func (s *sim) run() {
 			step := simStep{mode: Mode(1 + r.IntN(2)), try: r.IntN(8) == 0, hold: hold}
 			step.downgrade = step.mode == Write && r.IntN(4) == 0
 			if s.cfg.sets && r.IntN(3) != 0 {
-				step.try, step.set = false, &simSet{mode2: Mode(1 + r.IntN(2)), reversed: r.IntN(2) == 0}
+				how := r.IntN(4)
+				step.try, step.set = false, &simSet{mode2: Mode(1 + r.IntN(2)), reversed: how&1 == 0, together: how&2 != 0}
 			}
 			c.steps = append(c.steps, step)
 		}
@@ -633,6 +635,10 @@ func (s *sim) client(c *simClient) {
 			s.release[g2] = time.Now()
 		}
 		n.mu.Unlock()
+		if step.set != nil && step.set.together {
+			ReleaseAll(context.Background(), g, g2)
+			continue
+		}
 		g.Release(context.Background())
 		if g2 != nil {
 			g2.Release(context.Background())

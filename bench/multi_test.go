@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/zkrwlock/rwlock"
 )
 
@@ -54,15 +52,10 @@ func w8Requests(locks []*rwlock.RWLock, perm []int) []rwlock.Request {
 	return reqs
 }
 
-// releaseAll releases a set as its users are told to (LockAll's doc): all
-// grants at once, so that their deletions travel together and the set is
-// released in one round trip, not one per lock.
+// releaseAll releases a set as its users are told to (LockAll's doc): with
+// ReleaseAll, in one transaction.
 func releaseAll(b *testing.B, ctx context.Context, grants []*rwlock.Grant) {
-	var eg errgroup.Group
-	for _, g := range grants {
-		eg.Go(func() error { return g.Release(ctx) })
-	}
-	if err := eg.Wait(); err != nil {
+	if err := rwlock.ReleaseAll(ctx, grants...); err != nil {
 		b.Error(err)
 	}
 }

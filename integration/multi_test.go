@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -487,5 +488,122 @@ func TestQueueShowsSet(t *testing.T) {
 	assert.Equal(t, root+"/many/0", q[0].Set[0])
 	for _, g := range grants {
 		require.NoError(t, g.Release(ctx))
+	}
+}
+
+// ReleaseAll deletes a set in one transaction: one request to the server,
+// where Release takes one per grant; a writer queued behind a member is
+// granted.
+func TestReleaseAll(t *testing.T) {
+	srv := zkserver.StartStandalone(t) // of its own: the server's request count is the release's
+	a, b := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	root := zktest.LockPath(t, "/multi")
+	locks := make([]*rwlock.RWLock, 4)
+	reqs := make([]rwlock.Request, 4)
+	for i := range locks {
+		locks[i] = a.lock(t, fmt.Sprintf("%s/%d", root, i))
+		reqs[i] = rwlock.Request{Lock: locks[i], Mode: []rwlock.Mode{rwlock.Write, rwlock.Read}[i%2]}
+	}
+	packets := func() int64 {
+		n, err := srv.SumMntr(ctx, "zk_packets_received")
+		require.NoError(t, err)
+		return n
+	}
+	grants, err := rwlock.LockAll(ctx, reqs...)
+	require.NoError(t, err)
+	p0 := packets()
+	require.NoError(t, rwlock.ReleaseAll(ctx, grants...))
+	assert.Equal(t, int64(1), packets()-p0-1, "one transaction (the mntr exchange aside)")
+	for i, g := range grants {
+		assert.ErrorIs(t, g.Err(), rwlock.ErrReleased)
+		assert.Empty(t, lockNodes(t, a.conn, locks[i].Path()))
+	}
+
+	grants, err = rwlock.LockAll(ctx, reqs...)
+	require.NoError(t, err)
+	waiter := make(chan error, 1)
+	go func() {
+		g, err := b.lock(t, root+"/0").Lock(ctx)
+		if err == nil {
+			err = g.Release(ctx)
+		}
+		waiter <- err
+	}()
+	waitNodeCount(t, a.conn, root+"/0", 2, 10*time.Second)
+	require.NoError(t, rwlock.ReleaseAll(ctx, grants...))
+	require.NoError(t, <-waiter)
+	waitNodes(t, a.conn, root+"/0", 5*time.Second)
+}
+
+// The server refuses a set's transaction when one of its nodes may not be
+// deleted any more (its directory's ACL lost DELETE after the set was
+// taken): ReleaseAll then releases each grant alone, so that every other
+// node goes, and the refused grant stays held, as Release would leave it.
+func TestReleaseAllRefusedByACL(t *testing.T) {
+	srv := sharedServer(t)
+	a, admin := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	root := zktest.LockPath(t, "/multi")
+	paths := []string{root + "/a", root + "/b", root + "/c"}
+	reqs := make([]rwlock.Request, len(paths))
+	for i, p := range paths {
+		reqs[i] = rwlock.Request{Lock: a.lock(t, p), Mode: rwlock.Write}
+	}
+	grants, err := rwlock.LockAll(ctx, reqs...)
+	require.NoError(t, err)
+	_, err = admin.conn.SetACL(paths[1], zk.WorldACL(zk.PermAll&^zk.PermDelete), -1)
+	require.NoError(t, err)
+
+	err = rwlock.ReleaseAll(ctx, grants...)
+	require.ErrorIs(t, err, zk.ErrNoAuth)
+	assert.Empty(t, lockNodes(t, admin.conn, paths[0]))
+	assert.Len(t, lockNodes(t, admin.conn, paths[1]), 1, "the refused node stays")
+	assert.Empty(t, lockNodes(t, admin.conn, paths[2]))
+	assert.NoError(t, grants[1].Err(), "and its grant is still held")
+
+	_, err = admin.conn.SetACL(paths[1], zk.WorldACL(zk.PermAll), -1)
+	require.NoError(t, err)
+	require.NoError(t, rwlock.ReleaseAll(ctx, grants...))
+	assert.Empty(t, lockNodes(t, admin.conn, paths[1]))
+}
+
+// A set's release whose transaction is carried out but whose answer is
+// lost (the connection closes before it arrives), or that never reaches
+// the server: the grants end, ReleaseAll returns the error, and no node
+// outlives it (deleted by the transaction, or in the background after the
+// reconnection).
+func TestFaultReleaseAllLostMulti(t *testing.T) {
+	srv := sharedServer(t)
+	for _, withhold := range []bool{true, false} {
+		t.Run(map[bool]string{true: "answer lost", false: "not sent"}[withhold], func(t *testing.T) {
+			root := zktest.LockPath(t, "/multi")
+			d := newFaultDialer(opMulti, root+"/", withhold)
+			conn := connect(t, srv.Addr(0), 0, withDialer(d.wrap)).conn
+			checker := connect(t, srv.Addr(0), 0)
+			ctx := testContext(t)
+			var reqs []rwlock.Request
+			for _, p := range []string{"/a", "/b"} {
+				l, err := rwlock.New(conn, root+p)
+				require.NoError(t, err)
+				reqs = append(reqs, rwlock.Request{Lock: l, Mode: rwlock.Write})
+			}
+			grants, err := rwlock.LockAll(ctx, reqs...)
+			require.NoError(t, err)
+
+			d.armed.Store(true)
+			err = rwlock.ReleaseAll(ctx, grants...)
+			select {
+			case <-d.fired:
+			default:
+				t.Fatalf("ReleaseAll returned (%v), but no transaction was broken", err)
+			}
+			require.Error(t, err, "the outcome was not known when it returned")
+			for _, g := range grants {
+				assert.ErrorIs(t, g.Err(), rwlock.ErrReleased)
+			}
+			waitNodes(t, checker.conn, root+"/a", 10*time.Second)
+			waitNodes(t, checker.conn, root+"/b", 10*time.Second)
+		})
 	}
 }

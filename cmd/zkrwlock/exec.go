@@ -588,9 +588,7 @@ func stopWindow(t time.Duration) time.Duration { return max(t/16-killMargin, 0) 
 func (o *execOptions) release(prog string, grants ...*rwlock.Grant) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, g := range grants {
-		if err := g.Release(ctx); err != nil {
-			printLine(o.std.err, prog, fmt.Sprintf("release: %v (the node goes with the session, which ends now)", err))
-		}
+	if err := rwlock.ReleaseAll(ctx, grants...); err != nil {
+		printLine(o.std.err, prog, fmt.Sprintf("release: %v (the node goes with the session, which ends now)", err))
 	}
 }
