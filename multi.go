@@ -103,8 +103,9 @@ func ReleaseAll(ctx context.Context, grants ...*Grant) error {
 		if g == nil {
 			continue
 		}
+		g = g.latest()
 		g.judge() // a grant the clock has given up is lost, not released
-		if g = g.latest(); g.outer != nil {
+		if g.outer != nil {
 			alone = append(alone, g)
 		} else if !slices.Contains(together[g.c], g) {
 			together[g.c] = append(together[g.c], g)
@@ -166,10 +167,13 @@ func (g *Grant) latest() *Grant {
 // Downgrade, a loss), or all of them if the server refused the
 // transaction.
 //
-// Each grant's ops stays locked from the check to its end, as in Release;
-// they are locked in the order of node and mode, which is one grant's
-// alone (a downgraded write grant and its read grant share a node), so
-// that calls with overlapping grants cannot deadlock.
+// Each grant's ops stays locked from its check until the deletion's
+// outcome is known and the grant is marked released, as in Release; they
+// are locked in the order of node and mode, which is one grant's alone (a
+// downgraded write grant and its read grant share a node), so that calls
+// with overlapping grants cannot deadlock. The grants end (their hooks
+// and observers run) once every ops is unlocked again, so that a hook
+// that releases another grant of the set does not wait for itself.
 func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left []*Grant, err error) {
 	slices.SortFunc(gs, func(a, b *Grant) int {
 		return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(a.mode, b.mode))
@@ -184,12 +188,13 @@ func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left
 		}
 		locked = append(locked, g)
 	}
-	defer func() {
+	unlock := func() {
 		for _, g := range locked {
 			g.ops.Unlock()
 		}
-	}()
+	}
 	if len(locked) < 2 {
+		unlock()
 		return append(left, locked...), nil
 	}
 	for _, g := range locked {
@@ -201,10 +206,15 @@ func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left
 		for _, g := range locked {
 			g.afterDelete(err) // still held: each is released alone
 		}
+		unlock()
 		return append(left, locked...), nil
 	}
 	for _, g := range locked {
-		g.afterDelete(nil)
+		g.released = true
+	}
+	unlock()
+	for _, g := range locked {
+		g.end(ErrReleased)
 	}
 	if err != nil {
 		nodes := make([]string, len(locked))

@@ -1,12 +1,17 @@
 package rwlock
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // lockSet takes a set of three locks on c: two written, one read.
@@ -30,8 +35,7 @@ func setNodes(s *fakeServer) int {
 	return len(s.lockNodes(dir+"/a")) + len(s.lockNodes(dir+"/b")) + len(s.lockNodes(dir+"/c"))
 }
 
-// One transaction deletes the set, and marks the writers' nodes held as
-// Release would.
+// One transaction deletes the set.
 func TestReleaseAllOneTransaction(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
@@ -104,6 +108,7 @@ func TestReleaseAllLostAnswer(t *testing.T) {
 				for _, g := range grants {
 					assert.ErrorIs(t, g.Err(), ErrReleased)
 				}
+				synctest.Wait()
 				for _, g := range grants {
 					g.l.background.Wait()
 				}
@@ -147,5 +152,124 @@ func TestReleaseAllMixed(t *testing.T) {
 		assert.ErrorIs(t, read.Err(), ErrReleased)
 		assert.ErrorIs(t, nested.Err(), ErrReleased)
 		assert.ErrorIs(t, grants[2].Err(), ErrLost)
+	})
+}
+
+// A refusal is a refusal even if the context ends right after it came:
+// every node still goes (each grant released alone), none is left to a
+// background deletion that nobody started.
+func TestReleaseAllRefusedAsTheContextEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		grants := lockSet(t, c)
+		ctx := &endsUnseen{Context: t.Context()}
+		c.setBefore(func(op, _ string) error {
+			if op == "multi" {
+				ctx.ended.Store(true)
+				return zk.ErrNoNode // as if a node had gone since the check
+			}
+			return nil
+		})
+		ReleaseAll(ctx, grants...)
+		synctest.Wait()
+		for _, g := range grants {
+			g.l.background.Wait()
+		}
+		require.Zero(t, setNodes(s))
+	})
+}
+
+// endsUnseen is a context that ends between an answer and the caller's
+// next look: Err reports it, while its Done channel, which the request
+// waited on, has not been closed yet.
+type endsUnseen struct {
+	context.Context
+	ended atomic.Bool
+}
+
+func (c *endsUnseen) Err() error {
+	if c.ended.Load() {
+		return context.Canceled
+	}
+	return c.Context.Err()
+}
+
+// ReleaseAll judges the grant that owns each node now: the read grant a
+// Downgrade made of a write grant it is given. Its process paused across
+// the read grant's hold-limit notice, that grant is lost to its limit, and
+// its node waits for the head start, as Release would leave it.
+func TestReleaseAllJudgesDowngradedGrants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 10 * time.Second
+		defer func(t func(*zkclient.Client, time.Duration, func()) *time.Timer) { holdTimer = t }(holdTimer)
+		holdTimer = func(*zkclient.Client, time.Duration, func()) *time.Timer { return time.AfterFunc(time.Hour, func() {}) }
+		s := newFakeServer()
+		c := s.conn()
+		c.setGranted(8 * time.Second) // told 2s before the limit
+		la, err := newRWLock(c, dir+"/a", WithMaxHold(limit))
+		require.NoError(t, err)
+		lb, err := newRWLock(c, dir+"/b")
+		require.NoError(t, err)
+		t.Cleanup(c.close)
+		t.Cleanup(la.background.Wait)
+		began := time.Now()
+		ws, err := LockAll(t.Context(), Request{Lock: la, Mode: Write}, Request{Lock: lb, Mode: Write})
+		require.NoError(t, err)
+		ra, err := ws[0].Downgrade(t.Context())
+		require.NoError(t, err)
+		rb, err := ws[1].Downgrade(t.Context())
+		require.NoError(t, err)
+
+		time.Sleep(9 * time.Second) // the timer unheard
+		require.NoError(t, ReleaseAll(t.Context(), ws...))
+		require.ErrorIs(t, ra.Err(), ErrHoldLimit)
+		require.ErrorIs(t, rb.Err(), ErrReleased)
+		synctest.Wait()
+		assert.Len(t, s.lockNodes(dir+"/a"), 1, "the holder's head start runs from the look")
+		assert.Empty(t, s.lockNodes(dir+"/b"))
+		time.Sleep(time.Until(began.Add(11 * time.Second)))
+		synctest.Wait()
+		assert.Empty(t, s.lockNodes(dir+"/a"))
+	})
+}
+
+// ReleaseAll marks held, as Release does, the node of a writer that waited
+// (the waiter behind it learns from the mark that nothing before it is
+// left), and no other: a reader's node is not proof that nothing before it
+// is left.
+func TestReleaseAllMarksWaitedWriters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		first, err := newLock(t, s.conn()).Lock(t.Context())
+		require.NoError(t, err)
+		lw, err := newRWLock(c, dir)
+		require.NoError(t, err)
+		lr, err := newRWLock(c, dir+"-read")
+		require.NoError(t, err)
+		t.Cleanup(c.close)
+		t.Cleanup(lw.background.Wait)
+		set := make(chan []*Grant, 1)
+		go func() {
+			gs, err := LockAll(t.Context(), Request{Lock: lw, Mode: Write}, Request{Lock: lr, Mode: Read})
+			assert.NoError(t, err)
+			set <- gs
+		}()
+		synctest.Wait()
+		require.NoError(t, first.Release(t.Context()))
+		grants := <-set
+
+		watcher := s.conn()
+		t.Cleanup(watcher.close)
+		events := make([]<-chan zk.Event, len(grants))
+		for i, g := range grants {
+			_, _, events[i], err = watcher.GetW(g.Node())
+			require.NoError(t, err)
+		}
+		require.NoError(t, ReleaseAll(t.Context(), grants...))
+		assert.Equal(t, zk.EventNodeDataChanged, (<-events[0]).Type, "the writer that waited: marked held")
+		assert.Equal(t, zk.EventNodeDeleted, (<-events[1]).Type, "the reader: deleted, unmarked")
+		assert.Empty(t, s.lockNodes(dir))
 	})
 }

@@ -56,23 +56,34 @@ func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string
 		return nil
 	case nodeGone(r.Err):
 		return nil
+	case abandoned(r.Err): // the request goes on; late takes its outcome
+		return fmt.Errorf("delete %s: %w; %w", path, r.Err, errFinishing)
 	case zkclient.ConnectionLoss(r.Err):
 		l.finish(c, path, "", session)
-		fallthrough
-	case ctx.Err() != nil: // the request goes on; late takes its outcome
 		return fmt.Errorf("delete %s: %w; %w", path, r.Err, errFinishing)
 	}
 	return fmt.Errorf("delete %s: %w", path, r.Err)
+}
+
+// abandoned reports whether err is a request's context's, returned because
+// the context ended before the answer came: the request goes on, and its
+// late callback gets the answer. An answer that came is judged by what it
+// says, even if the context has ended since. (Checked before
+// ConnectionLoss, which context.DeadlineExceeded also satisfies, being a
+// net.Error.)
+func abandoned(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // deleteNodes deletes the nodes of gs, grants on c that own held nodes, in
 // one transaction, and marks those held that Release would mark (a node's
 // mark is true whatever else the transaction deletes: its grant was made
 // when every node before it had gone). It returns as deleteNode does: nil
-// once all are gone; an error wrapping errFinishing when ctx ends or the
-// connection fails first, and a background goroutine finishes each
-// deletion; any other error is the server's refusal of the whole
-// transaction (a node already gone, an ACL), and every node stays.
+// once all are gone (or the session that owned them is); an error
+// wrapping errFinishing when ctx ends or the connection fails first, and a
+// background goroutine finishes each deletion; any other error is the
+// server's refusal of the whole transaction (a node already gone, an ACL),
+// and every node stays.
 func deleteNodes(ctx context.Context, c *zkclient.Client, gs []*Grant) error {
 	ops := make([]any, 0, 2*len(gs))
 	for _, g := range gs {
@@ -100,11 +111,13 @@ func deleteNodes(ctx context.Context, c *zkclient.Client, gs []*Grant) error {
 			g.l.debug("deleted with others", g.node)
 		}
 		return nil
+	case zkclient.SessionGone(r.Err): // it took every node with it
+		return nil
+	case abandoned(r.Err): // the request goes on; late takes its outcome
+		return fmt.Errorf("delete %d nodes: %w; %w", len(gs), r.Err, errFinishing)
 	case zkclient.ConnectionLoss(r.Err):
 		// mutant: set-release-lost
 		finish()
-		fallthrough
-	case ctx.Err() != nil: // the request goes on; late takes its outcome
 		return fmt.Errorf("delete %d nodes: %w; %w", len(gs), r.Err, errFinishing)
 	}
 	return fmt.Errorf("delete %d nodes: %w", len(gs), r.Err)

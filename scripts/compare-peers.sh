@@ -13,8 +13,10 @@
 # (`make -s bench BENCH=^BenchmarkWn$` with ZKRWLOCK_BENCH_SERVERS). Every
 # implementation goes through the same proxy process. Before the first round
 # the server is warmed up with an unmeasured go-zk W3 (its JIT, as every
-# later run finds it). A run during which other processes on the machine used
-# more than MAX_FOREIGN_CPU CPU-seconds is repeated after 20 s, at most twice.
+# later run finds it), and, when W8 is measured, an unmeasured W8 of each
+# implementation (zkrwlock's transactions, which no other workload sends).
+# A run during which other processes on the machine used more than
+# MAX_FOREIGN_CPU CPU-seconds is repeated after 20 s, at most twice.
 #
 # OUTDIR gets loopback/ and delay-<D>ms/, each with peersN.jsonl and
 # oursN.jsonl (the JSON lines of round N) and their logs (peersN.log,
@@ -179,6 +181,15 @@ supported() { # supported IMPL WORKLOAD
 if [ "${WARM:-1}" = 1 ]; then
 	log "server warm-up: gozk W3, discarded"
 	"$root/bench/peers/peer.sh" gozk "$cs" W3 >/dev/null 2>>"$out/runs.log" || true
+	# W8 is the one workload with requests no other exercises (zkrwlock's
+	# multi transactions): warm them too, for every implementation alike.
+	if [[ " $workloads " == *" W8 "* ]]; then
+		for impl in $impls; do
+			supported "$impl" W8 || continue
+			log "server warm-up: $impl W8, discarded"
+			run "$impl" W8 "$cs" >/dev/null 2>>"$out/runs.log" || true
+		done
+	fi
 fi
 
 for r in $(seq 1 "$rounds"); do
