@@ -498,3 +498,28 @@ func TestTokenReadWhenTheListingCannotTell(t *testing.T) {
 		})
 	}
 }
+
+// A refused deletion is a refusal even if the context ends right after
+// the answer came: the grant stays held and Release says why, rather than
+// report a deletion in the background that nobody started.
+func TestReleaseRefusedAsTheContextEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		g, err := newLock(t, c).Lock(t.Context())
+		require.NoError(t, err)
+		ctx := &endsUnseen{Context: t.Context()}
+		c.setBefore(func(op, p string) error {
+			if op == "delete" && p == g.Node() {
+				ctx.ended.Store(true)
+				return zk.ErrNoAuth // an ACL changed since the lock was taken
+			}
+			return nil
+		})
+		require.ErrorIs(t, g.Release(ctx), zk.ErrNoAuth)
+		require.NoError(t, g.Err(), "still held: its node is there")
+		c.setBefore(nil)
+		require.NoError(t, g.Release(t.Context()))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
