@@ -203,8 +203,9 @@ func (g *Grant) Token() int64 { return g.root().token.Load() }
 // and the grant stays held: the lock never reports a grant released while
 // its node exists. If ctx ends, or the connection fails, before the
 // deletion is confirmed, the deletion goes on in the background until it
-// succeeds or the session ends; the grant ends, and Release returns the
-// error.
+// succeeds or the session ends (or the server refuses it, which is logged:
+// the node then goes with the session); the grant ends, and Release
+// returns the error.
 //
 // Once the *zk.Conn is closed, Release returns nil: closing ends the
 // session, and its nodes with it.

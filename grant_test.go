@@ -523,3 +523,40 @@ func TestReleaseRefusedAsTheContextEnds(t *testing.T) {
 		assert.Empty(t, s.lockNodes(dir))
 	})
 }
+
+// A release whose context ends before the answer, and whose held mark the
+// server then refuses (an ACL without WRITE, which WithACL allows): the
+// node still goes, deleted without its mark in the background.
+func TestReleaseLateRefusedMark(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		first, err := newLock(t, s.conn()).Lock(t.Context())
+		require.NoError(t, err)
+		next := start(t.Context(), newLock(t, c).Lock)
+		synctest.Wait()
+		require.NoError(t, first.Release(t.Context()))
+		synctest.Wait()
+		g := granted(t, next)
+		require.True(t, g.markRelease, "a writer that waited marks its node as it goes")
+
+		ctx, cancel := context.WithCancel(t.Context())
+		answer := make(chan struct{})
+		c.setBefore(func(op, _ string) error {
+			if op == "multi" { // the mark and the delete
+				<-answer
+				return zk.ErrNoAuth
+			}
+			return nil
+		})
+		done := make(chan error, 1)
+		go func() { done <- g.Release(ctx) }()
+		synctest.Wait()
+		cancel()
+		require.ErrorIs(t, <-done, errFinishing)
+		close(answer)
+		synctest.Wait()
+		g.l.background.Wait()
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}

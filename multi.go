@@ -90,12 +90,14 @@ func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
 	return grants, nil
 }
 
-// ReleaseAll releases every grant, as Release releases each, and returns
-// the errors of those it could not release, joined. The nodes of grants on
-// one connection are deleted in one ZooKeeper transaction: one round trip
-// and one write for a LockAll set, where Release takes a write per grant.
-// If the server refuses the transaction (a node gone already, an ACL), each
-// grant is released alone, as Release would. nil grants are skipped.
+// ReleaseAll releases every grant, as Release releases each. The nodes of
+// grants on one connection are deleted in one ZooKeeper transaction: one
+// round trip and one write for a LockAll set, where Release takes a write
+// per grant. If the server refuses the transaction (a node gone already,
+// an ACL), each grant is released alone, as Release would. It returns
+// Release's errors, joined, and one error for the grants of a transaction
+// whose outcome it did not learn: they are released, and their deletion
+// goes on in the background, as Release's does. nil grants are skipped.
 func ReleaseAll(ctx context.Context, grants ...*Grant) error {
 	var alone []*Grant
 	together := make(map[*zkclient.Client][]*Grant)
@@ -168,12 +170,11 @@ func (g *Grant) latest() *Grant {
 // transaction.
 //
 // Each grant's ops stays locked from its check until the deletion's
-// outcome is known and the grant is marked released, as in Release; they
-// are locked in the order of node and mode, which is one grant's alone (a
+// outcome is known and the grant has ended, as in Release; they are
+// locked in the order of node and mode, which is one grant's alone (a
 // downgraded write grant and its read grant share a node), so that calls
-// with overlapping grants cannot deadlock. The grants end (their hooks
-// and observers run) once every ops is unlocked again, so that a hook
-// that releases another grant of the set does not wait for itself.
+// with overlapping grants cannot deadlock. (A grant's end runs hooks that
+// take no ops, and observers, which must not call the lock.)
 func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left []*Grant, err error) {
 	slices.SortFunc(gs, func(a, b *Grant) int {
 		return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(a.mode, b.mode))
@@ -210,12 +211,9 @@ func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left
 		return append(left, locked...), nil
 	}
 	for _, g := range locked {
-		g.released = true
+		g.afterDelete(nil)
 	}
 	unlock()
-	for _, g := range locked {
-		g.end(ErrReleased)
-	}
 	if err != nil {
 		nodes := make([]string, len(locked))
 		for i, g := range locked {

@@ -273,3 +273,44 @@ func TestReleaseAllMarksWaitedWriters(t *testing.T) {
 		assert.Empty(t, s.lockNodes(dir))
 	})
 }
+
+// A set whose context ends before the answer: ReleaseAll returns, the
+// grants end, and whatever the answer (carried out, or refused because a
+// node had gone meanwhile), no node outlives it.
+func TestReleaseAllContextEndsFirst(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		t.Run(map[bool]string{false: "carried out", true: "refused"}[refused], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newFakeServer()
+				c := s.conn()
+				grants := lockSet(t, c)
+				ctx, cancel := context.WithCancel(t.Context())
+				answer := make(chan struct{})
+				c.setBefore(func(op, _ string) error {
+					if op != "multi" {
+						return nil
+					}
+					<-answer
+					if refused {
+						return zk.ErrNoNode
+					}
+					return nil
+				})
+				done := make(chan error, 1)
+				go func() { done <- ReleaseAll(ctx, grants...) }()
+				synctest.Wait()
+				cancel()
+				require.ErrorIs(t, <-done, errFinishing)
+				for _, g := range grants {
+					assert.ErrorIs(t, g.Err(), ErrReleased)
+				}
+				close(answer)
+				synctest.Wait()
+				for _, g := range grants {
+					g.l.background.Wait()
+				}
+				require.Zero(t, setNodes(s))
+			})
+		})
+	}
+}

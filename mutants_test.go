@@ -77,6 +77,8 @@ var mutants = []mutant{
 	// deletions): a unit test covers the refusal.
 	{name: "a set release whose answer is lost leaves its nodes", flags: []string{"-sim.set"}, edits: []mutantEdit{
 		{file: "release.go", point: "set-release-lost", new: "_ = finish"}}},
+	{name: "a set release refused after its context ended leaves its nodes", run: "TestReleaseAllContextEndsFirst", edits: []mutantEdit{
+		{file: "release.go", point: "set-release-late", new: "if false {"}}},
 	{name: "a set release the server refused counts as done", run: "TestReleaseAllRefused", edits: []mutantEdit{
 		{file: "multi.go", point: "set-release-refused", new: "if false {"}}},
 	// The rule the lock had before its lease clock: a grant judged by

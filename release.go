@@ -36,8 +36,11 @@ var errFinishing = errors.New("the deletion goes on in the background")
 // not list the whole queue to find out. A queue of writers then drains in constant time
 // per handoff instead of time proportional to its length.
 func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string, session int64, markHeld bool) error {
+	// An answer that comes after ctx ended, and is not the node's end,
+	// leaves the node to finish: a connection lost, or a held mark refused
+	// (an ACL without WRITE), where a plain delete may pass.
 	late := func(r zkclient.Reply[struct{}]) {
-		if zkclient.ConnectionLoss(r.Err) {
+		if r.Err != nil && !nodeGone(r.Err) {
 			l.finish(c, path, "", session)
 		}
 	}
@@ -100,6 +103,7 @@ func deleteNodes(ctx context.Context, c *zkclient.Client, gs []*Grant) error {
 	// A refused transaction deleted nothing, so a late answer of any error
 	// leaves every node to finish (a node already gone finishes at once).
 	late := func(r zkclient.Reply[[]zk.MultiResponse]) {
+		// mutant: set-release-late
 		if r.Err != nil {
 			finish()
 		}

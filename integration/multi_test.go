@@ -510,17 +510,26 @@ func TestReleaseAll(t *testing.T) {
 		require.NoError(t, err)
 		return n
 	}
-	grants, err := rwlock.LockAll(ctx, reqs...)
-	require.NoError(t, err)
-	p0 := packets()
-	require.NoError(t, rwlock.ReleaseAll(ctx, grants...))
-	assert.Equal(t, int64(1), packets()-p0-1, "one transaction (the mntr exchange aside)")
-	for i, g := range grants {
-		assert.ErrorIs(t, g.Err(), rwlock.ErrReleased)
-		assert.Empty(t, lockNodes(t, a.conn, locks[i].Path()))
+	// A keepalive or a ping of either connection may land in the window:
+	// the set is taken again, up to 3 times, until none did.
+	for try := 1; ; try++ {
+		grants, err := rwlock.LockAll(ctx, reqs...)
+		require.NoError(t, err)
+		p0 := packets()
+		require.NoError(t, rwlock.ReleaseAll(ctx, grants...))
+		n := packets() - p0 - 1 // the mntr exchange aside
+		for i, g := range grants {
+			assert.ErrorIs(t, g.Err(), rwlock.ErrReleased)
+			assert.Empty(t, lockNodes(t, a.conn, locks[i].Path()))
+		}
+		if n == 1 || try == 3 {
+			assert.Equal(t, int64(1), n, "one transaction")
+			break
+		}
+		t.Logf("try %d: %d requests; again", try, n)
 	}
 
-	grants, err = rwlock.LockAll(ctx, reqs...)
+	grants, err := rwlock.LockAll(ctx, reqs...)
 	require.NoError(t, err)
 	waiter := make(chan error, 1)
 	go func() {

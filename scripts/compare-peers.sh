@@ -14,7 +14,8 @@
 # implementation goes through the same proxy process. Before the first round
 # the server is warmed up with an unmeasured go-zk W3 (its JIT, as every
 # later run finds it), and, when W8 is measured, an unmeasured W8 of each
-# implementation (zkrwlock's transactions, which no other workload sends).
+# implementation (zkrwlock's transactions of four creates or four deletes,
+# which the go-zk W3 does not send).
 # A run during which other processes on the machine used more than
 # MAX_FOREIGN_CPU CPU-seconds is repeated after 20 s, at most twice.
 #
@@ -181,8 +182,9 @@ supported() { # supported IMPL WORKLOAD
 if [ "${WARM:-1}" = 1 ]; then
 	log "server warm-up: gozk W3, discarded"
 	"$root/bench/peers/peer.sh" gozk "$cs" W3 >/dev/null 2>>"$out/runs.log" || true
-	# W8 is the one workload with requests no other exercises (zkrwlock's
-	# multi transactions): warm them too, for every implementation alike.
+	# W8's requests include zkrwlock's transactions of four creates or four
+	# deletes, which the go-zk W3 does not send: warm them too, for every
+	# implementation alike.
 	if [[ " $workloads " == *" W8 "* ]]; then
 		for impl in $impls; do
 			supported "$impl" W8 || continue
