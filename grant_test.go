@@ -554,6 +554,7 @@ func TestReleaseLateRefusedMark(t *testing.T) {
 		synctest.Wait()
 		cancel()
 		require.ErrorIs(t, <-done, errFinishing)
+		assert.ErrorIs(t, g.Err(), ErrReleased)
 		close(answer)
 		synctest.Wait()
 		g.l.background.Wait()

@@ -275,7 +275,7 @@ func TestReleaseAllMarksWaitedWriters(t *testing.T) {
 }
 
 // A set whose context ends before the answer: ReleaseAll returns, the
-// grants end, and whatever the answer (carried out, or refused because a
+// grants end, and whatever the answer (carried out, or refused as if a
 // node had gone meanwhile), no node outlives it.
 func TestReleaseAllContextEndsFirst(t *testing.T) {
 	for _, refused := range []bool{false, true} {

@@ -77,6 +77,8 @@ var mutants = []mutant{
 	// deletions): a unit test covers the refusal.
 	{name: "a set release whose answer is lost leaves its nodes", flags: []string{"-sim.set"}, edits: []mutantEdit{
 		{file: "release.go", point: "set-release-lost", new: "_ = finish"}}},
+	{name: "a held mark refused after the release's context ended leaves the node", run: "TestReleaseLateRefusedMark", edits: []mutantEdit{
+		{file: "release.go", point: "release-late", new: "if zkclient.ConnectionLoss(r.Err) {"}}},
 	{name: "a set release refused after its context ended leaves its nodes", run: "TestReleaseAllContextEndsFirst", edits: []mutantEdit{
 		{file: "release.go", point: "set-release-late", new: "if false {"}}},
 	{name: "a set release the server refused counts as done", run: "TestReleaseAllRefused", edits: []mutantEdit{

@@ -40,6 +40,7 @@ func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string
 	// leaves the node to finish: a connection lost, or a held mark refused
 	// (an ACL without WRITE), where a plain delete may pass.
 	late := func(r zkclient.Reply[struct{}]) {
+		// mutant: release-late
 		if r.Err != nil && !nodeGone(r.Err) {
 			l.finish(c, path, "", session)
 		}

@@ -124,7 +124,7 @@ func (c *Client) Ref() {
 func (c *Client) Unref() {
 	clients.mu.Lock()
 	defer clients.mu.Unlock()
-	if c.refs--; c.refs == 0 {
+	if c.refs--; c.refs == 0 && clients.m[c.zk] == c {
 		delete(clients.m, c.zk)
 		if c.unlisten != nil {
 			c.unlisten()
@@ -212,7 +212,13 @@ func request[T any](c *Client, ctx context.Context, renews bool, op func() (T, e
 		return r
 	case <-ctx.Done():
 		if late != nil {
-			go func() { late(<-ch) }()
+			// The caller may let go of c before the answer comes: its
+			// handler uses c (a background deletion) until it returns.
+			c.Ref()
+			go func() {
+				defer c.Unref()
+				late(<-ch)
+			}()
 		}
 		return Reply[T]{Err: ctx.Err()}
 	}
