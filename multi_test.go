@@ -92,16 +92,20 @@ func TestReleaseAllLostAnswer(t *testing.T) {
 				s := newFakeServer()
 				c := s.conn()
 				grants := lockSet(t, c)
-				lose := func(op, _ string) error {
-					if op == "multi" {
-						return zk.ErrConnectionClosed
-					}
-					return nil
-				}
 				if applied {
-					c.setAfter(func(op, p string, err error) error { return cmpErr(lose(op, p), err) })
+					c.setAfter(func(op, _ string, err error) error {
+						if op == "multi" {
+							return zk.ErrConnectionClosed
+						}
+						return err
+					})
 				} else {
-					c.setBefore(lose)
+					c.setBefore(func(op, _ string) error {
+						if op == "multi" {
+							return zk.ErrConnectionClosed
+						}
+						return nil
+					})
 				}
 				err := ReleaseAll(t.Context(), grants...)
 				require.ErrorIs(t, err, errFinishing)
@@ -116,14 +120,6 @@ func TestReleaseAllLostAnswer(t *testing.T) {
 			})
 		})
 	}
-}
-
-// cmpErr is lost's error if there is one, else err.
-func cmpErr(lost, err error) error {
-	if lost != nil {
-		return lost
-	}
-	return err
 }
 
 // Grants that are not the owners of held nodes are released as Release

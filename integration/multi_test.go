@@ -441,12 +441,7 @@ func TestQueueShowsSet(t *testing.T) {
 	ctx := testContext(t)
 	root := zktest.LockPath(t, "/multi")
 	paths := []string{root + "/a", root + "/b", root + "/c"}
-	reqs := make([]rwlock.Request, len(paths))
-	for i, p := range paths {
-		reqs[i] = rwlock.Request{Lock: a.lock(t, p), Mode: rwlock.Write}
-	}
-	grants, err := rwlock.LockAll(ctx, reqs...)
-	require.NoError(t, err)
+	grants := writeSet(t, ctx, a, paths)
 	for i, p := range paths {
 		q, err := b.lock(t, p).Queue(ctx)
 		require.NoError(t, err)
@@ -555,13 +550,8 @@ func TestReleaseAllRefusedByACL(t *testing.T) {
 	ctx := testContext(t)
 	root := zktest.LockPath(t, "/multi")
 	paths := []string{root + "/a", root + "/b", root + "/c"}
-	reqs := make([]rwlock.Request, len(paths))
-	for i, p := range paths {
-		reqs[i] = rwlock.Request{Lock: a.lock(t, p), Mode: rwlock.Write}
-	}
-	grants, err := rwlock.LockAll(ctx, reqs...)
-	require.NoError(t, err)
-	_, err = admin.conn.SetACL(paths[1], zk.WorldACL(zk.PermAll&^zk.PermDelete), -1)
+	grants := writeSet(t, ctx, a, paths)
+	_, err := admin.conn.SetACL(paths[1], zk.WorldACL(zk.PermAll&^zk.PermDelete), -1)
 	require.NoError(t, err)
 
 	err = rwlock.ReleaseAll(ctx, grants...)
@@ -615,4 +605,16 @@ func TestFaultReleaseAllLostMulti(t *testing.T) {
 			waitNodes(t, checker.conn, root+"/b", 10*time.Second)
 		})
 	}
+}
+
+// writeSet takes the write locks of paths on a with one LockAll.
+func writeSet(t *testing.T, ctx context.Context, a *client, paths []string) []*rwlock.Grant {
+	t.Helper()
+	reqs := make([]rwlock.Request, len(paths))
+	for i, p := range paths {
+		reqs[i] = rwlock.Request{Lock: a.lock(t, p), Mode: rwlock.Write}
+	}
+	grants, err := rwlock.LockAll(ctx, reqs...)
+	require.NoError(t, err)
+	return grants
 }
