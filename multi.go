@@ -116,15 +116,14 @@ func ReleaseAll(ctx context.Context, grants ...*Grant) error {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
-	release := func(g *Grant) {
-		wg.Go(func() {
-			if err := g.Release(ctx); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
+	report := func(err error) {
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
 	}
+	release := func(g *Grant) { wg.Go(func() { report(g.Release(ctx)) }) }
 	for c, gs := range together {
 		if len(gs) == 1 {
 			alone = append(alone, gs[0])
@@ -132,11 +131,7 @@ func ReleaseAll(ctx context.Context, grants ...*Grant) error {
 		}
 		wg.Go(func() {
 			left, err := releaseTogether(ctx, c, gs)
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
+			report(err)
 			for _, g := range left {
 				release(g)
 			}
