@@ -474,6 +474,7 @@ func (a *acquisition) newGrant() *Grant {
 	// waiting on us takes the mark as our deletion, at no request (see
 	// await).
 	g.markRelease = a.mode == Write && a.waited
+	g.precedes = a.l.revocationsOn(a.c, false).before(a.c)
 	g.watchFrom(a.own, a.dir)
 	a.l.peerWatch.join(g, a.dir)
 	return g

@@ -68,7 +68,15 @@ type fakeConn struct {
 	// replayOrder, if set, orders the events a reconnection sends again:
 	// go-zookeeper's SetWatches lists the watches from a map.
 	replayOrder func([]heldEvent)
-	watches     map[watchKey][]chan zk.Event // guarded by s.mu
+	// lateReplay, if set, keeps the events a reconnection sends again
+	// until replay, as go-zookeeper does: it sends SetWatches on a
+	// goroutine of its own, so answers to requests made after the
+	// reconnection may come first; and an event fires every channel that
+	// go-zookeeper has for the node and kind by then, a channel set by a
+	// read after the reconnection included (late: the events kept).
+	lateReplay bool
+	late       []lateEvent                  // guarded by s.mu
+	watches    map[watchKey][]chan zk.Event // guarded by s.mu
 
 	// Events for this session are held back while it is disconnected, as
 	// the server can only send them once the client is back (go-zookeeper
@@ -143,6 +151,12 @@ func (c *fakeConn) hook() (before func(string, string) error, after func(string,
 	c.hooks.Lock()
 	defer c.hooks.Unlock()
 	return c.hBefore, c.hAfter
+}
+
+// A lateEvent fires every channel of its node and kind (see lateReplay).
+type lateEvent struct {
+	k  watchKey
+	ev zk.Event
 }
 
 type heldEvent struct {
@@ -402,6 +416,12 @@ func (s *fakeServer) fire(p string, kind watchKind, typ zk.EventType) {
 			ch <- ev
 			close(ch)
 		}
+		if c.lateReplay && zk.State(c.state.Load()) != zk.StateHasSession && len(c.watches[k]) > 0 {
+			// Kept registered: replay fires them, and those set meanwhile.
+			c.held = slices.DeleteFunc(c.held, func(h heldEvent) bool { return slices.Contains(c.watches[k], h.ch) })
+			c.late = append(c.late, lateEvent{k, zk.Event{Type: typ, State: zk.StateHasSession, Path: p}})
+			continue
+		}
 		delete(c.watches, k)
 	}
 }
@@ -628,6 +648,28 @@ func (c *fakeConn) reconnect() {
 	if c.replayOrder != nil {
 		c.replayOrder(c.held)
 	}
+	if !c.lateReplay {
+		c.replayLocked()
+	}
+}
+
+// replay sends the events that a reconnection with lateReplay kept, to
+// every channel of their node and kind.
+func (c *fakeConn) replay() {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	for _, h := range c.late {
+		for _, ch := range c.watches[h.k] {
+			ch <- h.ev
+			close(ch)
+		}
+		delete(c.watches, h.k)
+	}
+	c.late = nil
+	c.replayLocked()
+}
+
+func (c *fakeConn) replayLocked() {
 	for _, h := range c.held {
 		h.ch <- h.ev
 		close(h.ch)

@@ -45,10 +45,11 @@ type Grant struct {
 	unwatch   func()                    // stops the node watch's callback; guarded by mu
 	unnest    func()                    // for a nested grant: stops the outer's hook; guarded by mu
 
-	revoked    chan struct{} // Revoked's; nil until asked for; guarded by mu
-	holdEnd    time.Time     // WithMaxHold: when the node goes (guarded by mu once granted); zero for no limit
-	holdNotice time.Time     // WithMaxHold: when the grant ends (see holdlimit.go)
-	holdHead   time.Duration // WithMaxHold: the head start, from holdNotice or from a later notice to the node's going
+	revoked    chan struct{}   // Revoked's; nil until asked for; guarded by mu
+	precedes   *zkclient.Watch // the directory's data watch, if the grant is known to come before it fires (see revoke.go)
+	holdEnd    time.Time       // WithMaxHold: when the node goes (guarded by mu once granted); zero for no limit
+	holdNotice time.Time       // WithMaxHold: when the grant ends (see holdlimit.go)
+	holdHead   time.Duration   // WithMaxHold: the head start, from holdNotice or from a later notice to the node's going
 
 	token       atomic.Int64 // czxid of node (see acquisition.dated), set before the grant is returned
 	markRelease bool         // release marks the node held (see Release)
@@ -343,7 +344,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	}
 	d := &Grant{
 		l: l, c: g.c, mode: Read, node: g.node, session: g.session,
-		markRelease: g.markRelease, setLines: g.setLines,
+		markRelease: g.markRelease, setLines: g.setLines, precedes: g.precedes,
 	}
 	d.initContext()
 	d.token.Store(g.token.Load())

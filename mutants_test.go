@@ -81,6 +81,16 @@ var mutants = []mutant{
 		{file: "release.go", point: "release-late", new: "if zkclient.ConnectionLoss(r.Err) {"}}},
 	{name: "a set release refused after its context ended leaves its nodes", run: "TestReleaseAllContextEndsFirst", edits: []mutantEdit{
 		{file: "release.go", point: "set-release-late", new: "if false {"}}},
+	// Revocation changes no grant, so the simulation, which checks the
+	// grants, has nothing to find: unit tests cover whom it reaches.
+	{name: "a revocation reaches its holders only through the names", run: "TestRevokeToldByTheFirstWrite", edits: []mutantEdit{
+		{file: "revoke.go", point: "revoke-no-notice", new: "_ = n"}}},
+	{name: "a grant that a revocation fired its watch after is told only by the next read", run: "TestRevokeListeningIsFreeOnceSet",
+		edits: []mutantEdit{{file: "revoke.go", point: "revoke-listen-precedes",
+			new: "if slices.Contains(rv.named, n.Seq) && rv.unchangedLocked(g.c) != nil {"}}},
+	{name: "a grant made after a reconnection is taken to come before the watch set until then", run: "TestRevokeAcrossAReconnection",
+		edits: []mutantEdit{{file: "revoke.go", point: "revoke-base-reconnected",
+			new: "if n, known := c.ConnectCount(); false && (!known || n != rv.connects) {"}}},
 	{name: "a set release the server refused counts as done", run: "TestReleaseAllRefused", edits: []mutantEdit{
 		{file: "multi.go", point: "set-release-refused", new: "if false {"}}},
 	// The rule the lock had before its lease clock: a grant judged by

@@ -22,47 +22,84 @@ import (
 // releasing, as it would anyway; one that never looks keeps its grant.
 // Peers see nothing: the directory keeps its children.
 //
-// Whom it reaches: the request names the nodes that held the lock when it
-// was made (Revoke lists the queue first), by sequence number, so a grant
-// made later, a waiter granted later included, is not revoked.
+// Whom it reaches. Revoke writes the request twice: first naming no node,
+// then, after a listing of the queue, naming the nodes (by sequence
+// number) that hold at that listing. So it reaches every grant that holds
+// at the listing, and a listening holder as soon as the first write's
+// notification reaches it, if the holder knows that its grant came before
+// that write (below). It never reaches a node first held after Revoke's
+// last write, in ZooKeeper's order of events: the names are of nodes that
+// held before it, and a notification revokes only grants known to come
+// before the write that fired it. A grant made between the listing and
+// the second write may or may not be reached.
 //
-// What it costs: Revoke sends a listing and the write, and a read between
-// them only when a writer of ours holds with a reader of ours queued
-// behind it (see holders). An acquisition pays nothing. Grant.Revoked,
-// WithRead and WithWrite listen: the lock keeps one data watch on its
-// directory, set with one read by the first grant of the session that
-// listens, kept while nobody listens (a watch costs nothing until it
-// fires), and read again, with a new watch, each time it fires while
-// someone listens. A revocation reaches a listening holder in one
-// notification and that read.
+// How fast: a listening holder is told by the notification of the first
+// write alone, with no request, when it knows that its grant came before
+// that write. In one session ZooKeeper sends a watch's notification before
+// any answer or notification that shows a later state, so a grant decided
+// on a packet read before the notification of the directory's data watch
+// came before the write that fired it. A grant knows that when:
+//   - the watch was set, and had not fired, when the grant was made, with no
+//     new connection since the read that set it (after a reconnection, the
+//     watches set again may fire after answers that show a later state); or
+//   - it listened before the read that set the watch was sent: that read
+//     was answered after the grant, and the watch fires only for a change
+//     that the read did not show, since it is the only channel that
+//     go-zookeeper has for the directory's data on the connection (see
+//     revocations).
+// Any other listener (one granted while the watch was being set again) is
+// judged by the names of the read that follows, as a late listener is.
+// So a revocation reaches a listening holder in one notification after the
+// write; the listing and the second write are for the rest. Any change of
+// the directory's data is taken for a revocation: it belongs to the lock
+// (an application must not watch it on the lock's connection either).
+//
+// What it costs: Revoke sends the two writes and the listing, and a read
+// only when a writer of ours holds with a reader of ours queued behind it
+// (see holders). An acquisition pays nothing. Grant.Revoked, WithRead and
+// WithWrite listen: the lock keeps one data watch on its directory, set
+// with one read by the first grant of the session that listens, kept while
+// nobody listens (a watch costs nothing until it fires), and read again,
+// with a new watch, each time it fires.
 
-// Revoke asks the grants that hold the lock now, in this process or any
-// other, to let go, for reason: their Revoked channels close, and WithRead's
-// and WithWrite's functions see their context cancelled with cause
-// ErrRevoked. It never deletes a node and never changes who is granted: a
-// holder that does not look keeps its grant. Revoking a lock nobody holds
-// does nothing. A later Revoke replaces an earlier one.
+// Revoke asks the grants that hold the lock, in this process or any other,
+// to let go, for reason: their Revoked channels close, and WithRead's and
+// WithWrite's functions see their context cancelled with cause ErrRevoked.
+// It reaches every grant that holds when it lists the queue, and a holder
+// that listens as soon as its first write reaches it; never a node first
+// held after it wrote for the last time (a nested, coalesced or downgraded
+// grant shares its node's fate). It never deletes a node and never
+// changes who is granted: a holder that does not look keeps its grant.
+// Revoking a lock nobody holds reaches nobody. A later Revoke replaces an
+// earlier one.
 func (l *RWLock) Revoke(ctx context.Context, reason string) error {
 	if l.conn == nil {
 		return errorf("rwlock: revoke: %w: the RWLock was not made by New", ErrInvalidArgument)
 	}
 	c := zkclient.For(l.conn)
 	defer c.Unref()
-	held, err := l.holders(ctx, c)
+	// The first write reaches the holders that listen; the names, the rest.
+	gone, err := l.writeRevocation(ctx, c, reason, nil)
+	if err == nil && !gone {
+		var held []int32
+		if held, err = l.holders(ctx, c); err == nil && len(held) > 0 {
+			_, err = l.writeRevocation(ctx, c, reason, held)
+		}
+	}
 	if err != nil {
 		return errorf("rwlock: revoke %s: %w", l.path, err)
 	}
-	if len(held) == 0 {
-		return nil
-	}
-	r := c.Set(ctx, l.path, lockname.Revocation(reason, l.owner, held))
-	switch {
-	case errors.Is(r.Err, zk.ErrNoNode):
-		return nil // every holder left, and the directory with them
-	case r.Err != nil:
-		return errorf("rwlock: revoke %s: %w", l.path, r.Err)
-	}
 	return nil
+}
+
+// writeRevocation writes a revocation naming held into the directory's
+// data; gone reports a missing directory, where nobody holds the lock.
+func (l *RWLock) writeRevocation(ctx context.Context, c *zkclient.Client, reason string, held []int32) (gone bool, err error) {
+	r := c.Set(ctx, l.path, lockname.Revocation(reason, l.owner, held))
+	if errors.Is(r.Err, zk.ErrNoNode) {
+		return true, nil
+	}
+	return false, r.Err
 }
 
 // holders returns the sequence numbers of the nodes that hold the lock, as
@@ -136,9 +173,10 @@ func heldSeqs(nodes []lockNode, downgraded bool) []int32 {
 }
 
 // Revoked returns a channel that is closed when a revocation (see
-// RWLock.Revoke) that names this grant reaches its holder. A downgraded
-// grant and a nested one are revoked with the node they hold. The first
-// call of a session on a lock costs one request; later ones cost none.
+// RWLock.Revoke) made while this grant's node held reaches its holder. A
+// downgraded grant and a nested one are revoked with the node they hold.
+// The first call of a session on a lock costs one request; later ones cost
+// none.
 func (g *Grant) Revoked() <-chan struct{} {
 	r := g.root()
 	r.mu.Lock()
@@ -149,7 +187,7 @@ func (g *Grant) Revoked() <-chan struct{} {
 	ch := r.revoked
 	r.mu.Unlock()
 	if listen && r.ctx.Err() == nil {
-		r.l.revocations.listen(r)
+		r.l.revocationsOn(r.c, true).listen(r)
 	}
 	return ch
 }
@@ -165,21 +203,91 @@ func (g *Grant) revoke() {
 	}
 }
 
-// revocations are one lock's listening grants and its directory watch.
+// revocations are the listening grants of one lock directory on one
+// connection, and their watch on the directory: one per connection and
+// path, whatever the number of RWLock values (see revocationsOn).
+//
+// go-zookeeper fires every channel it has for a node when an event comes,
+// so a second channel on the directory, set before a reconnection and sent
+// again after it, would fire a channel set by a read after the
+// reconnection for a change that read already showed. So one goroutine
+// reads, and it sends a read only once the channel of its last read has
+// fired (or none was set): never two channels at once.
 //
 // The watch outlives its listeners: once set, it costs nothing until the
 // directory's data changes, which only a revocation does (or the
 // directory's deletion, or the session's end). So only the first listener
 // of a lock in a session pays the read that sets it; later ones find it
-// set and unfired, check the request it last read (a revocation that came
-// between their grant and their listening), and wait on it.
+// set, and a grant made while it is set and unfired is known to come
+// before whatever fires it (see the top of this file).
 type revocations struct {
 	mu        sync.Mutex
-	listeners map[*Grant]int32 // listening grants, by their node's sequence number
-	reading   bool             // a goroutine reads the directory or waits on watch
-	idle      chan struct{}    // closed when the last listener leaves: the goroutine stops
-	watch     *zkclient.Watch  // the directory's data watch, set by the last read; nil before
-	named     []int32          // the nodes named by the request the last read found
+	listeners map[*Grant]listener
+	reading   bool            // the goroutine runs
+	idle      chan struct{}   // closed when the last listener leaves: the goroutine stops if it waits
+	watch     *zkclient.Watch // the directory's data watch, private to the last read; nil before
+	readNo    uint64          // the number of that read
+	connects  uint64          // the connection's session count when that read was sent and answered
+	steady    bool            // connects is known, and the same before and after that read
+	named     []int32         // the nodes named by the request that read found
+	sent      uint64          // the reads sent so far
+}
+
+// A listener is a listening grant: its node's sequence number, and how
+// many reads had been sent when it began to listen (any later read was
+// sent after its grant).
+type listener struct {
+	seq  int32
+	sent uint64
+}
+
+// revocationsOn returns the revocations of the lock's directory on c;
+// with none made yet, nil, unless make.
+func (l *RWLock) revocationsOn(c *zkclient.Client, make bool) *revocations {
+	var fn func() any
+	if make {
+		fn = func() any { return new(revocations) }
+	}
+	rv, _ := c.Shared(l.path, fn).(*revocations)
+	return rv
+}
+
+// before returns the directory's watch if a grant made now is known to
+// come before whatever fires it: set and not fired, with no new connection
+// since the read that set it. Else nil. The check is made after the
+// packet that decided the grant was read, which can only make it say nil
+// more often.
+func (rv *revocations) before(c *zkclient.Client) *zkclient.Watch {
+	if rv == nil {
+		return nil
+	}
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	return rv.unchangedLocked(c)
+}
+
+// unchangedLocked returns the directory's watch if it is set and has not
+// fired, with no new connection since the read that set it: then the
+// directory's data is as that read found it. Else nil.
+func (rv *revocations) unchangedLocked(c *zkclient.Client) *zkclient.Watch {
+	w := rv.watch
+	if w == nil || !rv.steady {
+		return nil
+	}
+	// mutant: revoke-base-reconnected
+	if n, known := c.ConnectCount(); !known || n != rv.connects {
+		return nil
+	}
+	if w.FiredNow() {
+		return nil
+	}
+	return w
+}
+
+// revoking reports whether w, a directory watch, fired for a change of the
+// directory's data: a revocation.
+func revoking(w *zkclient.Watch) bool {
+	return w != nil && w.FiredNow() && w.Event().Type == zk.EventNodeDataChanged
 }
 
 // listen adds g, a grant that owns its node, to the listeners until it
@@ -190,28 +298,31 @@ func (rv *revocations) listen(g *Grant) {
 		return
 	}
 	rv.mu.Lock()
-	if slices.Contains(rv.named, n.Seq) && rv.watch != nil && !rv.watch.FiredNow() {
-		// Asked to let go between its grant and now, as the last read
-		// found, and nothing changed since.
+	// Under mu: a fire that these checks miss is handled by revokeBefore,
+	// which finds g among the listeners.
+	// mutant: revoke-listen-precedes
+	if revoking(g.precedes) || slices.Contains(rv.named, n.Seq) && rv.unchangedLocked(g.c) != nil {
+		// A revocation was written while g held, before it listened; or
+		// the last read named g, and nothing changed since.
 		rv.mu.Unlock()
 		g.l.debug("revoked", g.node)
 		g.revoke()
 		return
 	}
 	if rv.listeners == nil {
-		rv.listeners = make(map[*Grant]int32)
+		rv.listeners = make(map[*Grant]listener)
 	}
-	rv.listeners[g] = n.Seq
+	rv.listeners[g] = listener{n.Seq, rv.sent}
 	start := !rv.reading
-	if start {
-		rv.reading, rv.idle = true, make(chan struct{})
-	}
-	w := rv.watch
+	rv.reading = true
+	w, no := rv.watch, rv.readNo
 	rv.mu.Unlock()
 	g.whenEnded(func(error) { rv.leave(g) })
 	if start {
-		g.l.background.Add(1)
-		go rv.read(g.l, g.c, w)
+		// Not the lock's background work: it ends when the listeners
+		// leave, whichever lock they are of.
+		g.c.Ref()
+		go rv.read(g.l, g.c, w, no)
 	}
 }
 
@@ -223,56 +334,86 @@ func (rv *revocations) leave(g *Grant) {
 		return
 	}
 	delete(rv.listeners, g)
-	rv.stopIfIdleLocked()
+	rv.idleLocked()
 }
 
-// stopIf marks the reading stopped, if it is still the one that idle ends.
-func (rv *revocations) stopIf(idle chan struct{}) {
+// idleLocked tells the goroutine, if nobody listens.
+func (rv *revocations) idleLocked() {
+	if len(rv.listeners) == 0 && rv.idle != nil {
+		close(rv.idle)
+		rv.idle = nil
+	}
+}
+
+// carryOn returns, while anyone listens, the channel that closes when the
+// last listener leaves. Else it marks the goroutine stopped, and stop is
+// true: a listener that comes later starts another.
+func (rv *revocations) carryOn() (idle chan struct{}, stop bool) {
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
-	if rv.idle == idle && rv.reading {
+	if len(rv.listeners) == 0 {
 		rv.reading = false
-		close(rv.idle)
+		return nil, true
 	}
+	if rv.idle == nil {
+		rv.idle = make(chan struct{})
+	}
+	return rv.idle, false
 }
 
-func (rv *revocations) stopIfIdleLocked() {
-	if len(rv.listeners) == 0 && rv.reading {
-		rv.reading = false
-		close(rv.idle)
-	}
-}
-
-// read waits for w, the directory's data watch, to fire (it reads at once
-// if w is nil or has fired), then reads the directory's data with a new
-// watch, revokes the listeners it names, and waits again, while anyone
-// listens. The client is the grant's that started it; grants hold a
-// reference to it.
-func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch) {
-	defer l.background.Done()
+// stop marks the goroutine stopped, listeners or not.
+func (rv *revocations) stop() {
 	rv.mu.Lock()
-	idle := rv.idle
-	rv.mu.Unlock()
+	defer rv.mu.Unlock()
+	rv.reading = false
+}
+
+// read waits for w, the directory's data watch set by read number n, to
+// fire (it reads at once if w is nil), revokes the listeners known to
+// have been granted before, then reads the directory's data with a new
+// watch, revokes the listeners it names, and waits again, while anyone
+// listens. A read once sent is always answered and kept, so that the
+// watch it sets is known, listeners or not. It holds a reference to c.
+func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n uint64) {
+	defer c.Unref()
 	// No context ends the read: a read given up would still set its watch
-	// later, and leave it behind; the client's close ends it instead.
+	// later, and another read would set a second; the client's close ends
+	// it instead.
 	ctx := context.Background()
 	var retry zkclient.Backoff
 	for {
 		if w != nil {
+			idle, stop := rv.carryOn()
+			if stop {
+				return // nobody listens; the watch stays
+			}
 			select {
 			case <-w.Fired():
 			case <-idle:
-				return
+				continue
+			}
+			if revoking(w) {
+				// mutant: revoke-no-notice
+				rv.revokeBefore(w, n)
 			}
 		}
-		r, next := c.GetW(ctx, l.path)
+		rv.mu.Lock()
+		rv.sent++
+		n = rv.sent
+		rv.mu.Unlock()
+		connects, known := c.ConnectCount()
+		r, next := c.GetWPrivate(ctx, l.path)
+		after, _ := c.ConnectCount()
+		steady := known && after == connects
 		switch {
-		case isClosed(idle):
-			rv.keep(next, r.V.Data, r.Err)
-			return // nobody listens any more
 		case r.Err != nil && zkclient.ConnectionLoss(r.Err):
+			// No watch was set: read again, if anyone listens.
+			rv.keep(nil, n, 0, false, nil, r.Err)
+			if _, stop := rv.carryOn(); stop {
+				return
+			}
 			if retry.Wait(ctx, c.Conn()) != nil {
-				rv.stopIf(idle)
+				rv.stop()
 				return
 			}
 			w = nil
@@ -281,18 +422,20 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch) {
 			// The directory is gone (with every node in it) or the client
 			// closed or expired: the listeners' grants end too. A listener
 			// that comes later starts reading again.
+			rv.keep(nil, n, 0, false, nil, r.Err)
 			l.debug("no longer listening for revocations: "+r.Err.Error(), l.path)
-			rv.stopIf(idle)
+			rv.stop()
 			return
 		}
-		rv.revoke(rv.keep(next, r.V.Data, nil))
+		retry = zkclient.Backoff{}
+		rv.revoke(rv.keep(next, n, connects, steady, r.V.Data, nil))
 		w = next
 	}
 }
 
-// keep records what a read of the directory found, and returns the nodes
-// it names.
-func (rv *revocations) keep(w *zkclient.Watch, data []byte, err error) []int32 {
+// keep records what read number n of the directory found, and returns the
+// nodes it names.
+func (rv *revocations) keep(w *zkclient.Watch, n, connects uint64, steady bool, data []byte, err error) []int32 {
 	var named []int32
 	if err == nil {
 		_, _, named, _ = lockname.ParseRevocation(data)
@@ -300,24 +443,35 @@ func (rv *revocations) keep(w *zkclient.Watch, data []byte, err error) []int32 {
 		w = nil
 	}
 	rv.mu.Lock()
-	rv.watch, rv.named = w, named
+	rv.watch, rv.readNo, rv.connects, rv.steady, rv.named = w, n, connects, steady, named
 	rv.mu.Unlock()
 	return named
 }
 
+// revokeBefore revokes the listeners known to have been granted before w,
+// set by read number n, fired: those that listened before that read was
+// sent, and those granted while w was set and unfired.
+func (rv *revocations) revokeBefore(w *zkclient.Watch, n uint64) {
+	rv.revokeIf(func(g *Grant, ls listener) bool { return ls.sent < n || g.precedes == w })
+}
+
 // revoke revokes the listeners whose nodes are named.
 func (rv *revocations) revoke(nodes []int32) {
+	rv.revokeIf(func(_ *Grant, ls listener) bool { return slices.Contains(nodes, ls.seq) })
+}
+
+func (rv *revocations) revokeIf(hit func(*Grant, listener) bool) {
 	rv.mu.Lock()
-	var hit []*Grant
-	for g, seq := range rv.listeners {
-		if slices.Contains(nodes, seq) {
-			hit = append(hit, g)
+	var revoked []*Grant
+	for g, ls := range rv.listeners {
+		if hit(g, ls) {
+			revoked = append(revoked, g)
 			delete(rv.listeners, g)
 		}
 	}
-	rv.stopIfIdleLocked()
+	rv.idleLocked()
 	rv.mu.Unlock()
-	for _, g := range hit {
+	for _, g := range revoked {
 		g.l.debug("revoked", g.node)
 		g.revoke()
 	}

@@ -71,22 +71,189 @@ func TestRevokeCancelsWithWrite(t *testing.T) {
 	})
 }
 
-// Revoking a lock nobody holds writes nothing; a lock that nobody asks to
-// listen pays no request for revocations.
+// Revoking a lock nobody holds reaches nobody: its request names no node,
+// and the next holder is not revoked. A lock that nobody asks to listen
+// pays no request for revocations.
 func TestRevokeOfNobody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
 		ctx := t.Context()
 		c := s.conn()
 		l := newLock(t, c)
-		require.NoError(t, l.Revoke(ctx, "nobody")) // no directory even
+		assert.Equal(t, int64(1), c.cost(func() { require.NoError(t, l.Revoke(ctx, "nobody")) }),
+			"no directory even: the first write finds none")
 		g, err := l.Lock(ctx)
 		require.NoError(t, err)
 		require.NoError(t, g.Release(ctx))
-		require.NoError(t, l.Revoke(ctx, "nobody"))
+		assert.Equal(t, int64(2), c.cost(func() { require.NoError(t, l.Revoke(ctx, "nobody")) }),
+			"the first write and the listing; no names to write")
 		data, _, err := c.Get(dir)
 		require.NoError(t, err)
-		assert.Empty(t, data)
+		_, _, nodes, ok := lockname.ParseRevocation(data)
+		require.True(t, ok)
+		assert.Empty(t, nodes)
+		next, err := l.Lock(ctx)
+		require.NoError(t, err)
+		revoked := next.Revoked()
+		synctest.Wait()
+		assert.False(t, isClosed(revoked))
+		require.NoError(t, next.Release(ctx))
+	})
+}
+
+// A listening holder is told by the notification of Revoke's first write,
+// before Revoke has listed the queue: whether it listened before the read
+// that set the watch, or was granted while the watch was set. A grant
+// made after that notification is judged by the names.
+func TestRevokeToldByTheFirstWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		early, err := l.RLock(ctx)
+		require.NoError(t, err)
+		earlyRevoked := early.Revoked() // the first listener: its read sets the watch
+		synctest.Wait()
+		set, err := l.RLock(ctx) // granted while the watch is set
+		require.NoError(t, err)
+		setRevoked := set.Revoked()
+
+		op := s.conn()
+		listed := make(chan struct{})
+		var late *Grant
+		op.setBefore(func(o, p string) error {
+			if o == "children" && p == dir {
+				synctest.Wait()
+				assert.True(t, isClosed(earlyRevoked), "told before the listing: it listened before the read")
+				assert.True(t, isClosed(setRevoked), "told before the listing: granted while the watch was set")
+				late, err = l.RLock(ctx) // granted after the first write's notification
+				require.NoError(t, err)
+				close(listed)
+			}
+			return nil
+		})
+		require.NoError(t, newLock(t, op).Revoke(ctx, "stop"))
+		<-listed
+		lateRevoked := late.Revoked()
+		synctest.Wait()
+		assert.True(t, isClosed(lateRevoked), "held at the listing: named by the second write")
+		require.NoError(t, early.Release(ctx))
+		require.NoError(t, set.Release(ctx))
+		require.NoError(t, late.Release(ctx))
+	})
+}
+
+// A waiter granted after the first write's notification, before Revoke's
+// listing, is named by the second write; a grant made after Revoke
+// returned is not told.
+func TestRevokeReachesAGrantMadeBeforeTheListing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		holder, err := l.Lock(ctx)
+		require.NoError(t, err)
+		holderRevoked := holder.Revoked()
+		synctest.Wait()
+		w := start(ctx, newLock(t, c).Lock)
+		synctest.Wait()
+		pending(t, w)
+
+		op := s.conn()
+		var next *Grant
+		var nextRevoked <-chan struct{}
+		op.setBefore(func(o, p string) error {
+			if o == "children" && p == dir {
+				synctest.Wait()
+				require.True(t, isClosed(holderRevoked), "the holder, told by the first write")
+				require.NoError(t, holder.Release(ctx))
+				synctest.Wait()
+				next = granted(t, w)
+				nextRevoked = next.Revoked()
+				synctest.Wait()
+			}
+			return nil
+		})
+		require.NoError(t, newLock(t, op).Revoke(ctx, "the holder"))
+		synctest.Wait()
+		assert.True(t, isClosed(nextRevoked), "it held at the listing: named")
+		require.NoError(t, next.Release(ctx))
+
+		// And one granted after Revoke returned is not told.
+		after, err := l.Lock(ctx)
+		require.NoError(t, err)
+		afterRevoked := after.Revoked()
+		synctest.Wait()
+		assert.False(t, isClosed(afterRevoked))
+		require.NoError(t, after.Release(ctx))
+	})
+}
+
+// After a reconnection, go-zookeeper sets its watches again on a goroutine
+// of its own: a revocation made while the connection was down may be
+// notified after the answer that grants a waiter, which came after it. So
+// a grant made after a reconnection is not taken to come before the watch
+// set until then: it is judged by the names.
+func TestRevokeAcrossAReconnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		holder, err := l.RLock(ctx)
+		require.NoError(t, err)
+		holderRevoked := holder.Revoked()
+		synctest.Wait() // the watch is set
+
+		c.lateReplay = true
+		c.disconnect()
+		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "the holder"))
+		c.reconnect()
+		next, err := l.RLock(ctx) // granted on an answer that shows the revocation
+		require.NoError(t, err)
+		nextRevoked := next.Revoked()
+		synctest.Wait()
+		require.False(t, isClosed(holderRevoked), "the notification is still on its way")
+		c.replay()
+		synctest.Wait()
+		assert.True(t, isClosed(holderRevoked), "the holder, which held at the revocation")
+		assert.False(t, isClosed(nextRevoked), "granted after the revocation")
+		require.NoError(t, holder.Release(ctx))
+		require.NoError(t, next.Release(ctx))
+	})
+}
+
+// Two locks of one path on one connection share the directory's watch:
+// go-zookeeper fires every channel it has for a node, so a watch of one
+// lock, sent again after a reconnection, would fire the other's, set by a
+// read that came later and already showed the revocation.
+func TestRevokeTwoLocksAcrossAReconnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		a, b := newLock(t, c), newLock(t, c)
+		holder, err := a.RLock(ctx)
+		require.NoError(t, err)
+		holderRevoked := holder.Revoked()
+		synctest.Wait() // the watch is set
+
+		c.lateReplay = true
+		c.disconnect()
+		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "the holder"))
+		c.reconnect()
+		next, err := b.RLock(ctx) // granted after the revocation
+		require.NoError(t, err)
+		nextRevoked := next.Revoked()
+		synctest.Wait()
+		c.replay()
+		synctest.Wait()
+		assert.True(t, isClosed(holderRevoked), "the holder, which held at the revocation")
+		assert.False(t, isClosed(nextRevoked), "granted after the revocation")
+		require.NoError(t, holder.Release(ctx))
+		require.NoError(t, next.Release(ctx))
 	})
 }
 
@@ -114,6 +281,7 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		a, err := l.RLock(ctx)
 		require.NoError(t, err)
 		aRevoked := a.Revoked()
+		synctest.Wait()
 		b, err := l.RLock(ctx)
 		require.NoError(t, err)
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "a and b"))
@@ -121,22 +289,41 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		require.True(t, isClosed(aRevoked))
 		assert.Zero(t, c.cost(func() {
 			assert.True(t, isClosed(b.Revoked()), "b, revoked before it listened")
-		}), "the last read named b")
+		}), "b was granted while the watch was set, which the revocation fired")
 		require.NoError(t, a.Release(ctx))
 		require.NoError(t, b.Release(ctx))
 
-		// A revocation while nobody listens fires the watch: the next
-		// listener reads again.
+		// Whether the revocation's second write fired the watch again
+		// depends on when the read after its first write came: listen
+		// once more, so that the watch is set and unfired.
+		again, err := l.Lock(ctx)
+		require.NoError(t, err)
+		revoked := again.Revoked()
+		synctest.Wait()
+		assert.False(t, isClosed(revoked), "named by neither write")
+		require.NoError(t, again.Release(ctx))
+
+		// A revocation while nobody listens fires the watch. A grant made
+		// while it was set is known to come before it: told at no
+		// request. The next listener reads again.
 		g, err := l.Lock(ctx)
 		require.NoError(t, err)
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "g"))
 		synctest.Wait()
-		assert.Equal(t, int64(1), c.cost(func() {
+		assert.Zero(t, c.cost(func() {
 			revoked := g.Revoked()
 			synctest.Wait()
 			assert.True(t, isClosed(revoked))
-		}), "the read that finds the revocation and sets the watch again")
+		}), "granted while the watch was set, which a revocation fired since")
 		require.NoError(t, g.Release(ctx))
+		later, err := l.Lock(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), c.cost(func() {
+			revoked := later.Revoked()
+			synctest.Wait()
+			assert.False(t, isClosed(revoked))
+		}), "the read that sets the watch again")
+		require.NoError(t, later.Release(ctx))
 	})
 }
 
@@ -152,12 +339,12 @@ func TestRevokeReadsOnlyTheMarksThatDecide(t *testing.T) {
 		held      int    // how many, from the first, hold when Revoke runs
 		requests  int64  // Revoke's
 	}{
-		{name: "a writer alone", queue: []Mode{Write}, held: 1, requests: 2},
-		{name: "a writer before a writer", queue: []Mode{Write, Write}, held: 1, requests: 2},
-		{name: "readers before a writer", queue: []Mode{Read, Read, Write, Read}, held: 2, requests: 2},
-		{name: "a writer before readers", queue: []Mode{Write, Read, Read}, held: 1, requests: 3},
+		{name: "a writer alone", queue: []Mode{Write}, held: 1, requests: 3},
+		{name: "a writer before a writer", queue: []Mode{Write, Write}, held: 1, requests: 3},
+		{name: "readers before a writer", queue: []Mode{Read, Read, Write, Read}, held: 2, requests: 3},
+		{name: "a writer before readers", queue: []Mode{Write, Read, Read}, held: 1, requests: 4},
 		{name: "a downgraded writer and the readers that joined it", queue: []Mode{Write, Read, Read, Write, Read},
-			downgrade: true, held: 3, requests: 3},
+			downgrade: true, held: 3, requests: 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -216,8 +403,9 @@ func TestRevokeReadsOnlyTheMarksThatDecide(t *testing.T) {
 }
 
 // A first writer that leaves between Revoke's listing and its read of the
-// writer's mark is left out, as Queue leaves out a node that vanishes: the
-// reader its release granted is the holder named.
+// writer's mark is left out of the names, as Queue leaves out a node that
+// vanishes: the reader its release granted is the holder named. The
+// writer, which held at the first write, was told by it.
 func TestRevokeAfterTheFirstLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
@@ -232,17 +420,23 @@ func TestRevokeAfterTheFirstLeft(t *testing.T) {
 		c := s.conn()
 		c.setAfter(func(op, p string, err error) error {
 			if op == "children" {
+				synctest.Wait() // the holder's process has the first write's notification
 				require.NoError(t, g.Release(ctx))
 			}
 			return err
 		})
-		assert.Equal(t, int64(3), c.cost(func() { require.NoError(t, newLock(t, c).Revoke(ctx, "r")) }),
-			"the listing, the writer's mark (gone), the write")
+		assert.Equal(t, int64(4), c.cost(func() { require.NoError(t, newLock(t, c).Revoke(ctx, "r")) }),
+			"the first write, the listing, the writer's mark (gone), the second write")
 		rg := granted(t, r)
 		rRevoked := rg.Revoked()
 		synctest.Wait()
 		assert.True(t, isClosed(rRevoked), "the reader the release granted")
-		assert.False(t, isClosed(gRevoked), "the writer was gone before the revocation")
+		assert.True(t, isClosed(gRevoked), "the writer, which held at the first write")
+		data, _, err := c.Get(dir)
+		require.NoError(t, err)
+		_, _, nodes, ok := lockname.ParseRevocation(data)
+		require.True(t, ok)
+		assert.Equal(t, []int32{seqOf(t, path.Base(rg.node))}, nodes)
 		require.NoError(t, rg.Release(ctx))
 	})
 }
@@ -275,7 +469,7 @@ func TestRevokeWithPeers(t *testing.T) {
 			require.True(t, ok)
 			return nodes
 		}
-		assert.Equal(t, int64(2), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "peer")) }))
+		assert.Equal(t, int64(3), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "peer")) }))
 		assert.Equal(t, []int32{seqOf(t, writer)}, named())
 		data, _, err := peer.Get(dir + "/" + writer)
 		require.NoError(t, err)
@@ -291,7 +485,7 @@ func TestRevokeWithPeers(t *testing.T) {
 		w := start(ctx, lock(s.conn()).Lock)
 		synctest.Wait()
 		pending(t, w)
-		assert.Equal(t, int64(2), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "readers")) }))
+		assert.Equal(t, int64(3), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "readers")) }))
 		assert.Equal(t, []int32{seqOf(t, path.Base(rg.node)), seqOf(t, reader)}, named())
 		assert.True(t, isClosed(rRevoked))
 		require.NoError(t, rg.Release(ctx))

@@ -97,11 +97,10 @@ type RWLock struct {
 	maxHold        time.Duration // from WithMaxHold; 0 for none
 	dialect        Dialect
 
-	observers   []Observer      // from WithObserver
-	starters    []StartObserver // those of observers that hear of starts too
-	revocations revocations
-	peerWatch   peerWatch
-	coalesce    *coalescer // the shared read node; nil without WithReadCoalescing
+	observers []Observer      // from WithObserver
+	starters  []StartObserver // those of observers that hear of starts too
+	peerWatch peerWatch
+	coalesce  *coalescer // the shared read node; nil without WithReadCoalescing
 
 	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
 	noContainers atomic.Bool    // the server refused container nodes

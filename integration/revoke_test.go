@@ -57,6 +57,36 @@ func TestRevokeFromAnotherClient(t *testing.T) {
 	require.NoError(t, op.lock(t, empty).Revoke(ctx, "nobody holds it"), "a revocation of nobody is a no-op")
 }
 
+// A listening holder is told by Revoke's first write alone: the revoker's
+// proxy holds back every answer, so Revoke has not had even that write's
+// answer, let alone listed the queue, when the holder is told.
+func TestRevokeToldByTheFirstWrite(t *testing.T) {
+	srv := sharedServer(t)
+	p := faultproxy.Start(t, srv.Addr(0))
+	a, op := connect(t, srv.ConnectString(), 0), connect(t, p.Addr(), 20*time.Second)
+	ctx := testContext(t)
+	path := zktest.LockPath(t, "/revoke")
+	g, err := a.lock(t, path).Lock(ctx)
+	require.NoError(t, err)
+	revoked := g.Revoked()
+	waitWatchedBy(t, srv, path, path, a) // the directory's data watch: the holder listens
+	revoker := op.lock(t, path)
+
+	p.Hold(true)
+	done := make(chan error, 1)
+	go func() { done <- revoker.Revoke(ctx, "the migration is stuck") }()
+	told(t, revoked, 10*time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("Revoke returned (%v) while the proxy held its answers", err)
+	default:
+	}
+	p.Hold(false)
+	require.NoError(t, <-done)
+	require.NoError(t, g.Err(), "a revocation changes no grant")
+	require.NoError(t, g.Release(ctx))
+}
+
 // The holder's connection breaks as the revocation is made: the watch,
 // sent again when the client reconnects, fires for the change it missed.
 func TestRevokeThroughAReconnection(t *testing.T) {

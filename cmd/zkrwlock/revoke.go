@@ -18,7 +18,7 @@ zkrwlock exec holding it stops its command (SIGTERM, then SIGKILL after
 and WithRead's and WithWrite's function its context cancelled. Nothing is
 deleted and nobody else is granted the lock until the holders release it:
 a holder that does not listen keeps it. Waiters are not asked; revoking a
-lock nobody holds does nothing. 'zkrwlock queue' and 'ls' show the request.
+lock nobody holds reaches nobody. 'zkrwlock queue' and 'ls' show the request.
 
 %FLAGS%
 ` + exitCodes

@@ -1,7 +1,7 @@
 // Package faultproxy is a TCP proxy for fault tests: put it between one
 // client and its server, then partition them (Blackhole), drop their
 // connections (Cut) or make the server unreachable (Refuse), all on
-// 127.0.0.1. A framed proxy ([NewFramed]) understands ZooKeeper's framing
+// 127.0.0.1, or hold the server's answers back (Hold). A framed proxy ([NewFramed]) understands ZooKeeper's framing
 // and can start a partition right after a chosen kind of frame
 // ([Proxy.BlackholeAfter]).
 package faultproxy
@@ -34,6 +34,7 @@ type Proxy struct {
 	conns  map[net.Conn]struct{} // both ends of every open connection; guarded by mu
 	closed bool                  // guarded by mu
 	taps   []*tap                // waiting for a server frame; guarded by mu
+	resume chan struct{}         // while holding: closed when Hold ends; guarded by mu
 }
 
 // New starts a proxy on a free 127.0.0.1 port that forwards to target.
@@ -89,6 +90,36 @@ func (p *Proxy) Pass() { p.blackhole.Store(false) }
 // close by either side. A client notices only through its own timeouts, as
 // in a real network partition.
 func (p *Proxy) Blackhole() { p.blackhole.Store(true) }
+
+// Hold keeps what the server sends in the proxy while on: the client's
+// requests still reach the server, and are carried out, but no answer and
+// no notification reaches the client until Hold(false), when they all
+// arrive, in order. (The client times out if it is held past its read
+// timeout.)
+func (p *Proxy) Hold(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && p.resume == nil:
+		p.resume = make(chan struct{})
+	case !on && p.resume != nil:
+		close(p.resume)
+		p.resume = nil
+	}
+}
+
+// waitHeld waits while the proxy holds the server's bytes, or until Close.
+func (p *Proxy) waitHeld() {
+	p.mu.Lock()
+	resume := p.resume
+	p.mu.Unlock()
+	if resume != nil {
+		select {
+		case <-resume:
+		case <-p.ctx.Done():
+		}
+	}
+}
 
 // Refuse makes the server unreachable while on: new connections are accepted
 // and closed at once. Existing ones are untouched; Cut them if need be.
@@ -161,13 +192,13 @@ func (p *Proxy) serve(client net.Conn) {
 		if p.framed {
 			p.forwardFrames(server, client, false)
 		} else {
-			p.forward(server, client)
+			p.forward(server, client, false)
 		}
 	}()
 	if p.framed {
 		p.forwardFrames(client, server, true)
 	} else {
-		p.forward(client, server)
+		p.forward(client, server, true)
 	}
 	<-done
 }
@@ -176,11 +207,15 @@ func (p *Proxy) serve(client net.Conn) {
 // mode is read per chunk, so a switch applies from the next read on. When
 // src closes, so does dst, unless blackholed: a partition hides the close
 // too, and dst learns of it only by writing once traffic passes again.
-func (p *Proxy) forward(dst, src net.Conn) {
+// fromServer marks the server→client direction, which Hold stops.
+func (p *Proxy) forward(dst, src net.Conn, fromServer bool) {
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && fromServer {
+			p.waitHeld()
+		}
 		if n > 0 && !p.blackhole.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

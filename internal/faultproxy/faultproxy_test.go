@@ -184,3 +184,38 @@ func requireSilent(t *testing.T, conn net.Conn, d time.Duration) {
 	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "want a timeout, got %v", err)
 	require.NoError(t, conn.SetReadDeadline(time.Time{}))
 }
+
+// Hold lets the client's bytes through and keeps the server's until it
+// ends; then they arrive, none lost.
+func TestHold(t *testing.T) {
+	target, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer target.Close()
+	p := Start(t, target.Addr().String())
+
+	conn, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	server, err := target.Accept()
+	require.NoError(t, err)
+	defer server.Close()
+
+	p.Hold(true)
+	_, err = io.WriteString(conn, "ask")
+	require.NoError(t, err)
+	require.NoError(t, server.SetReadDeadline(time.Now().Add(5*time.Second)))
+	got := make([]byte, 3)
+	_, err = io.ReadFull(server, got)
+	require.NoError(t, err, "the request reaches the server")
+	require.Equal(t, "ask", string(got))
+	_, err = io.WriteString(server, "answer")
+	require.NoError(t, err)
+	requireSilent(t, conn, 300*time.Millisecond)
+
+	p.Hold(false)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(5*time.Second)))
+	got = make([]byte, len("answer"))
+	_, err = io.ReadFull(conn, got)
+	require.NoError(t, err, "the answer comes once the hold ends")
+	require.Equal(t, "answer", string(got))
+}

@@ -121,6 +121,9 @@ func (p *Proxy) forwardFrames(dst, src net.Conn, fromServer bool) {
 			}
 			return
 		}
+		if fromServer {
+			p.waitHeld()
+		}
 		if p.blackhole.Load() {
 			continue
 		}

@@ -139,14 +139,18 @@ func Revocation(reason, by string, nodes []int32) []byte {
 }
 
 // ParseRevocation reads directory data written by Revocation; ok is false
-// for any other data (none, or a directory some other client writes to).
+// for any other data (none, or an older format). The lock takes any change
+// of the directory's data for a revocation: the data is the lock's.
 func ParseRevocation(data []byte) (reason, by string, nodes []int32, ok bool) {
 	lines := strings.Split(string(data), "\n")
 	if len(lines) < 3 || !strings.HasPrefix(lines[0], revokeKey) || !strings.HasPrefix(lines[1], byKey) ||
 		!strings.HasPrefix(lines[2], nodesKey) {
 		return "", "", nil, false
 	}
-	for _, f := range strings.Split(strings.TrimPrefix(lines[2], nodesKey), ",") {
+	for f := range strings.SplitSeq(strings.TrimPrefix(lines[2], nodesKey), ",") {
+		if f == "" && len(lines[2]) == len(nodesKey) {
+			break // names nobody
+		}
 		seq, err := strconv.ParseInt(f, 10, 32)
 		if err != nil {
 			return "", "", nil, false

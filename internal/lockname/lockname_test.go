@@ -280,3 +280,19 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A revocation names nodes, or none (Revoke's first write); any other
+// data is none.
+func TestRevocation(t *testing.T) {
+	for _, nodes := range [][]int32{{3, 7}, nil} {
+		reason, by, got, ok := ParseRevocation(Revocation("the  migration\nis stuck", "ops-1", nodes))
+		require.True(t, ok, "%v", nodes)
+		assert.Equal(t, "the migration is stuck", reason)
+		assert.Equal(t, "ops-1", by)
+		assert.Equal(t, nodes, got)
+	}
+	for _, data := range []string{"", "revoke=x\nby=y\nnodes=3,\n", "revoke=x\nby=y\nnodes=a\n", "hello"} {
+		_, _, _, ok := ParseRevocation([]byte(data))
+		assert.False(t, ok, "%q", data)
+	}
+}

@@ -85,6 +85,7 @@ type Client struct {
 	pinged  time.Time           // when the last keepalive was sent; guarded by mu
 	watches map[watchKey]*Watch // guarded by mu
 	checks  map[string]*check   // by path (see Check); guarded by mu
+	shared  map[string]any      // by lock path (see Shared); guarded by mu
 }
 
 // clients is the registry of clients by connection.
@@ -130,6 +131,24 @@ func (c *Client) Unref() {
 			c.unlisten()
 		}
 	}
+}
+
+// Shared returns what the locks of path on c keep together, made by make
+// on first use: the lock package's state that must be one per lock
+// directory and connection. It lives as long as c, which a user keeps
+// alive with Ref.
+func (c *Client) Shared(path string, make func() any) any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.shared[path]
+	if !ok && make != nil {
+		if c.shared == nil {
+			c.shared = map[string]any{}
+		}
+		v = make()
+		c.shared[path] = v
+	}
+	return v
 }
 
 // Conn returns the connection c makes its requests on.

@@ -161,6 +161,26 @@ func (c *Client) GetW(ctx context.Context, path string) (Reply[Node], *Watch) {
 	return Reply[Node]{r.V.Node, r.Session, r.Err}, w
 }
 
+// GetWPrivate is GetW with a watch of its own, never shared with another
+// caller. go-zookeeper fires every channel it has for the node when an
+// event comes, one sent again after a reconnection included: the watch
+// tells only of changes that this read's answer does not show if the
+// caller sets no other data or exists watch on the node on this
+// connection. The watch is nil when the read failed.
+func (c *Client) GetWPrivate(ctx context.Context, path string) (Reply[Node], *Watch) {
+	w := &Watch{fired: make(chan struct{})}
+	r := request(c, ctx, false, func() (Node, error) {
+		before := c.zk.SessionID()
+		data, stat, ch, err := c.zk.GetW(path)
+		c.settle(watchKey{}, w, ch, before, err, false)
+		return Node{data, stat}, err
+	}, func(Reply[Node]) {})
+	if r.Err != nil {
+		return r, nil
+	}
+	return r, w
+}
+
 // ChildrenW lists path's children and watches them: the watch fires when
 // a child is created or deleted, or when path itself is deleted (a lock
 // node has no children, so a child watch on one fires only when it goes).
