@@ -88,6 +88,8 @@ var mutants = []mutant{
 	{name: "a grant that a revocation fired its watch after is told only by the next read", run: "TestRevokeListeningIsFreeOnceSet",
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-listen-precedes",
 			new: "if slices.Contains(rv.named, n.Seq) && rv.unchangedLocked(g.c) != nil {"}}},
+	{name: "a listener named before a reconnection is not told", run: "TestRevokeNamedAcrossAReconnection",
+		edits: []mutantEdit{{file: "revoke.go", point: "revoke-confirm", new: "if false {"}}},
 	{name: "a grant made after a reconnection is taken to come before the watch set until then", run: "TestRevokeAcrossAReconnection",
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-base-reconnected",
 			new: "if n, known := c.ConnectCount(); false && (!known || n != rv.connects) {"}}},

@@ -58,7 +58,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	}
 	c := zkclient.For(l.conn)
 	defer c.Unref()
-	nodes, err := l.listQueue(ctx, c)
+	nodes, _, err := l.listQueue(ctx, c)
 	if err != nil {
 		return nil, errorf("rwlock: queue %s: %w", l.path, err)
 	}
@@ -136,18 +136,18 @@ func holding(nodes []lockNode, modes []Mode) []bool {
 
 // listQueue lists the lock directory's lock nodes of every family, in
 // queue order (none if the directory is missing), and notes the peers
-// among them.
-func (l *RWLock) listQueue(ctx context.Context, c *zkclient.Client) ([]lockNode, error) {
-	children := c.Children(ctx, l.path)
+// among them. dir is the directory's czxid (0 if it is missing): a
+// directory made anew numbers its nodes from 0 again.
+func (l *RWLock) listQueue(ctx context.Context, c *zkclient.Client) (nodes []lockNode, dir int64, err error) {
+	children := c.List(ctx, l.path)
 	if errors.Is(children.Err, zk.ErrNoNode) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if children.Err != nil {
-		return nil, children.Err
+		return nil, 0, children.Err
 	}
-	var nodes []lockNode
 	var peers uint16
-	for _, name := range children.V {
+	for _, name := range children.V.Names {
 		if n, ok := parseNode(name); ok {
 			nodes = append(nodes, n)
 			if !n.ours {
@@ -157,7 +157,7 @@ func (l *RWLock) listQueue(ctx context.Context, c *zkclient.Client) ([]lockNode,
 	}
 	l.notePeers(peers)
 	slices.SortFunc(nodes, queueOrder)
-	return nodes, nil
+	return nodes, children.V.Stat.Czxid, nil
 }
 
 // peerView judges the peer's node listed[i] as its library does: it holds

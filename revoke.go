@@ -48,19 +48,24 @@ import (
 //     go-zookeeper has for the directory's data on the connection (see
 //     revocations).
 // Any other listener (one granted while the watch was being set again) is
-// judged by the names of the read that follows, as a late listener is.
-// So a revocation reaches a listening holder in one notification after the
-// write; the listing and the second write are for the rest. Any change of
+// judged by the names of the read that follows, as a late listener is; a
+// listener named by the last read is told at once if the watch says the
+// data is unchanged since, else after one more read, without a watch (a
+// reconnection, or a connection that does not count them). Names count
+// only in the directory they were listed in (a directory made anew
+// numbers its nodes from 0 again). So a revocation reaches a listening
+// holder in one notification after the write; the listing and the second
+// write are for the rest. Any change of
 // the directory's data is taken for a revocation: it belongs to the lock
 // (an application must not watch it on the lock's connection either).
 //
 // What it costs: Revoke sends the two writes and the listing, and a read
 // only when a writer of ours holds with a reader of ours queued behind it
 // (see holders). An acquisition pays nothing. Grant.Revoked, WithRead and
-// WithWrite listen: the lock keeps one data watch on its directory, set
-// with one read by the first grant of the session that listens, kept while
-// nobody listens (a watch costs nothing until it fires), and read again,
-// with a new watch, each time it fires.
+// WithWrite listen: the connection keeps one data watch on the directory,
+// set with one read by a listener that finds none, kept while nobody
+// listens (a watch costs nothing until it fires), and read again, with a
+// new watch, each time it fires while anyone listens.
 
 // Revoke asks the grants that hold the lock, in this process or any other,
 // to let go, for reason: their Revoked channels close, and WithRead's and
@@ -79,11 +84,11 @@ func (l *RWLock) Revoke(ctx context.Context, reason string) error {
 	c := zkclient.For(l.conn)
 	defer c.Unref()
 	// The first write reaches the holders that listen; the names, the rest.
-	gone, err := l.writeRevocation(ctx, c, reason, nil)
+	rev := lockname.Revocation{Reason: reason, By: l.owner}
+	gone, err := l.writeRevocation(ctx, c, rev)
 	if err == nil && !gone {
-		var held []int32
-		if held, err = l.holders(ctx, c); err == nil && len(held) > 0 {
-			_, err = l.writeRevocation(ctx, c, reason, held)
+		if rev.Nodes, rev.Dir, err = l.holders(ctx, c); err == nil && len(rev.Nodes) > 0 {
+			_, err = l.writeRevocation(ctx, c, rev)
 		}
 	}
 	if err != nil {
@@ -92,10 +97,10 @@ func (l *RWLock) Revoke(ctx context.Context, reason string) error {
 	return nil
 }
 
-// writeRevocation writes a revocation naming held into the directory's
-// data; gone reports a missing directory, where nobody holds the lock.
-func (l *RWLock) writeRevocation(ctx context.Context, c *zkclient.Client, reason string, held []int32) (gone bool, err error) {
-	r := c.Set(ctx, l.path, lockname.Revocation(reason, l.owner, held))
+// writeRevocation writes rev into the directory's data; gone reports a
+// missing directory, where nobody holds the lock.
+func (l *RWLock) writeRevocation(ctx context.Context, c *zkclient.Client, rev lockname.Revocation) (gone bool, err error) {
+	r := c.Set(ctx, l.path, rev.Data())
 	if errors.Is(r.Err, zk.ErrNoNode) {
 		return true, nil
 	}
@@ -113,15 +118,15 @@ func (l *RWLock) writeRevocation(ctx context.Context, c *zkclient.Client, reason
 // is not downgraded; a peer's mark is never trusted. And the first's
 // matters only if a reader of ours follows it before any other writer:
 // that reader holds if and only if the first was downgraded.
-func (l *RWLock) holders(ctx context.Context, c *zkclient.Client) ([]int32, error) {
-	nodes, err := l.listQueue(ctx, c)
+func (l *RWLock) holders(ctx context.Context, c *zkclient.Client) (held []int32, dir int64, err error) {
+	nodes, dir, err := l.listQueue(ctx, c)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for len(nodes) > 0 {
 		first := nodes[0]
 		if !first.ours || first.mode != Write || !readerJoins(nodes) {
-			return heldSeqs(nodes, false), nil
+			return heldSeqs(nodes, false), dir, nil
 		}
 		r := c.Get(ctx, l.path+"/"+first.name)
 		switch {
@@ -131,12 +136,12 @@ func (l *RWLock) holders(ctx context.Context, c *zkclient.Client) ([]int32, erro
 			// granted and downgraded since.
 			nodes = nodes[1:]
 		case r.Err != nil:
-			return nil, r.Err
+			return nil, 0, r.Err
 		default:
-			return heldSeqs(nodes, lockname.Downgraded(r.V.Data)), nil
+			return heldSeqs(nodes, lockname.Downgraded(r.V.Data)), dir, nil
 		}
 	}
-	return nil, nil
+	return nil, dir, nil
 }
 
 // readerJoins reports whether a reader of ours follows nodes[0] before any
@@ -175,8 +180,9 @@ func heldSeqs(nodes []lockNode, downgraded bool) []int32 {
 // Revoked returns a channel that is closed when a revocation (see
 // RWLock.Revoke) made while this grant's node held reaches its holder. A
 // downgraded grant and a nested one are revoked with the node they hold.
-// The first call of a session on a lock costs one request; later ones cost
-// none.
+// It costs one request when the connection's watch on the lock directory
+// is not set (for the first listener, and the first after a revocation
+// that came while nobody listened); else none.
 func (g *Grant) Revoked() <-chan struct{} {
 	r := g.root()
 	r.mu.Lock()
@@ -212,14 +218,17 @@ func (g *Grant) revoke() {
 // again after it, would fire a channel set by a read after the
 // reconnection for a change that read already showed. So one goroutine
 // reads, and it sends a read only once the channel of its last read has
-// fired (or none was set): never two channels at once.
+// fired (or none was set): never two channels at once. The goroutine
+// holds a reference to the Client, and so does the channel until it fires
+// (see zkclient's relay): the Client, and these revocations with it, stay
+// the connection's while a channel is set.
 //
 // The watch outlives its listeners: once set, it costs nothing until the
 // directory's data changes, which only a revocation does (or the
-// directory's deletion, or the session's end). So only the first listener
-// of a lock in a session pays the read that sets it; later ones find it
-// set, and a grant made while it is set and unfired is known to come
-// before whatever fires it (see the top of this file).
+// directory's deletion, or the session's end). So a listener finds it set
+// unless a revocation came while nobody listened, and a grant made while
+// it is set and unfired is known to come before whatever fires it (see
+// the top of this file).
 type revocations struct {
 	mu        sync.Mutex
 	listeners map[*Grant]listener
@@ -300,8 +309,9 @@ func (rv *revocations) listen(g *Grant) {
 	rv.mu.Lock()
 	// Under mu: a fire that these checks miss is handled by revokeBefore,
 	// which finds g among the listeners.
+	named := slices.Contains(rv.named, n.Seq)
 	// mutant: revoke-listen-precedes
-	if revoking(g.precedes) || slices.Contains(rv.named, n.Seq) && rv.unchangedLocked(g.c) != nil {
+	if revoking(g.precedes) || named && rv.unchangedLocked(g.c) != nil {
 		// A revocation was written while g held, before it listened; or
 		// the last read named g, and nothing changed since.
 		rv.mu.Unlock()
@@ -313,16 +323,36 @@ func (rv *revocations) listen(g *Grant) {
 		rv.listeners = make(map[*Grant]listener)
 	}
 	rv.listeners[g] = listener{n.Seq, rv.sent}
-	start := !rv.reading
-	rv.reading = true
+	start := !rv.reading && g.c.RefIfLive()
+	rv.reading = rv.reading || start
 	w, no := rv.watch, rv.readNo
 	rv.mu.Unlock()
 	g.whenEnded(func(error) { rv.leave(g) })
 	if start {
 		// Not the lock's background work: it ends when the listeners
-		// leave, whichever lock they are of.
-		g.c.Ref()
+		// leave, whichever lock they are of. A Client retired meanwhile
+		// (g ended, and with it the last use) starts nothing.
 		go rv.read(g.l, g.c, w, no)
+	}
+	// mutant: revoke-confirm
+	if named {
+		// Named by the last read, but the data may have changed since,
+		// unseen (a reconnection, a connection that does not count
+		// them): read it again, without a watch.
+		go rv.confirm(g, n.Seq)
+	}
+}
+
+// confirm reads the directory's data without a watch, and revokes g if
+// the request names its node.
+func (rv *revocations) confirm(g *Grant, seq int32) {
+	r := g.c.Get(g.ctx, g.l.path)
+	if r.Err != nil {
+		return // g ended, or the directory is gone: so is g's node
+	}
+	rev, _ := lockname.ParseRevocation(r.V.Data)
+	if slices.Contains(rev.Names(r.V.Stat.Czxid), seq) {
+		rv.revokeIf(func(h *Grant, _ listener) bool { return h == g })
 	}
 }
 
@@ -361,11 +391,20 @@ func (rv *revocations) carryOn() (idle chan struct{}, stop bool) {
 	return rv.idle, false
 }
 
-// stop marks the goroutine stopped, listeners or not.
-func (rv *revocations) stop() {
+// stop marks the goroutine stopped after read number n failed for good
+// (the directory gone, the session or the connection ended), and reports
+// whether a listener came after that read was sent: a grant of a new
+// session, which another goroutine must serve.
+func (rv *revocations) stop(n uint64) (again bool) {
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
+	for _, ls := range rv.listeners {
+		if ls.sent >= n {
+			return true
+		}
+	}
 	rv.reading = false
+	return false
 }
 
 // read waits for w, the directory's data watch set by read number n, to
@@ -373,10 +412,11 @@ func (rv *revocations) stop() {
 // have been granted before, then reads the directory's data with a new
 // watch, revokes the listeners it names, and waits again, while anyone
 // listens. A read once sent is always answered and kept, so that the
-// watch it sets is known, listeners or not. It holds a reference to c.
+// watch it sets is known, listeners or not. It holds a reference to c,
+// which it drops as it returns.
 func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n uint64) {
 	defer c.Unref()
-	// No context ends the read: a read given up would still set its watch
+	// No context ends a read: a read given up would still set its watch
 	// later, and another read would set a second; the client's close ends
 	// it instead.
 	ctx := context.Background()
@@ -405,42 +445,59 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 		r, next := c.GetWPrivate(ctx, l.path)
 		after, _ := c.ConnectCount()
 		steady := known && after == connects
+		if r.Err == nil {
+			retry = zkclient.Backoff{}
+			rv.revoke(rv.keep(next, n, connects, steady, r.V))
+			w = next
+			continue
+		}
+		rv.keep(nil, n, 0, false, zkclient.Node{})
+		if !zkclient.ConnectionLoss(r.Err) {
+			// The directory is gone (with every node in it) or the client
+			// closed or expired: the listeners' grants end too.
+			l.debug("no longer listening for revocations: "+r.Err.Error(), l.path)
+			if rv.stop(n) {
+				continue // w is nil: read again, for the new listeners
+			}
+			return
+		}
+		// No watch was set: read again once the connection is back, if
+		// anyone listens then.
+		idle, stop := rv.carryOn()
+		if stop {
+			return
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-idle:
+			case <-wctx.Done():
+			}
+			cancel()
+		}()
+		err := retry.Wait(wctx, c.Conn())
+		cancel()
 		switch {
-		case r.Err != nil && zkclient.ConnectionLoss(r.Err):
-			// No watch was set: read again, if anyone listens.
-			rv.keep(nil, n, 0, false, nil, r.Err)
+		case err == nil: // connected again: read
+		case isClosed(idle):
 			if _, stop := rv.carryOn(); stop {
 				return
 			}
-			if retry.Wait(ctx, c.Conn()) != nil {
-				rv.stop()
-				return
-			}
-			w = nil
-			continue
-		case r.Err != nil:
-			// The directory is gone (with every node in it) or the client
-			// closed or expired: the listeners' grants end too. A listener
-			// that comes later starts reading again.
-			rv.keep(nil, n, 0, false, nil, r.Err)
-			l.debug("no longer listening for revocations: "+r.Err.Error(), l.path)
-			rv.stop()
+		default:
+			rv.stop(n + 1) // the connection was closed for good
 			return
 		}
-		retry = zkclient.Backoff{}
-		rv.revoke(rv.keep(next, n, connects, steady, r.V.Data, nil))
-		w = next
 	}
 }
 
-// keep records what read number n of the directory found, and returns the
-// nodes it names.
-func (rv *revocations) keep(w *zkclient.Watch, n, connects uint64, steady bool, data []byte, err error) []int32 {
+// keep records what read number n of the directory found (a watch and
+// the directory's data, or neither), and returns the nodes its request
+// names.
+func (rv *revocations) keep(w *zkclient.Watch, n, connects uint64, steady bool, dir zkclient.Node) []int32 {
 	var named []int32
-	if err == nil {
-		_, _, named, _ = lockname.ParseRevocation(data)
-	} else {
-		w = nil
+	if w != nil {
+		rev, _ := lockname.ParseRevocation(dir.Data)
+		named = rev.Names(dir.Stat.Czxid)
 	}
 	rv.mu.Lock()
 	rv.watch, rv.readNo, rv.connects, rv.steady, rv.named = w, n, connects, steady, named

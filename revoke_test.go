@@ -89,9 +89,9 @@ func TestRevokeOfNobody(t *testing.T) {
 			"the first write and the listing; no names to write")
 		data, _, err := c.Get(dir)
 		require.NoError(t, err)
-		_, _, nodes, ok := lockname.ParseRevocation(data)
+		rev, ok := lockname.ParseRevocation(data)
 		require.True(t, ok)
-		assert.Empty(t, nodes)
+		assert.Empty(t, rev.Nodes)
 		next, err := l.Lock(ctx)
 		require.NoError(t, err)
 		revoked := next.Revoked()
@@ -104,7 +104,9 @@ func TestRevokeOfNobody(t *testing.T) {
 // A listening holder is told by the notification of Revoke's first write,
 // before Revoke has listed the queue: whether it listened before the read
 // that set the watch, or was granted while the watch was set. A grant
-// made after that notification is judged by the names.
+// made after that notification, before the listing, is told by the
+// second write: by its notification where the watch was set again before
+// the grant, else by the names.
 func TestRevokeToldByTheFirstWrite(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
@@ -121,13 +123,17 @@ func TestRevokeToldByTheFirstWrite(t *testing.T) {
 
 		op := s.conn()
 		listed := make(chan struct{})
-		var late *Grant
+		var late, elsewhere *Grant
 		op.setBefore(func(o, p string) error {
 			if o == "children" && p == dir {
 				synctest.Wait()
 				assert.True(t, isClosed(earlyRevoked), "told before the listing: it listened before the read")
 				assert.True(t, isClosed(setRevoked), "told before the listing: granted while the watch was set")
-				late, err = l.RLock(ctx) // granted after the first write's notification
+				// Granted after the first write's notification: on c, whose
+				// watch is set again by now; and on a connection with none.
+				late, err = l.RLock(ctx)
+				require.NoError(t, err)
+				elsewhere, err = newLock(t, s.conn()).RLock(ctx)
 				require.NoError(t, err)
 				close(listed)
 			}
@@ -135,12 +141,14 @@ func TestRevokeToldByTheFirstWrite(t *testing.T) {
 		})
 		require.NoError(t, newLock(t, op).Revoke(ctx, "stop"))
 		<-listed
-		lateRevoked := late.Revoked()
+		lateRevoked, elsewhereRevoked := late.Revoked(), elsewhere.Revoked()
 		synctest.Wait()
-		assert.True(t, isClosed(lateRevoked), "held at the listing: named by the second write")
+		assert.True(t, isClosed(lateRevoked), "held at the second write: told by its notification")
+		assert.True(t, isClosed(elsewhereRevoked), "held at the listing: named by the second write")
 		require.NoError(t, early.Release(ctx))
 		require.NoError(t, set.Release(ctx))
 		require.NoError(t, late.Release(ctx))
+		require.NoError(t, elsewhere.Release(ctx))
 	})
 }
 
@@ -157,7 +165,7 @@ func TestRevokeReachesAGrantMadeBeforeTheListing(t *testing.T) {
 		require.NoError(t, err)
 		holderRevoked := holder.Revoked()
 		synctest.Wait()
-		w := start(ctx, newLock(t, c).Lock)
+		w := start(ctx, newLock(t, s.conn()).Lock) // a connection with no watch: judged by the names
 		synctest.Wait()
 		pending(t, w)
 
@@ -257,6 +265,46 @@ func TestRevokeTwoLocksAcrossAReconnection(t *testing.T) {
 	})
 }
 
+// A grant named by the last read, that listens after a reconnection, is
+// told: the data may have changed unseen, so it is read again, without a
+// watch, and it names the grant still.
+func TestRevokeNamedAcrossAReconnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		late, err := l.RLock(ctx) // granted before any watch: judged by the names
+		require.NoError(t, err)
+		early, err := l.RLock(ctx)
+		require.NoError(t, err)
+		earlyRevoked := early.Revoked()
+		synctest.Wait() // the watch is set
+		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "both"))
+		synctest.Wait()
+		require.True(t, isClosed(earlyRevoked))
+		require.NoError(t, early.Release(ctx))
+		// One more listener, so that the last read came after the second
+		// write, whenever the first write's read came.
+		again, err := l.RLock(ctx)
+		require.NoError(t, err)
+		againRevoked := again.Revoked()
+		synctest.Wait()
+		require.False(t, isClosed(againRevoked))
+		require.NoError(t, again.Release(ctx))
+		synctest.Wait() // the last read named both; nobody listens
+
+		c.disconnect()
+		c.reconnect()
+		assert.Equal(t, int64(1), c.cost(func() {
+			revoked := late.Revoked()
+			synctest.Wait()
+			assert.True(t, isClosed(revoked), "named, and still named")
+		}), "the read that confirms the names")
+		require.NoError(t, late.Release(ctx))
+	})
+}
+
 // The directory's watch outlives its listeners: only the first grant of a
 // session that listens pays a request for it. A revocation that came
 // between a grant and its listening still reaches it.
@@ -302,6 +350,7 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		synctest.Wait()
 		assert.False(t, isClosed(revoked), "named by neither write")
 		require.NoError(t, again.Release(ctx))
+		synctest.Wait() // nobody listens: the reading stops, and the watch stays
 
 		// A revocation while nobody listens fires the watch. A grant made
 		// while it was set is known to come before it: told at no
@@ -432,11 +481,12 @@ func TestRevokeAfterTheFirstLeft(t *testing.T) {
 		synctest.Wait()
 		assert.True(t, isClosed(rRevoked), "the reader the release granted")
 		assert.True(t, isClosed(gRevoked), "the writer, which held at the first write")
-		data, _, err := c.Get(dir)
+		data, st, err := c.Get(dir)
 		require.NoError(t, err)
-		_, _, nodes, ok := lockname.ParseRevocation(data)
+		rev, ok := lockname.ParseRevocation(data)
 		require.True(t, ok)
-		assert.Equal(t, []int32{seqOf(t, path.Base(rg.node))}, nodes)
+		assert.Equal(t, []int32{seqOf(t, path.Base(rg.node))}, rev.Nodes)
+		assert.Equal(t, st.Czxid, rev.Dir, "the directory the names were listed in")
 		require.NoError(t, rg.Release(ctx))
 	})
 }
@@ -465,9 +515,9 @@ func TestRevokeWithPeers(t *testing.T) {
 		named := func() []int32 {
 			data, _, err := c.Get(dir)
 			require.NoError(t, err)
-			_, _, nodes, ok := lockname.ParseRevocation(data)
+			rev, ok := lockname.ParseRevocation(data)
 			require.True(t, ok)
-			return nodes
+			return rev.Nodes
 		}
 		assert.Equal(t, int64(3), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "peer")) }))
 		assert.Equal(t, []int32{seqOf(t, writer)}, named())

@@ -111,11 +111,11 @@ func readRevocation(conn *zk.Conn, path string, q []rwlock.Entry) *pendingRevoca
 	if err != nil {
 		return nil
 	}
-	reason, by, nodes, ok := lockname.ParseRevocation(data)
+	rev, ok := lockname.ParseRevocation(data)
 	if !ok {
 		return nil
 	}
-	r := &pendingRevocation{reason: reason, by: by, at: time.UnixMilli(stat.Mtime), nodes: nodes}
+	r := &pendingRevocation{reason: rev.Reason, by: rev.By, at: time.UnixMilli(stat.Mtime), nodes: rev.Names(stat.Czxid)}
 	if !slices.ContainsFunc(q, r.names) {
 		return nil
 	}

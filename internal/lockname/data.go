@@ -107,57 +107,91 @@ func Owner(data []byte) string {
 // A revocation is written into the lock directory's own data, which no
 // family uses: it adds no child, so peers and waiters never see it. It
 // names the nodes that held the lock when it was asked for, by sequence
-// number, so that grants made later are not revoked:
+// number, so that grants made later are not revoked, and the directory
+// they were listed in, by its czxid: sequence numbers start again in a
+// directory made anew.
 //
 //	revoke=the migration is stuck
 //	by=ops-host:311
 //	nodes=17,18
+//	dir=4294967302
 const (
 	revokeKey = "revoke="
 	byKey     = "by="
 	nodesKey  = "nodes="
+	dirKey    = "dir="
 )
 
 // maxReason bounds a revocation's reason: it travels to every holder.
 const maxReason = 1 << 10
 
-// Revocation is the directory data that asks the holders of nodes (their
-// sequence numbers) to let go, for reason, on behalf of by.
-func Revocation(reason, by string, nodes []int32) []byte {
-	reason = strings.Join(strings.Fields(reason), " ") // one line
+// A Revocation asks the holders of Nodes (sequence numbers, in the
+// directory whose czxid is Dir) to let go, for Reason, on behalf of By.
+type Revocation struct {
+	Reason, By string
+	Nodes      []int32
+	Dir        int64 // 0: not known (none listed yet, or an older writer)
+}
+
+// Data returns the directory data that carries r.
+func (r Revocation) Data() []byte {
+	reason := strings.Join(strings.Fields(r.Reason), " ") // one line
 	if len(reason) > maxReason {
 		reason = reason[:maxReason]
 	}
-	b := []byte(revokeKey + reason + "\n" + byKey + strings.Join(strings.Fields(by), " ") + "\n" + nodesKey)
-	for i, seq := range nodes {
+	b := []byte(revokeKey + reason + "\n" + byKey + strings.Join(strings.Fields(r.By), " ") + "\n" + nodesKey)
+	for i, seq := range r.Nodes {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = strconv.AppendInt(b, int64(seq), 10)
 	}
-	return append(b, '\n')
+	b = append(b, '\n')
+	if r.Dir != 0 {
+		b = strconv.AppendInt(append(b, dirKey...), r.Dir, 10)
+		b = append(b, '\n')
+	}
+	return b
 }
 
-// ParseRevocation reads directory data written by Revocation; ok is false
-// for any other data (none, or an older format). The lock takes any change
-// of the directory's data for a revocation: the data is the lock's.
-func ParseRevocation(data []byte) (reason, by string, nodes []int32, ok bool) {
+// ParseRevocation reads directory data written by Revocation.Data; ok is
+// false for any other data (none, or an older format). The lock takes any
+// change of the directory's data for a revocation: the data is the lock's.
+func ParseRevocation(data []byte) (r Revocation, ok bool) {
 	lines := strings.Split(string(data), "\n")
 	if len(lines) < 3 || !strings.HasPrefix(lines[0], revokeKey) || !strings.HasPrefix(lines[1], byKey) ||
 		!strings.HasPrefix(lines[2], nodesKey) {
-		return "", "", nil, false
+		return Revocation{}, false
 	}
-	for f := range strings.SplitSeq(strings.TrimPrefix(lines[2], nodesKey), ",") {
-		if f == "" && len(lines[2]) == len(nodesKey) {
-			break // names nobody
+	if nodes := strings.TrimPrefix(lines[2], nodesKey); nodes != "" { // "": names nobody
+		for f := range strings.SplitSeq(nodes, ",") {
+			seq, err := strconv.ParseInt(f, 10, 32)
+			if err != nil {
+				return Revocation{}, false
+			}
+			r.Nodes = append(r.Nodes, int32(seq))
 		}
-		seq, err := strconv.ParseInt(f, 10, 32)
-		if err != nil {
-			return "", "", nil, false
-		}
-		nodes = append(nodes, int32(seq))
 	}
-	return strings.TrimPrefix(lines[0], revokeKey), strings.TrimPrefix(lines[1], byKey), nodes, true
+	if len(lines) > 3 {
+		if dir, found := strings.CutPrefix(lines[3], dirKey); found {
+			czxid, err := strconv.ParseInt(dir, 10, 64)
+			if err != nil {
+				return Revocation{}, false
+			}
+			r.Dir = czxid
+		}
+	}
+	r.Reason, r.By = strings.TrimPrefix(lines[0], revokeKey), strings.TrimPrefix(lines[1], byKey)
+	return r, true
+}
+
+// Names returns the nodes r names, if it was written for the directory
+// whose czxid is dir (or does not say which).
+func (r Revocation) Names(dir int64) []int32 {
+	if r.Dir != 0 && r.Dir != dir {
+		return nil
+	}
+	return r.Nodes
 }
 
 // A node that LockAll made carries its set in its data, written by the

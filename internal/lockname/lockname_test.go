@@ -281,18 +281,32 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// A revocation names nodes, or none (Revoke's first write); any other
-// data is none.
+// A revocation names nodes, or none (Revoke's first write), in the
+// directory it says; any other data is none.
 func TestRevocation(t *testing.T) {
-	for _, nodes := range [][]int32{{3, 7}, nil} {
-		reason, by, got, ok := ParseRevocation(Revocation("the  migration\nis stuck", "ops-1", nodes))
-		require.True(t, ok, "%v", nodes)
-		assert.Equal(t, "the migration is stuck", reason)
-		assert.Equal(t, "ops-1", by)
-		assert.Equal(t, nodes, got)
+	for _, r := range []Revocation{
+		{Reason: "the migration is stuck", By: "ops-1", Nodes: []int32{3, 7}, Dir: 42},
+		{Reason: "stop", By: "ops-1"},
+	} {
+		got, ok := ParseRevocation(r.Data())
+		require.True(t, ok, "%+v", r)
+		assert.Equal(t, r, got)
 	}
-	for _, data := range []string{"", "revoke=x\nby=y\nnodes=3,\n", "revoke=x\nby=y\nnodes=a\n", "hello"} {
-		_, _, _, ok := ParseRevocation([]byte(data))
+	got, ok := ParseRevocation(Revocation{Reason: "the  migration\nis stuck", By: "ops  1"}.Data())
+	require.True(t, ok)
+	assert.Equal(t, "the migration is stuck", got.Reason, "one line")
+	assert.Equal(t, "ops 1", got.By)
+
+	old, ok := ParseRevocation([]byte("revoke=x\nby=y\nnodes=5\n")) // written before the directory was named
+	require.True(t, ok)
+	assert.Equal(t, []int32{5}, old.Names(42))
+	named := Revocation{Nodes: []int32{5}, Dir: 42}
+	assert.Equal(t, []int32{5}, named.Names(42))
+	assert.Nil(t, named.Names(43), "a directory made anew: its numbers start again")
+
+	for _, data := range []string{"", "revoke=x\nby=y\nnodes=3,\n", "revoke=x\nby=y\nnodes=a\n",
+		"revoke=x\nby=y\nnodes=3\ndir=z\n", "hello"} {
+		_, ok := ParseRevocation([]byte(data))
 		assert.False(t, ok, "%q", data)
 	}
 }

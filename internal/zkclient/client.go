@@ -121,6 +121,18 @@ func (c *Client) Ref() {
 	clients.mu.Unlock()
 }
 
+// RefIfLive counts one more user of c, unless c was retired (its last
+// user left): then it reports false, and the caller must not use c.
+func (c *Client) RefIfLive() bool {
+	clients.mu.Lock()
+	defer clients.mu.Unlock()
+	if c.refs == 0 || clients.m[c.zk] != c {
+		return false
+	}
+	c.refs++
+	return true
+}
+
 // Unref counts one user less.
 func (c *Client) Unref() {
 	clients.mu.Lock()

@@ -44,3 +44,20 @@ func TestLateAnswerKeepsItsClient(t *testing.T) {
 		require.NotContains(t, clients.m, Conn(conn), "and lets go of it once handled")
 	})
 }
+
+// A Client that its last user left is retired: RefIfLive refuses it, so
+// that no new use of it starts beside its successor.
+func TestRefIfLive(t *testing.T) {
+	conn := &heldConn{answer: make(chan error)}
+	c := For(conn)
+	require.True(t, c.RefIfLive())
+	c.Unref()
+	c.Unref() // retired
+	require.False(t, c.RefIfLive())
+	next := For(conn)
+	defer next.Unref()
+	require.NotSame(t, c, next)
+	require.False(t, c.RefIfLive(), "its successor is the connection's Client now")
+	require.True(t, next.RefIfLive())
+	next.Unref()
+}
