@@ -65,7 +65,9 @@ import (
 // WithWrite listen: the connection keeps one data watch on the directory,
 // set with one read by a listener that finds none, kept while nobody
 // listens (a watch costs nothing until it fires), and read again, with a
-// new watch, each time it fires while anyone listens.
+// new watch, each time it fires while anyone listens; a listener named by
+// the last read, where the data may have changed since, reads it once
+// more.
 
 // Revoke asks the grants that hold the lock, in this process or any other,
 // to let go, for reason: their Revoked channels close, and WithRead's and
@@ -182,7 +184,9 @@ func heldSeqs(nodes []lockNode, downgraded bool) []int32 {
 // downgraded grant and a nested one are revoked with the node they hold.
 // It costs one request when the connection's watch on the lock directory
 // is not set (for the first listener, and the first after a revocation
-// that came while nobody listened); else none.
+// that came while nobody listened), or when the last read named this
+// grant's node but the data may have changed since (see revoke.go); else
+// none.
 func (g *Grant) Revoked() <-chan struct{} {
 	r := g.root()
 	r.mu.Lock()
@@ -323,6 +327,7 @@ func (rv *revocations) listen(g *Grant) {
 		rv.listeners = make(map[*Grant]listener)
 	}
 	rv.listeners[g] = listener{n.Seq, rv.sent}
+	// mutant: revoke-retired-client
 	start := !rv.reading && g.c.RefIfLive()
 	rv.reading = rv.reading || start
 	w, no := rv.watch, rv.readNo
@@ -399,6 +404,7 @@ func (rv *revocations) stop(n uint64) (again bool) {
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
 	for _, ls := range rv.listeners {
+		// mutant: revoke-stop-again
 		if ls.sent >= n {
 			return true
 		}
@@ -452,41 +458,52 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 			continue
 		}
 		rv.keep(nil, n, 0, false, zkclient.Node{})
+		// mutant: revoke-stale-watch
+		w = nil // fired, and handled: the next read is sent at once
 		if !zkclient.ConnectionLoss(r.Err) {
 			// The directory is gone (with every node in it) or the client
 			// closed or expired: the listeners' grants end too.
 			l.debug("no longer listening for revocations: "+r.Err.Error(), l.path)
 			if rv.stop(n) {
-				continue // w is nil: read again, for the new listeners
+				continue // read again, for the listeners that came since
 			}
 			return
 		}
-		// No watch was set: read again once the connection is back, if
-		// anyone listens then.
-		idle, stop := rv.carryOn()
-		if stop {
+		// No watch was set: read again once the connection is back.
+		if !rv.awaitConnection(c, &retry, n) {
 			return
 		}
-		wctx, cancel := context.WithCancel(ctx)
+	}
+}
+
+// awaitConnection waits until the connection is back, while anyone
+// listens, after read number n was lost; false: the goroutine stops
+// (nobody listens, or the connection was closed for good).
+func (rv *revocations) awaitConnection(c *zkclient.Client, retry *zkclient.Backoff, n uint64) bool {
+	for {
+		idle, stop := rv.carryOn()
+		if stop {
+			return false
+		}
+		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			select {
 			case <-idle:
-			case <-wctx.Done():
+			case <-ctx.Done():
 			}
 			cancel()
 		}()
-		err := retry.Wait(wctx, c.Conn())
+		// mutant: revoke-wait-idle
+		err := retry.Wait(ctx, c.Conn())
 		cancel()
 		switch {
-		case err == nil: // connected again: read
-		case isClosed(idle):
-			if _, stop := rv.carryOn(); stop {
-				return
-			}
-		default:
+		case err == nil:
+			return true
+		case !isClosed(idle):
 			rv.stop(n + 1) // the connection was closed for good
-			return
+			return false
 		}
+		// The last listener left: stop, unless one came back since.
 	}
 }
 
@@ -497,6 +514,7 @@ func (rv *revocations) keep(w *zkclient.Watch, n, connects uint64, steady bool, 
 	var named []int32
 	if w != nil {
 		rev, _ := lockname.ParseRevocation(dir.Data)
+		// mutant: revoke-names-dir
 		named = rev.Names(dir.Stat.Czxid)
 	}
 	rv.mu.Lock()

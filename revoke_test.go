@@ -3,13 +3,17 @@ package rwlock
 import (
 	"context"
 	"path"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock/internal/lockname"
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // A revocation reaches the holders of the moment, and only them: the
@@ -302,6 +306,209 @@ func TestRevokeNamedAcrossAReconnection(t *testing.T) {
 			assert.True(t, isClosed(revoked), "named, and still named")
 		}), "the read that confirms the names")
 		require.NoError(t, late.Release(ctx))
+	})
+}
+
+// A read lost after a revocation's notification is sent again once the
+// connection is back; the notification it followed is not taken again for
+// a new one: a grant made after Revoke returned, listening meanwhile, is
+// not told.
+func TestRevokeAfterLostReads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		holder, err := l.RLock(ctx)
+		require.NoError(t, err)
+		holderRevoked := holder.Revoked()
+		synctest.Wait() // the watch is set
+
+		gate := make(chan struct{})
+		var lost atomic.Int32
+		c.setBefore(func(op, p string) error {
+			if op == "get" && p == dir && lost.Load() < 2 {
+				<-gate
+				lost.Add(1)
+				return zk.ErrConnectionClosed
+			}
+			return nil
+		})
+		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "the holder"))
+		synctest.Wait()
+		require.True(t, isClosed(holderRevoked))
+		require.NoError(t, holder.Release(ctx))
+		next, err := l.RLock(ctx) // the read after the notification waits at the gate
+		require.NoError(t, err)
+		nextRevoked := next.Revoked()
+		gate <- struct{}{}      // lost
+		gate <- struct{}{}      // lost again, once the backoff has passed
+		time.Sleep(time.Second) // the bubble's clock: past the backoff, and the read that then succeeds
+		synctest.Wait()
+		assert.EqualValues(t, 2, lost.Load())
+		assert.False(t, isClosed(nextRevoked), "granted after Revoke returned")
+		require.NoError(t, next.Release(ctx))
+	})
+}
+
+// The names count only in the directory they were listed in: a directory
+// made anew between Revoke's listing and its second write numbers its
+// nodes from 0 again, and its node numbered as the named holder was is not
+// revoked.
+func TestRevokeNamesOfAnotherDirectory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		holder, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		op := s.conn()
+		var fresh *Grant
+		op.setAfter(func(o, p string, err error) error {
+			if o == "children" && p == dir && fresh == nil {
+				require.NoError(t, holder.Release(ctx))
+				require.NoError(t, s.conn().Delete(dir, -1)) // as the server reaps an empty container
+				var ferr error
+				fresh, ferr = newLock(t, s.conn()).Lock(ctx)
+				require.NoError(t, ferr)
+			}
+			return err
+		})
+		require.NoError(t, newLock(t, op).Revoke(ctx, "the holder"))
+		require.Equal(t, seqOf(t, path.Base(holder.node)), seqOf(t, path.Base(fresh.node)), "numbered as the holder was")
+		data, _, err := op.Get(dir)
+		require.NoError(t, err)
+		rev, ok := lockname.ParseRevocation(data)
+		require.True(t, ok)
+		require.Equal(t, []int32{seqOf(t, path.Base(holder.node))}, rev.Nodes, "the second write, in the new directory")
+		freshRevoked := fresh.Revoked()
+		synctest.Wait()
+		assert.False(t, isClosed(freshRevoked), "a node of the new directory")
+		require.NoError(t, fresh.Release(ctx))
+	})
+}
+
+// A listener that comes while the read fails for good (here, refused) is
+// served by a read of its own: the next revocation reaches it.
+func TestRevokeServesAListenerAfterAFailedRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		first, err := l.RLock(ctx)
+		require.NoError(t, err)
+		firstRevoked := first.Revoked()
+		synctest.Wait()
+
+		gate := make(chan struct{})
+		var refused atomic.Bool
+		c.setBefore(func(op, p string) error {
+			if op == "get" && p == dir && !refused.Load() {
+				<-gate
+				refused.Store(true)
+				return zk.ErrNoAuth
+			}
+			return nil
+		})
+		op := newLock(t, s.conn())
+		require.NoError(t, op.Revoke(ctx, "first"))
+		synctest.Wait()
+		require.True(t, isClosed(firstRevoked))
+		require.NoError(t, first.Release(ctx))
+		later, err := l.RLock(ctx)
+		require.NoError(t, err)
+		laterRevoked := later.Revoked() // while the read waits at the gate
+		gate <- struct{}{}
+		synctest.Wait()
+		require.False(t, isClosed(laterRevoked))
+		require.NoError(t, op.Revoke(ctx, "later"))
+		synctest.Wait()
+		assert.True(t, isClosed(laterRevoked))
+		require.NoError(t, later.Release(ctx))
+	})
+}
+
+// While the connection is down, the reading waits for it only while
+// anyone listens: once the last listener has left, it stops, and sends no
+// read when the connection comes back.
+func TestRevokeStopsWaitingWhenNobodyListens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		holder, err := l.RLock(ctx)
+		require.NoError(t, err)
+		holderRevoked := holder.Revoked()
+		synctest.Wait()
+
+		gate := make(chan struct{})
+		var lost atomic.Bool
+		c.setBefore(func(op, p string) error {
+			if op == "get" && p == dir && !lost.Load() {
+				<-gate
+				lost.Store(true)
+				c.disconnect()
+				return zk.ErrConnectionClosed
+			}
+			return nil
+		})
+		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "the holder"))
+		synctest.Wait()
+		require.True(t, isClosed(holderRevoked))
+		require.NoError(t, holder.Release(ctx))
+		other, err := l.RLock(ctx)
+		require.NoError(t, err)
+		other.Revoked() // a listener while the read after the notification is lost
+		gate <- struct{}{}
+		time.Sleep(time.Second) // the bubble's clock: the reading waits for the connection
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_ = other.Release(rctx) // the deletion goes on once the connection is back
+		synctest.Wait()
+		require.Error(t, other.Err(), "the last listener left")
+		before := reads(c)
+		c.reconnect()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, before, reads(c), "no read of the directory once it is back")
+	})
+}
+
+// reads counts c's reads of the lock directory.
+func reads(c *fakeConn) int {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	n := 0
+	for _, op := range c.applied {
+		if op == "get "+dir {
+			n++
+		}
+	}
+	return n
+}
+
+// A grant that ends as it begins to listen, its Client retired with it,
+// starts no reading on that Client: a channel set there would be a second
+// one beside its successor's.
+func TestRevokeListeningOnARetiredClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		synctest.Wait()
+		next := zkclient.For(c)
+		retired := next != g.c
+		next.Unref()
+		require.True(t, retired, "the grant was the Client's last user")
+		assert.Zero(t, c.cost(func() {
+			l.revocationsOn(g.c, true).listen(g)
+			synctest.Wait()
+		}))
 	})
 }
 

@@ -297,6 +297,10 @@ func TestRevocation(t *testing.T) {
 	assert.Equal(t, "the migration is stuck", got.Reason, "one line")
 	assert.Equal(t, "ops 1", got.By)
 
+	// An older client reads the first three lines only: they are as before.
+	lines := strings.Split(string(Revocation{Reason: "r", By: "b", Nodes: []int32{3, 7}, Dir: 42}.Data()), "\n")
+	assert.Equal(t, []string{"revoke=r", "by=b", "nodes=3,7", "dir=42", ""}, lines)
+
 	old, ok := ParseRevocation([]byte("revoke=x\nby=y\nnodes=5\n")) // written before the directory was named
 	require.True(t, ok)
 	assert.Equal(t, []int32{5}, old.Names(42))

@@ -54,10 +54,12 @@ func TestRefIfLive(t *testing.T) {
 	c.Unref()
 	c.Unref() // retired
 	require.False(t, c.RefIfLive())
+	c.Ref() // as a late answer's handler does, on the Client it started with
+	defer c.Unref()
+	require.False(t, c.RefIfLive(), "used, but no longer the connection's Client")
 	next := For(conn)
 	defer next.Unref()
 	require.NotSame(t, c, next)
-	require.False(t, c.RefIfLive(), "its successor is the connection's Client now")
 	require.True(t, next.RefIfLive())
 	next.Unref()
 }
