@@ -427,6 +427,7 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 	// it instead.
 	ctx := context.Background()
 	var retry zkclient.Backoff
+	warned := false
 	for {
 		if w != nil {
 			idle, stop := rv.carryOn()
@@ -443,6 +444,9 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 				rv.revokeBefore(w, n)
 			}
 		}
+		if w == nil && c.Conn().State() != zk.StateHasSession && !rv.backOff(c, &retry) {
+			return // a read sent now would race go-zookeeper setting its watches again
+		}
 		rv.mu.Lock()
 		rv.sent++
 		n = rv.sent
@@ -453,33 +457,41 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 		steady := known && after == connects
 		if r.Err == nil {
 			retry = zkclient.Backoff{}
-			rv.revoke(rv.keep(next, n, connects, steady, r.V))
+			rv.revoke(rv.keep(next, n, connects, steady, r.V), n)
 			w = next
 			continue
 		}
 		rv.keep(nil, n, 0, false, zkclient.Node{})
 		// mutant: revoke-stale-watch
 		w = nil // fired, and handled: the next read is sent at once
-		if !zkclient.ConnectionLoss(r.Err) {
-			// The directory is gone (with every node in it) or the client
-			// closed or expired: the listeners' grants end too.
+		switch {
+		// mutant: revoke-final-errors
+		case errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):
+			// The directory is gone (with every node in it) or the
+			// session ended: so did the grants of the listeners of the
+			// moment.
 			l.debug("no longer listening for revocations: "+r.Err.Error(), l.path)
 			if rv.stop(n) {
 				continue // read again, for the listeners that came since
 			}
 			return
+		case !zkclient.ConnectionLoss(r.Err) && !warned:
+			warned = true
+			l.log.Warn("rwlock: cannot read the lock directory's data; revocations wait until it can be read",
+				"lock", l.path, "err", r.Err)
 		}
-		// No watch was set: read again once the connection is back.
-		if !rv.awaitConnection(c, &retry, n) {
+		// No watch was set: read again after a pause (a refusal may pass:
+		// throttling, an ACL being changed), once the connection is back.
+		if !rv.backOff(c, &retry) {
 			return
 		}
 	}
 }
 
-// awaitConnection waits until the connection is back, while anyone
-// listens, after read number n was lost; false: the goroutine stops
-// (nobody listens, or the connection was closed for good).
-func (rv *revocations) awaitConnection(c *zkclient.Client, retry *zkclient.Backoff, n uint64) bool {
+// backOff waits a pause, then until the connection has a session, while
+// anyone listens; false: the goroutine stops (nobody listens, or the
+// connection was closed for good).
+func (rv *revocations) backOff(c *zkclient.Client, retry *zkclient.Backoff) bool {
 	for {
 		idle, stop := rv.carryOn()
 		if stop {
@@ -499,8 +511,10 @@ func (rv *revocations) awaitConnection(c *zkclient.Client, retry *zkclient.Backo
 		switch {
 		case err == nil:
 			return true
-		case !isClosed(idle):
-			rv.stop(n + 1) // the connection was closed for good
+		case !isClosed(idle): // the connection was closed for good
+			rv.mu.Lock()
+			rv.reading = false
+			rv.mu.Unlock()
 			return false
 		}
 		// The last listener left: stop, unless one came back since.
@@ -530,9 +544,31 @@ func (rv *revocations) revokeBefore(w *zkclient.Watch, n uint64) {
 	rv.revokeIf(func(g *Grant, ls listener) bool { return ls.sent < n || g.precedes == w })
 }
 
-// revoke revokes the listeners whose nodes are named.
-func (rv *revocations) revoke(nodes []int32) {
-	rv.revokeIf(func(_ *Grant, ls listener) bool { return slices.Contains(nodes, ls.seq) })
+// revoke revokes the listeners whose nodes are named by read number n.
+// Only those that listened before it was sent are judged by its names:
+// their node is in the directory it read, or gone. One that came later may
+// hold a node of a directory made anew since, numbered as a named one was:
+// it reads the data again (see confirm).
+func (rv *revocations) revoke(nodes []int32, n uint64) {
+	if len(nodes) == 0 {
+		return
+	}
+	var later []*Grant
+	rv.revokeIf(func(g *Grant, ls listener) bool {
+		if !slices.Contains(nodes, ls.seq) {
+			return false
+		}
+		// mutant: revoke-names-later
+		if ls.sent >= n {
+			later = append(later, g)
+			return false
+		}
+		return true
+	})
+	for _, g := range later {
+		n, _ := lockname.Parse(path.Base(g.node))
+		go rv.confirm(g, n.Seq)
+	}
 }
 
 func (rv *revocations) revokeIf(hit func(*Grant, listener) bool) {

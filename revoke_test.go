@@ -98,8 +98,7 @@ func TestRevokeOfNobody(t *testing.T) {
 		assert.Empty(t, rev.Nodes)
 		next, err := l.Lock(ctx)
 		require.NoError(t, err)
-		revoked := next.Revoked()
-		synctest.Wait()
+		revoked := listens(next)
 		assert.False(t, isClosed(revoked))
 		require.NoError(t, next.Release(ctx))
 	})
@@ -119,9 +118,8 @@ func TestRevokeToldByTheFirstWrite(t *testing.T) {
 		l := newLock(t, c)
 		early, err := l.RLock(ctx)
 		require.NoError(t, err)
-		earlyRevoked := early.Revoked() // the first listener: its read sets the watch
-		synctest.Wait()
-		set, err := l.RLock(ctx) // granted while the watch is set
+		earlyRevoked := listens(early) // the first listener: its read sets the watch
+		set, err := l.RLock(ctx)       // granted while the watch is set
 		require.NoError(t, err)
 		setRevoked := set.Revoked()
 
@@ -167,8 +165,7 @@ func TestRevokeReachesAGrantMadeBeforeTheListing(t *testing.T) {
 		l := newLock(t, c)
 		holder, err := l.Lock(ctx)
 		require.NoError(t, err)
-		holderRevoked := holder.Revoked()
-		synctest.Wait()
+		holderRevoked := listens(holder)
 		w := start(ctx, newLock(t, s.conn()).Lock) // a connection with no watch: judged by the names
 		synctest.Wait()
 		pending(t, w)
@@ -196,8 +193,7 @@ func TestRevokeReachesAGrantMadeBeforeTheListing(t *testing.T) {
 		// And one granted after Revoke returned is not told.
 		after, err := l.Lock(ctx)
 		require.NoError(t, err)
-		afterRevoked := after.Revoked()
-		synctest.Wait()
+		afterRevoked := listens(after)
 		assert.False(t, isClosed(afterRevoked))
 		require.NoError(t, after.Release(ctx))
 	})
@@ -216,8 +212,7 @@ func TestRevokeAcrossAReconnection(t *testing.T) {
 		l := newLock(t, c)
 		holder, err := l.RLock(ctx)
 		require.NoError(t, err)
-		holderRevoked := holder.Revoked()
-		synctest.Wait() // the watch is set
+		holderRevoked := listens(holder) // the watch is set
 
 		c.lateReplay = true
 		c.disconnect()
@@ -225,8 +220,7 @@ func TestRevokeAcrossAReconnection(t *testing.T) {
 		c.reconnect()
 		next, err := l.RLock(ctx) // granted on an answer that shows the revocation
 		require.NoError(t, err)
-		nextRevoked := next.Revoked()
-		synctest.Wait()
+		nextRevoked := listens(next)
 		require.False(t, isClosed(holderRevoked), "the notification is still on its way")
 		c.replay()
 		synctest.Wait()
@@ -249,8 +243,7 @@ func TestRevokeTwoLocksAcrossAReconnection(t *testing.T) {
 		a, b := newLock(t, c), newLock(t, c)
 		holder, err := a.RLock(ctx)
 		require.NoError(t, err)
-		holderRevoked := holder.Revoked()
-		synctest.Wait() // the watch is set
+		holderRevoked := listens(holder) // the watch is set
 
 		c.lateReplay = true
 		c.disconnect()
@@ -258,8 +251,7 @@ func TestRevokeTwoLocksAcrossAReconnection(t *testing.T) {
 		c.reconnect()
 		next, err := b.RLock(ctx) // granted after the revocation
 		require.NoError(t, err)
-		nextRevoked := next.Revoked()
-		synctest.Wait()
+		nextRevoked := listens(next)
 		c.replay()
 		synctest.Wait()
 		assert.True(t, isClosed(holderRevoked), "the holder, which held at the revocation")
@@ -282,8 +274,7 @@ func TestRevokeNamedAcrossAReconnection(t *testing.T) {
 		require.NoError(t, err)
 		early, err := l.RLock(ctx)
 		require.NoError(t, err)
-		earlyRevoked := early.Revoked()
-		synctest.Wait() // the watch is set
+		earlyRevoked := listens(early) // the watch is set
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "both"))
 		synctest.Wait()
 		require.True(t, isClosed(earlyRevoked))
@@ -292,8 +283,7 @@ func TestRevokeNamedAcrossAReconnection(t *testing.T) {
 		// write, whenever the first write's read came.
 		again, err := l.RLock(ctx)
 		require.NoError(t, err)
-		againRevoked := again.Revoked()
-		synctest.Wait()
+		againRevoked := listens(again)
 		require.False(t, isClosed(againRevoked))
 		require.NoError(t, again.Release(ctx))
 		synctest.Wait() // the last read named both; nobody listens
@@ -301,8 +291,7 @@ func TestRevokeNamedAcrossAReconnection(t *testing.T) {
 		c.disconnect()
 		c.reconnect()
 		assert.Equal(t, int64(1), c.cost(func() {
-			revoked := late.Revoked()
-			synctest.Wait()
+			revoked := listens(late)
 			assert.True(t, isClosed(revoked), "named, and still named")
 		}), "the read that confirms the names")
 		require.NoError(t, late.Release(ctx))
@@ -321,8 +310,7 @@ func TestRevokeAfterLostReads(t *testing.T) {
 		l := newLock(t, c)
 		holder, err := l.RLock(ctx)
 		require.NoError(t, err)
-		holderRevoked := holder.Revoked()
-		synctest.Wait() // the watch is set
+		holderRevoked := listens(holder) // the watch is set
 
 		gate := make(chan struct{})
 		var lost atomic.Int32
@@ -380,15 +368,15 @@ func TestRevokeNamesOfAnotherDirectory(t *testing.T) {
 		rev, ok := lockname.ParseRevocation(data)
 		require.True(t, ok)
 		require.Equal(t, []int32{seqOf(t, path.Base(holder.node))}, rev.Nodes, "the second write, in the new directory")
-		freshRevoked := fresh.Revoked()
-		synctest.Wait()
+		freshRevoked := listens(fresh)
 		assert.False(t, isClosed(freshRevoked), "a node of the new directory")
 		require.NoError(t, fresh.Release(ctx))
 	})
 }
 
-// A listener that comes while the read fails for good (here, refused) is
-// served by a read of its own: the next revocation reaches it.
+// A listener that comes while the read fails for good (the directory
+// gone, as far as that read could tell) is served by a read of its own:
+// the next revocation reaches it.
 func TestRevokeServesAListenerAfterAFailedRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
@@ -397,8 +385,7 @@ func TestRevokeServesAListenerAfterAFailedRead(t *testing.T) {
 		l := newLock(t, c)
 		first, err := l.RLock(ctx)
 		require.NoError(t, err)
-		firstRevoked := first.Revoked()
-		synctest.Wait()
+		firstRevoked := listens(first)
 
 		gate := make(chan struct{})
 		var refused atomic.Bool
@@ -406,7 +393,7 @@ func TestRevokeServesAListenerAfterAFailedRead(t *testing.T) {
 			if op == "get" && p == dir && !refused.Load() {
 				<-gate
 				refused.Store(true)
-				return zk.ErrNoAuth
+				return zk.ErrNoNode
 			}
 			return nil
 		})
@@ -428,6 +415,99 @@ func TestRevokeServesAListenerAfterAFailedRead(t *testing.T) {
 	})
 }
 
+// A refused read (throttling, an ACL being changed) is tried again after
+// a pause while anyone listens: the listener is not dropped.
+func TestRevokeRetriesARefusedRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		first, err := l.RLock(ctx)
+		require.NoError(t, err)
+		firstRevoked := listens(first)
+		second, err := l.RLock(ctx)
+		require.NoError(t, err)
+		secondRevoked := listens(second)
+
+		var refused atomic.Int32
+		c.setBefore(func(op, p string) error {
+			if op == "get" && p == dir && refused.Load() < 2 {
+				refused.Add(1)
+				return zk.ErrNoAuth
+			}
+			return nil
+		})
+		op := newLock(t, s.conn())
+		require.NoError(t, op.Revoke(ctx, "both"))
+		synctest.Wait()
+		require.True(t, isClosed(firstRevoked))
+		require.True(t, isClosed(secondRevoked))
+		require.NoError(t, first.Release(ctx))
+		third, err := l.RLock(ctx)
+		require.NoError(t, err)
+		thirdRevoked := third.Revoked()
+		time.Sleep(time.Second) // the bubble's clock: past the pauses
+		synctest.Wait()
+		require.EqualValues(t, 2, refused.Load())
+		require.False(t, isClosed(thirdRevoked))
+		require.NoError(t, op.Revoke(ctx, "third"))
+		synctest.Wait()
+		assert.True(t, isClosed(thirdRevoked), "still served after the refusals")
+		require.NoError(t, second.Release(ctx))
+		require.NoError(t, third.Release(ctx))
+	})
+}
+
+// A listener that comes while a read is under way is not judged by that
+// read's names: its node may be of a directory made anew since, numbered
+// as a named one was. It reads the data again.
+func TestRevokeNamesOfAReadUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		holder, err := l.Lock(ctx)
+		require.NoError(t, err)
+		holderRevoked := listens(holder)
+
+		revoked := make(chan struct{})
+		var reads atomic.Int32
+		var fresh *Grant
+		var freshRevoked <-chan struct{}
+		c.setBefore(func(op, p string) error {
+			if op == "get" && p == dir && reads.Add(1) == 1 {
+				<-revoked // the read after the first write comes after the second
+			}
+			return nil
+		})
+		c.setAfter(func(op, p string, err error) error {
+			if op == "get" && p == dir && fresh == nil {
+				// As the read's answer travels: the holder goes, the
+				// directory is made anew, and a node numbered as the
+				// holder's is granted there, and listens.
+				require.NoError(t, holder.Release(ctx))
+				require.NoError(t, s.conn().Delete(dir, -1))
+				var ferr error
+				fresh, ferr = newLock(t, c).Lock(ctx)
+				require.NoError(t, ferr)
+				require.Equal(t, seqOf(t, path.Base(holder.node)), seqOf(t, path.Base(fresh.node)))
+				freshRevoked = fresh.Revoked()
+			}
+			return err
+		})
+		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "the holder"))
+		synctest.Wait()
+		require.True(t, isClosed(holderRevoked))
+		close(revoked)
+		synctest.Wait()
+		require.NotNil(t, fresh)
+		assert.False(t, isClosed(freshRevoked), "a node of the directory made anew")
+		require.NoError(t, fresh.Release(ctx))
+	})
+}
+
 // While the connection is down, the reading waits for it only while
 // anyone listens: once the last listener has left, it stops, and sends no
 // read when the connection comes back.
@@ -439,8 +519,7 @@ func TestRevokeStopsWaitingWhenNobodyListens(t *testing.T) {
 		l := newLock(t, c)
 		holder, err := l.RLock(ctx)
 		require.NoError(t, err)
-		holderRevoked := holder.Revoked()
-		synctest.Wait()
+		holderRevoked := listens(holder)
 
 		gate := make(chan struct{})
 		var lost atomic.Bool
@@ -535,8 +614,7 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		// a listens; b, read by the same read as a, only asks later.
 		a, err := l.RLock(ctx)
 		require.NoError(t, err)
-		aRevoked := a.Revoked()
-		synctest.Wait()
+		aRevoked := listens(a)
 		b, err := l.RLock(ctx)
 		require.NoError(t, err)
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "a and b"))
@@ -553,8 +631,7 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		// once more, so that the watch is set and unfired.
 		again, err := l.Lock(ctx)
 		require.NoError(t, err)
-		revoked := again.Revoked()
-		synctest.Wait()
+		revoked := listens(again)
 		assert.False(t, isClosed(revoked), "named by neither write")
 		require.NoError(t, again.Release(ctx))
 		synctest.Wait() // nobody listens: the reading stops, and the watch stays
@@ -567,16 +644,14 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "g"))
 		synctest.Wait()
 		assert.Zero(t, c.cost(func() {
-			revoked := g.Revoked()
-			synctest.Wait()
+			revoked := listens(g)
 			assert.True(t, isClosed(revoked))
 		}), "granted while the watch was set, which a revocation fired since")
 		require.NoError(t, g.Release(ctx))
 		later, err := l.Lock(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), c.cost(func() {
-			revoked := later.Revoked()
-			synctest.Wait()
+			revoked := listens(later)
 			assert.False(t, isClosed(revoked))
 		}), "the read that sets the watch again")
 		require.NoError(t, later.Release(ctx))
@@ -645,8 +720,7 @@ func TestRevokeReadsOnlyTheMarksThatDecide(t *testing.T) {
 				for i := range tc.queue {
 					if grants[i] == nil {
 						grants[i] = granted(t, waits[i])
-						revoked := grants[i].Revoked()
-						synctest.Wait()
+						revoked := listens(grants[i])
 						assert.False(t, isClosed(revoked), "grant %d, made after the revocation", i)
 					}
 					require.NoError(t, grants[i].Release(ctx))
@@ -684,8 +758,7 @@ func TestRevokeAfterTheFirstLeft(t *testing.T) {
 		assert.Equal(t, int64(4), c.cost(func() { require.NoError(t, newLock(t, c).Revoke(ctx, "r")) }),
 			"the first write, the listing, the writer's mark (gone), the second write")
 		rg := granted(t, r)
-		rRevoked := rg.Revoked()
-		synctest.Wait()
+		rRevoked := listens(rg)
 		assert.True(t, isClosed(rRevoked), "the reader the release granted")
 		assert.True(t, isClosed(gRevoked), "the writer, which held at the first write")
 		data, st, err := c.Get(dir)
@@ -736,8 +809,7 @@ func TestRevokeWithPeers(t *testing.T) {
 		require.NoError(t, peer.Delete(dir+"/"+writer, -1))
 		synctest.Wait()
 		rg := granted(t, r)
-		rRevoked := rg.Revoked()
-		synctest.Wait()
+		rRevoked := listens(rg)
 		assert.False(t, isClosed(rRevoked), "granted after the revocation")
 		w := start(ctx, lock(s.conn()).Lock)
 		synctest.Wait()
@@ -750,6 +822,14 @@ func TestRevokeWithPeers(t *testing.T) {
 		synctest.Wait()
 		require.NoError(t, granted(t, w).Release(ctx))
 	})
+}
+
+// listens has g listen for revocations, and returns its Revoked channel
+// once the reading it started has settled.
+func listens(g *Grant) <-chan struct{} {
+	ch := g.Revoked()
+	synctest.Wait()
+	return ch
 }
 
 func seqOf(t *testing.T, name string) int32 {
