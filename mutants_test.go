@@ -98,6 +98,8 @@ var mutants = []mutant{
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-wait-idle", new: "err := retry.Wait(context.Background(), c.Conn())"}}},
 	{name: "a refused read drops the listeners", run: "TestRevokeRetriesARefusedRead",
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-final-errors", new: "case !zkclient.ConnectionLoss(r.Err):"}}},
+	{name: "a listener that came during a read and is named is not told", run: "TestRevokeConfirmsAListenerThatCameDuringARead",
+		edits: []mutantEdit{{file: "revoke.go", point: "revoke-confirm-later", new: "_ = n"}}},
 	{name: "a listener that came during a read is judged by its names", run: "TestRevokeNamesOfAReadUnderWay",
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-names-later", new: "if false {"}}},
 	{name: "a retired Client starts a reading", run: "TestRevokeListeningOnARetiredClient",

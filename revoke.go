@@ -349,16 +349,35 @@ func (rv *revocations) listen(g *Grant) {
 }
 
 // confirm reads the directory's data without a watch, and revokes g if
-// the request names its node.
+// the request names its node. A read that fails is tried again after a
+// pause while g listens, unless the directory or the session is gone (and
+// g with it).
 func (rv *revocations) confirm(g *Grant, seq int32) {
-	r := g.c.Get(g.ctx, g.l.path)
-	if r.Err != nil {
-		return // g ended, or the directory is gone: so is g's node
+	var retry zkclient.Backoff
+	for {
+		r := g.c.Get(g.ctx, g.l.path)
+		switch {
+		case r.Err == nil:
+			rev, _ := lockname.ParseRevocation(r.V.Data)
+			if slices.Contains(rev.Names(r.V.Stat.Czxid), seq) {
+				rv.revokeIf(func(h *Grant, _ listener) bool { return h == g })
+			}
+			return
+		case g.ctx.Err() != nil || errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):
+			return
+		}
+		if !rv.listening(g) || retry.Wait(g.ctx, g.c.Conn()) != nil {
+			return
+		}
 	}
-	rev, _ := lockname.ParseRevocation(r.V.Data)
-	if slices.Contains(rev.Names(r.V.Stat.Czxid), seq) {
-		rv.revokeIf(func(h *Grant, _ listener) bool { return h == g })
-	}
+}
+
+// listening reports whether g is among the listeners.
+func (rv *revocations) listening(g *Grant) bool {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	_, ok := rv.listeners[g]
+	return ok
 }
 
 // leave removes g from the listeners.
@@ -444,7 +463,7 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 				rv.revokeBefore(w, n)
 			}
 		}
-		if w == nil && c.Conn().State() != zk.StateHasSession && !rv.backOff(c, &retry) {
+		if c.Conn().State() != zk.StateHasSession && !rv.backOff(c, &retry) {
 			return // a read sent now would race go-zookeeper setting its watches again
 		}
 		rv.mu.Lock()
@@ -456,7 +475,7 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 		after, _ := c.ConnectCount()
 		steady := known && after == connects
 		if r.Err == nil {
-			retry = zkclient.Backoff{}
+			retry, warned = zkclient.Backoff{}, false
 			rv.revoke(rv.keep(next, n, connects, steady, r.V), n)
 			w = next
 			continue
@@ -567,6 +586,7 @@ func (rv *revocations) revoke(nodes []int32, n uint64) {
 	})
 	for _, g := range later {
 		n, _ := lockname.Parse(path.Base(g.node))
+		// mutant: revoke-confirm-later
 		go rv.confirm(g, n.Seq)
 	}
 }

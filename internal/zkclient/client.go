@@ -415,10 +415,11 @@ var errConnClosed = fmt.Errorf("%w: the *zk.Conn was closed", zk.ErrConnectionCl
 // lastZxid, go-zookeeper/zk#35).
 func (b *Backoff) Wait(ctx context.Context, c Conn) error {
 	b.next = min(max(2*b.next, 10*time.Millisecond), 500*time.Millisecond)
+	down := c.State() != zk.StateHasSession // as the wait begins: once it is back, settle as below
 	if err := sleep(ctx, b.next); err != nil {
 		return err
 	}
-	suspect, waited := false, false
+	suspect, waited := false, down
 	for {
 		switch c.State() {
 		case zk.StateHasSession:
