@@ -2,13 +2,13 @@ package rwlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -79,24 +79,29 @@ func (co *coalescer) readers(path string) int {
 		return 0
 	}
 	co.mu.Lock()
-	defer co.mu.Unlock()
-	if s := co.live[path]; s != nil {
-		return s.waiting + s.holding
+	s := co.live[path]
+	var n int
+	var h *hold
+	if s != nil {
+		n, h = s.waiting, s.hold
 	}
-	return 0
+	co.mu.Unlock()
+	if h != nil {
+		n += h.handleCount()
+	}
+	return n
 }
 
 // sharedRead is one shared read node: the acquisition that makes it, run
-// with a context of its own, and then its grant (the root grant, which
-// owns the node and is never handed to a caller: each reader gets a grant
-// nested in it).
+// with a context of its own, and then its hold, on which each reader gets
+// a grant of its own.
 type sharedRead struct {
 	co     *coalescer
 	l      *RWLock
-	a      *acquisition
+	a      *acquisition // of one member
 	cancel context.CancelFunc
 	listed chan struct{} // closed when the first listing of the node is judged, or the acquisition ended
-	done   chan struct{} // closed when the acquisition ended: root or err is set
+	done   chan struct{} // closed when the acquisition ended: hold or err is set
 
 	connects uint64 // the connection's count of connections before the node's create
 	counted  bool   // the connection counts them (one made by Dial)
@@ -107,32 +112,33 @@ type sharedRead struct {
 	dir      *zkclient.Watch // the child watch of the listing that first showed the node
 	open     bool            // joiners are admitted (see the fairness argument)
 	finished bool            // the acquisition ended
-	root     *Grant          // its grant
+	hold     *hold           // its hold, once granted
 	err      error           // or why it failed
 	waiting  int             // readers waiting for the grant
-	holding  int             // readers holding a grant nested in root
+	grants   []*Grant        // made at the grant for the readers waiting then
 }
 
 // readShared is RLock (and WithRead, ReadGroup, ReadBatch) on a lock with
 // WithReadCoalescing: one acquisition of the caller, with its own event.
-func (l *RWLock) readShared(ctx context.Context, w want) (*Grant, error) {
+func (l *RWLock) readShared(ctx context.Context) (*Grant, error) {
+	w := want{mode: Read, block: true}
 	start := time.Now()
 	l.starting(ctx, w, start)
-	g, a, err := l.coalesce.read(ctx, l)
-	if a == nil {
-		a = &acquisition{l: l, want: w} // a joiner's event: no request of its own
+	g, m, err := l.coalesce.read(ctx, l)
+	if m == nil {
+		m = &member{l: l, want: w} // a joiner's event: no request of its own
 	}
-	l.acquired(ctx, a, start, err)
+	l.acquired(ctx, m, start, err)
 	if err != nil {
-		return nil, errorf("rwlock: %s %s: %w", verb(w), l.path, err)
+		return nil, &opError{verb(w), l.path, err}
 	}
 	return g, nil
 }
 
-// read returns a grant nested in a shared node, joined or made. a is the
-// node's acquisition if this caller made it and the acquisition ended
-// (for the caller's event), else nil.
-func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, a *acquisition, err error) {
+// read returns a grant on a shared node, joined or made. m is the node's
+// member if this caller made it and its acquisition ended (for the
+// caller's event), else nil.
+func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, err error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
@@ -158,11 +164,14 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, a *acquisit
 			// the grant came at the same moment.
 			return nil, nil, s.leave(ctx, true)
 		}
-		if made {
-			a = s.a
+		g, again, err := s.take()
+		if again {
+			continue // the node is going as we came: a node of our own
 		}
-		g, err := s.take()
-		return g, a, err
+		if made {
+			m = s.a.members[0]
+		}
+		return g, m, err
 	}
 }
 
@@ -185,9 +194,9 @@ func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, made 
 	s = &sharedRead{
 		co: co, l: l, waiting: 1,
 		listed: make(chan struct{}), done: make(chan struct{}),
-		a: &acquisition{l: l, c: zkclient.For(l.conn), want: want{mode: Read, block: true}, guid: lockname.NewGUID()},
+		a: newAcquisition(Request{l, Read}),
 	}
-	s.a.share = s
+	s.a.members[0].listed = s.listedBy
 	s.connects, s.counted = s.a.c.ConnectCount()
 	co.cur = s
 	var sctx context.Context
@@ -197,53 +206,77 @@ func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, made 
 	return s, true
 }
 
-// run is the node's acquisition, on a goroutine of its own.
+// run is the node's acquisition, on a goroutine of its own. At the grant,
+// each reader waiting then gets its grant on the node's hold.
 func (s *sharedRead) run(ctx context.Context) {
 	defer s.l.background.Done()
 	defer s.cancel()
-	a := s.a
-	g, err := a.run(a.counting(ctx))
+	holds, err := s.a.run(ctx)
 	if err != nil {
-		a.c.Unref()
+		s.a.release()
 	}
 	co := s.co
 	co.mu.Lock()
-	s.finished, s.root, s.err = true, g, err
+	s.finished, s.err = true, err
 	s.judgedLocked()
-	orphan := g != nil && s.waiting+s.holding == 0 // every reader left as it was granted
+	var h *hold
+	if err == nil {
+		h = holds[0]
+		s.hold = h
+		if s.waiting > 0 {
+			s.grants = append(s.grants, h.grant(Read))
+		}
+		for len(s.grants) < s.waiting {
+			g, ok := h.join()
+			if !ok {
+				break // lost already: the others take the loss
+			}
+			s.grants = append(s.grants, g)
+		}
+	}
+	orphan := h != nil && s.waiting == 0 // every reader left as it was granted
 	if err != nil || orphan {
 		s.closeLocked()
 		s.forgetLocked()
 	}
 	co.mu.Unlock()
-	if orphan {
+	switch {
+	case orphan:
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cleanupTimeout)
-		g.Release(rctx) // as an abort: the deletion goes on in the background if it must
+		h.drop(rctx) // as an abort: the deletion goes on in the background if it must
 		cancel()
+	case h != nil:
+		// The node takes nobody once it is no longer held.
+		h.whenEnded(func(error) {
+			co.mu.Lock()
+			defer co.mu.Unlock()
+			s.closeLocked()
+			s.forgetLocked()
+		})
 	}
 	close(s.done)
 }
 
-// listedBy judges a listing of the node's acquisition that showed the node
-// (acquisition.locate): the first tells whether it may take joiners; any
-// later one that shows a node behind it, or belongs to a new node (the
+// listedBy judges a listing of the node's member that showed the node
+// (member.locate). The first tells whether it may take joiners. Any later
+// one that shows a node behind it, or belongs to a new node (the
 // acquisition queued again), stops it for good.
-func (s *sharedRead) listedBy(a *acquisition) {
+func (s *sharedRead) listedBy(m *member) {
 	co := s.co
 	co.mu.Lock()
 	defer co.mu.Unlock()
-	if s.node != a.path { // the first listing, or one of a new node
+	if s.node != m.path { // the first listing, or one of a new node
 		s.forgetLocked()
-		s.node = a.path
-		if s.waiting+s.holding > 0 {
+		s.node = m.path
+		if s.waiting > 0 {
 			co.live[s.node] = s
 		}
 	}
 	switch {
 	case !s.verdict:
-		s.dir, s.open = a.dir, a.dir != nil && !a.snap.after && s.connected()
+		s.dir, s.open = m.dir, m.dir != nil && !m.snap.after && s.connected()
 		s.judgedLocked()
-	case a.dir != s.dir || a.snap.after:
+	case m.dir != s.dir || m.snap.after:
 		s.open = false
 	}
 	if !s.open {
@@ -276,17 +309,17 @@ func (s *sharedRead) closeLocked() {
 
 // refresh brings what the node knows up to date, outside co.mu: the watch
 // takes an event go-zookeeper has read already, and the lease clock judges
-// the root grant (either may end the root, whose hooks must not run under
+// the hold (either may end the hold, whose hooks must not run under
 // co.mu).
 func (s *sharedRead) refresh() {
 	s.co.mu.Lock()
-	dir, root := s.dir, s.root
+	dir, h := s.dir, s.hold
 	s.co.mu.Unlock()
 	if dir != nil {
 		dir.FiredNow()
 	}
-	if root != nil {
-		root.judge()
+	if h != nil {
+		h.judge()
 	}
 }
 
@@ -302,8 +335,8 @@ func (s *sharedRead) joinableLocked() bool {
 		return false
 	default:
 	}
-	if s.root != nil && s.root.ctx.Err() != nil || !s.connected() {
-		s.closeLocked() // lost: never joined; or see connected
+	if s.hold != nil && (!s.hold.held() || s.hold.isReleasing()) || !s.connected() {
+		s.closeLocked() // lost or going: never joined; or see connected
 		return false
 	}
 	return true
@@ -334,24 +367,27 @@ func (s *sharedRead) admits() bool {
 	return s.joinableLocked()
 }
 
-// leave takes a waiting reader away: its context ended (cancelled), or
-// it may not join (to make a node of its own). The last reader to leave
+// leave takes a waiting reader away: its context ended (cancelled), or it
+// may not join (to make a node of its own). The last reader to leave
 // before the grant cancels the acquisition, whose node goes as any
 // cancelled acquisition's; a cancelled reader then waits for that, as a
-// cancelled RLock leaves no node behind. After the grant, the last reader
-// releases the root. It returns ctx's error for a cancelled reader.
+// cancelled RLock leaves no node behind. After the grant, the reader
+// releases the grant made for it. It returns ctx's error for a cancelled
+// reader.
 func (s *sharedRead) leave(ctx context.Context, cancelled bool) error {
 	co := s.co
 	co.mu.Lock()
 	s.waiting--
-	last := s.waiting+s.holding == 0
-	finished, root := s.finished, s.root
+	finished := s.finished
+	var mine *Grant
+	if finished && len(s.grants) > 0 {
+		mine, s.grants = s.grants[len(s.grants)-1], s.grants[:len(s.grants)-1]
+	}
+	last := !finished && s.waiting == 0
 	if last {
 		s.closeLocked()
 		s.forgetLocked()
-		if !finished {
-			s.cancel()
-		}
+		s.cancel()
 	}
 	co.mu.Unlock()
 	var err error
@@ -359,76 +395,51 @@ func (s *sharedRead) leave(ctx context.Context, cancelled bool) error {
 		err = ctx.Err()
 	}
 	switch {
-	case !last:
-	case !finished:
-		if cancelled {
-			<-s.done // the node is deleted, or its deletion handed to the background
-		}
-	case root != nil:
+	case last && cancelled:
+		<-s.done // the node is deleted, or its deletion handed to the background
+	case mine != nil:
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cleanupTimeout)
 		defer cancel()
-		if rerr := root.Release(rctx); rerr != nil && err != nil {
+		if rerr := mine.Release(rctx); rerr != nil && err != nil {
 			err = fmt.Errorf("%w (and: %w)", err, rerr)
 		}
 	}
 	return err
 }
 
-// take turns a waiting reader into a holder of a grant nested in the
-// node's grant, once the acquisition ended.
-func (s *sharedRead) take() (*Grant, error) {
+// take turns a waiting reader into the holder of a grant on the node, once
+// the acquisition ended: the grant made for it at the grant, or, for a
+// reader that joined the node held, a new one. again reports a node that
+// is going as the reader came: it makes a node of its own.
+func (s *sharedRead) take() (g *Grant, again bool, err error) {
 	co := s.co
 	co.mu.Lock()
-	if s.err != nil {
-		s.waiting--
-		err := s.err
-		co.mu.Unlock()
-		return nil, err
-	}
 	s.waiting--
-	s.holding++
-	root := s.root
+	if s.err != nil {
+		co.mu.Unlock()
+		return nil, false, s.err
+	}
+	if n := len(s.grants); n > 0 {
+		g, s.grants = s.grants[n-1], s.grants[:n-1]
+	}
+	h := s.hold
 	co.mu.Unlock()
-	g := nestIn(root, Read)
-	g.share = s
-	if g.ctx.Err() != nil {
+	if g == nil {
+		var ok bool
+		if g, ok = h.join(); !ok {
+			if err := h.ended(); err != nil && !errors.Is(err, ErrReleased) {
+				return nil, false, err // lost
+			}
+			co.mu.Lock()
+			s.closeLocked() // going: the next reader makes a node of its own
+			co.mu.Unlock()
+			return nil, true, nil
+		}
+	}
+	if err := g.Err(); err != nil {
 		// The node was lost before this reader took it: no grant for a
 		// node that may no longer exist.
-		cause := context.Cause(g.ctx)
-		s.drop(context.Background())
-		g.released = true
-		return nil, cause
+		return nil, false, err
 	}
-	return g, nil
-}
-
-// drop ends one reader's hold (Release of its grant); the last one's
-// releases the node's grant. If the server refuses that deletion, the
-// reader still holds, and may release again.
-func (s *sharedRead) drop(ctx context.Context) error {
-	co := s.co
-	co.mu.Lock()
-	s.holding--
-	last := s.waiting+s.holding == 0
-	root := s.root
-	if last {
-		s.closeLocked()
-		s.forgetLocked()
-	}
-	co.mu.Unlock()
-	if !last {
-		return nil
-	}
-	if err := root.Release(ctx); err != nil {
-		if root.Err() == nil { // still held: by this reader, who may release again
-			co.mu.Lock()
-			s.holding++
-			if s.node != "" {
-				co.live[s.node] = s
-			}
-			co.mu.Unlock()
-		}
-		return err
-	}
-	return nil
+	return g, false, nil
 }

@@ -253,7 +253,7 @@ func TestCoalescedLossReachesEveryReader(t *testing.T) {
 			})
 		}()
 		<-inside
-		nested, err := gs[0].l.RLock(ContextWithGrant(ctx, gs[0]))
+		nested, err := gs[0].h.l.RLock(ContextWithGrant(ctx, gs[0]))
 		require.NoError(t, err)
 		require.Len(t, s.lockNodes(dir), 1)
 		synctest.Wait()

@@ -34,30 +34,30 @@ import (
 // own handshake; it is nearly always a forgotten unit (10 for 10*time.Second).
 func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, opts ...func(*zk.Conn)) (*zk.Conn, error) {
 	if sessionTimeout < minSessionTimeout {
-		return nil, errorf("rwlock: dial %v: %w: session timeout %v is below %v, less than any server grants (a forgotten unit? %d*time.Second)",
-			servers, ErrInvalidArgument, sessionTimeout, minSessionTimeout, int64(sessionTimeout))
+		return nil, &opError{"dial", fmt.Sprint(servers), fmt.Errorf("%w: session timeout %v is below %v, less than any server grants (a forgotten unit? %d*time.Second)",
+			ErrInvalidArgument, sessionTimeout, minSessionTimeout, int64(sessionTimeout))}
 	}
 	log := &dialLogger{}
 	conn, events, err := zkclient.Connect(servers, sessionTimeout, append([]func(*zk.Conn){zk.WithLogger(log)}, opts...)...)
 	if err != nil {
-		return nil, errorf("rwlock: dial %v: %w", servers, err)
+		return nil, &opError{"dial", fmt.Sprint(servers), err}
 	}
 	for {
 		select {
 		case ev, ok := <-events:
 			if !ok {
-				return nil, errorf("rwlock: dial %v: %w", servers, zk.ErrClosing)
+				return nil, &opError{"dial", fmt.Sprint(servers), zk.ErrClosing}
 			}
 			if ev.State == zk.StateHasSession {
 				return conn, nil
 			}
 		case <-ctx.Done():
 			conn.Close()
-			err := errorf("rwlock: dial %v: %w", servers, ctx.Err())
+			err := ctx.Err()
 			if last := log.lastFailure(); last != "" {
 				err = fmt.Errorf("%w (last attempt: %s)", err, last)
 			}
-			return nil, err
+			return nil, &opError{"dial", fmt.Sprint(servers), err}
 		}
 	}
 }

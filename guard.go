@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // Guarded writes close, for data kept in ZooKeeper itself, the gap that no
@@ -35,25 +37,26 @@ import (
 // error wrapping ErrInvalidArgument. If ctx ends or the connection fails
 // before the answer, the outcome is unknown, as for any ZooKeeper write.
 func (g *Grant) Multi(ctx context.Context, ops ...any) ([]zk.MultiResponse, error) {
-	r := g.root()
+	h := g.h
+	fail := func(err error) error { return &opError{"multi", h.path, err} }
 	for i, op := range ops {
-		if err := r.guardable(op); err != nil {
-			return nil, errorf("rwlock: multi on %s: op %d: %w", r.node, i, err)
+		if err := h.guardable(op); err != nil {
+			return nil, fail(fmt.Errorf("op %d: %w", i, err))
 		}
 	}
 	if err := g.Err(); err != nil {
-		return nil, errorf("rwlock: multi on %s: %w", r.node, err)
+		return nil, fail(err)
 	}
 	all := make([]any, 0, 1+len(ops))
-	all = append(all, &zk.CheckVersionRequest{Path: r.node, Version: -1}) // -1: any version, so: it exists
+	all = append(all, &zk.CheckVersionRequest{Path: h.path, Version: -1}) // -1: any version, so: it exists
 	all = append(all, ops...)
-	reply := r.c.Multi(&tally{Context: ctx, n: &r.requests}, all, nil, nil)
+	reply := h.c.Multi(zkclient.WithCounter(ctx, &h.requests), all, nil, nil)
 	if len(reply.V) > 0 && errors.Is(reply.V[0].Error, zk.ErrNoNode) {
-		r.deletedUnderGuard()
-		return nil, errorf("rwlock: multi on %s: %w", r.node, g.Err())
+		h.deletedUnderGuard()
+		return nil, fail(g.Err())
 	}
 	if reply.Err != nil {
-		return reply.V[min(1, len(reply.V)):], errorf("rwlock: multi on %s: %w", r.node, reply.Err)
+		return reply.V[min(1, len(reply.V)):], fail(reply.Err)
 	}
 	return reply.V[1:], nil
 }
@@ -68,7 +71,7 @@ func (g *Grant) Check(ctx context.Context) error {
 }
 
 // guardable says why op cannot run in a guarded transaction, if it cannot.
-func (g *Grant) guardable(op any) error {
+func (h *hold) guardable(op any) error {
 	var path string
 	switch op := op.(type) {
 	case *zk.CreateRequest:
@@ -93,19 +96,16 @@ func (g *Grant) guardable(op any) error {
 	if path == "" {
 		return fmt.Errorf("%w: %T without a path", ErrInvalidArgument, op)
 	}
-	if path == g.l.path || strings.HasPrefix(path, g.l.path+"/") {
+	if path == h.l.path || strings.HasPrefix(path, h.l.path+"/") {
 		return fmt.Errorf("%w: %s is the lock's own", ErrInvalidArgument, path)
 	}
 	return nil
 }
 
-// deletedUnderGuard ends the grant whose node a guarded transaction found
+// deletedUnderGuard ends the hold whose node a guarded transaction found
 // gone, unless our own release deleted it.
-func (g *Grant) deletedUnderGuard() {
-	g.mu.Lock()
-	releasing := g.releasing
-	g.mu.Unlock()
-	if !releasing {
-		g.lost(g.whyDeleted())
+func (h *hold) deletedUnderGuard() {
+	if !h.isReleasing() {
+		h.lost(h.whyDeleted())
 	}
 }

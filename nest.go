@@ -21,45 +21,38 @@ func ContextWithGrant(ctx context.Context, g *Grant) context.Context {
 	return context.WithValue(ctx, grantKey{}, g)
 }
 
-// nested returns a nested grant when ctx carries a grant of this lock (same
-// path, same connection); ok is false when it does not.
-func (l *RWLock) nested(ctx context.Context, w want) (g *Grant, err error, ok bool) {
-	outer, _ := ctx.Value(grantKey{}).(*Grant)
-	if outer == nil || outer.l.path != l.path || outer.l.conn != l.conn {
-		return nil, nil, false
+// carried returns the grant ctx carries, if any.
+func carried(ctx context.Context) *Grant {
+	g, _ := ctx.Value(grantKey{}).(*Grant)
+	return g
+}
+
+// nested returns a grant nested in the one ctx carries, when that is a
+// grant of this lock (same path, same connection); nil, nil when it is not.
+func (l *RWLock) nested(ctx context.Context, w want) (*Grant, error) {
+	outer := carried(ctx)
+	if outer == nil || outer.h.l.path != l.path || outer.h.l.conn != l.conn {
+		return nil, nil
 	}
-	outer.judge() // as Err does: a holder back from a pause may have lost it
+	outer.h.judge() // as Err does: a holder back from a pause may have lost it
+	var err error
 	switch {
 	case outer.ctx.Err() != nil:
 		err = fmt.Errorf("the grant in the context has ended: %w", context.Cause(outer.ctx))
 	case w.mode == Write && outer.mode == Read:
-		err = fmt.Errorf("%w (%s)", ErrUpgrade, outer.node)
+		err = fmt.Errorf("%w (%s)", ErrUpgrade, outer.h.path)
 	}
 	if err != nil {
-		return nil, errorf("rwlock: %s %s: %w", verb(w), l.path, err), true
+		return nil, &opError{verb(w), l.path, err}
 	}
-	return nestIn(outer, w.mode), nil, true
+	return nestIn(outer, w.mode), nil
 }
 
 // nestIn makes a grant of mode nested in outer: it holds outer's node, and
-// ends when outer does (at once if outer has ended).
+// ends when outer does (at once if outer has ended), on the goroutine that
+// ends outer, so that its own hooks run in time too.
 func nestIn(outer *Grant, mode Mode) *Grant {
-	r := outer.root()
-	g := &Grant{l: r.l, c: r.c, mode: mode, node: r.node, session: r.session, outer: outer}
-	g.ctx, g.cancel = context.WithCancelCause(context.Background())
-	// Ended by its outer grant on the goroutine that ends that one, so that
-	// its own hooks (a WithRead's function context) run in time too.
-	stop := outer.whenEnded(func(cause error) { g.end(cause) })
-	g.mu.Lock()
-	g.unnest = stop
-	g.mu.Unlock()
-	return g
-}
-
-// root returns the grant that owns the node.
-func (g *Grant) root() *Grant {
-	for g.outer != nil {
-		g = g.outer
-	}
+	g := newHandle(outer.h, mode, outer)
+	outer.whenEndedAs(g, g.end)
 	return g
 }

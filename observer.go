@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -173,7 +172,7 @@ func leaseLapsed(err error) bool {
 // trip: its create and the listing sent right behind it (listBehind), and
 // no other request. Change the definition here: it is the only place that
 // makes it.
-func oneRoundTrip(a *acquisition) bool { return a.oneTrip && !a.waited && a.requests.Load() <= 2 }
+func oneRoundTrip(m *member) bool { return m.oneTrip && !m.waited && m.requests.Load() <= 2 }
 
 // starting tells the StartObservers that an acquisition in mode w begins
 // at start. Its ObserveAcquire is acquired's, with the same start.
@@ -187,23 +186,11 @@ func (l *RWLock) starting(ctx context.Context, w want, start time.Time) {
 	}
 }
 
-// granted tells the StartObservers that g, a grant that owns its node,
-// begins. Its ObserveGrant is end's.
-func (l *RWLock) granted(g *Grant) {
-	if len(l.starters) == 0 {
-		return
-	}
-	ev := GrantEvent{Lock: l.path, Node: g.node, Mode: g.mode}
-	for _, o := range l.starters {
-		o.ObserveGrantStart(ev)
-	}
-}
-
 // acquired ends an acquisition's figures as it returns: the contention
 // profile's sample, and the observers' event. It runs on the caller's
 // goroutine, inside the public entry point, so that the profile can take
 // the caller's stack.
-func (l *RWLock) acquired(ctx context.Context, a *acquisition, start time.Time, err error) {
+func (l *RWLock) acquired(ctx context.Context, a *member, start time.Time, err error) {
 	rate := contentionRate.Load()
 	if rate <= 0 && len(l.observers) == 0 {
 		return
@@ -226,92 +213,47 @@ func (l *RWLock) acquired(ctx context.Context, a *acquisition, start time.Time, 
 	}
 }
 
-// endEvent is the event of g, a grant that owns its node, ending with
-// cause: made as it ends, so that its hold is exact, and told (observeEnd)
-// once it has ended.
-func (l *RWLock) endEvent(g *Grant, cause error) GrantEvent {
-	if len(l.observers) == 0 {
-		return GrantEvent{}
+// observing is the observers' capability: it tells them of each hold as
+// it begins, and as it ends. A Downgrade ends the write grant and begins a
+// read grant of the same node.
+type observing struct{}
+
+func (observing) begin(h *hold) {
+	h.observeStart()
+	h.whenEnded(func(cause error) { h.observeEnd(h.currentMode(), cause) })
+}
+
+func (observing) changed(h *hold, c change) {
+	if c != downgraded {
+		return
 	}
-	return GrantEvent{
-		Lock: l.path, Node: g.node, Mode: g.mode, Hold: time.Since(g.since), Loss: lossOf(cause),
-		Requests: int(g.requests.Load()), Err: cause,
+	h.observeEnd(Write, ErrReleased)
+	h.mu.Lock()
+	h.since = time.Now()
+	h.mu.Unlock()
+	h.requests.Reset()
+	h.observeStart()
+}
+
+// observeStart tells the StartObservers that h begins, in its mode now.
+func (h *hold) observeStart() {
+	ev := GrantEvent{Lock: h.l.path, Node: h.path, Mode: h.currentMode()}
+	for _, o := range h.l.starters {
+		o.ObserveGrantStart(ev)
 	}
 }
 
-func (l *RWLock) observeEnd(ev GrantEvent) {
-	for _, o := range l.observers {
+// observeEnd tells the observers that h's grant of mode ended with cause.
+// It runs as the hold's end hooks do, after its grants' Done closed.
+func (h *hold) observeEnd(mode Mode, cause error) {
+	h.mu.Lock()
+	since := h.since
+	h.mu.Unlock()
+	ev := GrantEvent{
+		Lock: h.l.path, Node: h.path, Mode: mode, Hold: time.Since(since), Loss: lossOf(cause),
+		Requests: int(h.requests.Load()), Err: cause,
+	}
+	for _, o := range h.l.observers {
 		o.ObserveGrant(ev)
 	}
-}
-
-// A tally is the context an acquisition or a grant sends its requests
-// with: its caller's context, and where to count them (see
-// zkclient.Counter). It lives inside the acquisition or the grant, so
-// that counting costs no allocation; it carries no values of its own to
-// the caller's code.
-type tally struct {
-	context.Context
-	n *atomic.Int64 // the acquisition's or the grant's own count
-}
-
-// Value makes t the context's zkclient.Counter: the client counts each
-// request made with it.
-func (t *tally) Value(key any) any {
-	if key == zkclient.CounterKey {
-		return t
-	}
-	return t.Context.Value(key)
-}
-
-// CountRequest is zkclient.Counter's method.
-func (t *tally) CountRequest() { t.n.Add(1) }
-
-// counting returns the acquisition's context for its requests: ctx, with
-// its tally.
-func (a *acquisition) counting(ctx context.Context) context.Context {
-	a.tally = tally{Context: ctx, n: &a.requests}
-	return &a.tally
-}
-
-// counting returns a context for a request g makes on its caller's
-// behalf (Release, Downgrade) with ctx. It is g's one tally for them,
-// so the caller holds g.ops.
-func (g *Grant) counting(ctx context.Context) context.Context {
-	g.opTally = tally{Context: ctx, n: &g.requests}
-	return &g.opTally
-}
-
-// initContext makes g's own context, which ends when g does; the
-// requests g makes with it (Token, its node watch) are counted for g.
-func (g *Grant) initContext() {
-	g.tally = tally{Context: context.Background(), n: &g.requests}
-	g.since = time.Now()
-	g.ctx, g.cancel = context.WithCancelCause(&g.tally)
-}
-
-// acqStats are an acquisition's own figures, for its event.
-type acqStats struct {
-	tally    tally        // its context for requests (see counting)
-	requests atomic.Int64 // the requests it sent
-	relists  atomic.Int32 // its listings after the one that first showed its node
-}
-
-// listing counts, as the acquisition is about to list the directory, a
-// relist: a listing after one that showed the node it has now (locate took
-// its snapshot). Such a listing stands between what let the acquisition go
-// on (a release, a reconnection, a lost answer) and its grant; the first,
-// behind the create or once our node is known, is everyone's.
-func (a *acquisition) listing() {
-	if a.snap.self.name != "" {
-		a.relists.Add(1)
-	}
-}
-
-// grantStats are a grant's own figures, for its event.
-type grantStats struct {
-	since    time.Time    // when it was granted
-	requests atomic.Int64 // the requests it sent
-	tally    tally        // the parent of its context (see initContext)
-	opTally  tally        // Release's and Downgrade's (see counting); guarded by ops
 }

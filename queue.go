@@ -3,6 +3,7 @@ package rwlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -54,13 +55,13 @@ type Entry struct {
 // ignored. A lock directory that does not exist is an empty queue.
 func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	if l.conn == nil {
-		return nil, errorf("rwlock: queue: %w: the RWLock was not made by New", ErrInvalidArgument)
+		return nil, &opError{"queue", l.path, fmt.Errorf("%w: the RWLock was not made by New", ErrInvalidArgument)}
 	}
 	c := zkclient.For(l.conn)
 	defer c.Unref()
 	nodes, _, err := l.listQueue(ctx, c)
 	if err != nil {
-		return nil, errorf("rwlock: queue %s: %w", l.path, err)
+		return nil, &opError{"queue", l.path, err}
 	}
 
 	entries := make([]Entry, len(nodes))
@@ -75,7 +76,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 				return nil
 			}
 			if r.Err != nil {
-				return errorf("rwlock: queue %s: %w", path, r.Err)
+				return fmt.Errorf("read %s: %w", path, r.Err)
 			}
 			mode := n.mode
 			if mode == Write && n.ours && lockname.Downgraded(r.V.Data) {

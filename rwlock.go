@@ -2,7 +2,6 @@ package rwlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,45 +13,6 @@ import (
 
 	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
-)
-
-// Errors returned by the lock. Match them with [errors.Is]: they are
-// wrapped together with the context of the failure (path, node, the
-// ZooKeeper error that caused it).
-var (
-	// ErrWouldBlock is returned by TryLock and TryRLock when another grant
-	// is in the way. They leave no node behind.
-	ErrWouldBlock = errors.New("rwlock: would block")
-	// ErrLost means a grant ended without Release: its node was deleted,
-	// its session expired, or the lock could no longer show the session
-	// alive for long enough (see Grant.Done). Lock and RLock return it when
-	// their node was deleted by someone else while they waited.
-	ErrLost = errors.New("rwlock: grant lost")
-	// ErrReleased is what Err returns after Release (or Downgrade).
-	ErrReleased = errors.New("rwlock: grant released")
-	// ErrInvalidPath is returned by New for a path ZooKeeper would reject
-	// or that cannot hold a lock.
-	ErrInvalidPath = errors.New("rwlock: invalid path")
-	// ErrUpgrade is returned by Lock when the context carries a read grant
-	// of the same lock: upgrading in place can deadlock two readers.
-	ErrUpgrade = errors.New("rwlock: cannot upgrade a read grant to a write grant")
-	// ErrInvalidArgument is returned for a nil connection, an invalid
-	// option, or an RWLock not made by New.
-	ErrInvalidArgument = errors.New("rwlock: invalid argument")
-	// ErrSequenceExhausted is returned by an acquisition that finds the
-	// lock directory's sequence counter at its end (ZooKeeper does not
-	// wrap it: past 2147483647 nodes get duplicate numbers), so that the
-	// queue cannot be ordered. The acquisition leaves no node behind. The
-	// remedy is a fresh lock directory: a new path, or this one deleted
-	// and created again while nobody uses it.
-	ErrSequenceExhausted = errors.New("rwlock: the lock directory's sequence numbers are exhausted")
-	// ErrHoldLimit is, with ErrLost, the cause of a grant that reached the
-	// lock's hold limit (see WithMaxHold).
-	ErrHoldLimit = errors.New("rwlock: hold limit reached")
-	// ErrRevoked is the cause with which WithRead and WithWrite cancel
-	// their function's context when the grant is revoked (see
-	// RWLock.Revoke).
-	ErrRevoked = errors.New("rwlock: grant revoked")
 )
 
 // Mode says whether a grant is shared or exclusive.
@@ -99,8 +59,8 @@ type RWLock struct {
 
 	observers []Observer      // from WithObserver
 	starters  []StartObserver // those of observers that hear of starts too
-	peerWatch peerWatch
-	coalesce  *coalescer // the shared read node; nil without WithReadCoalescing
+	caps      []capability    // what follows every hold (see hold.go)
+	coalesce  *coalescer      // the shared read node; nil without WithReadCoalescing
 
 	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
 	noContainers atomic.Bool    // the server refused container nodes
@@ -118,29 +78,24 @@ type RWLock struct {
 // ErrInvalidArgument for a nil conn or option, or an invalid option.
 func New(conn *zk.Conn, path string, opts ...Option) (*RWLock, error) {
 	if conn == nil {
-		return nil, fmt.Errorf("%w: nil *zk.Conn", ErrInvalidArgument)
+		return nil, &opError{"new", path, fmt.Errorf("%w: nil *zk.Conn", ErrInvalidArgument)}
 	}
 	return newRWLock(conn, path, opts...)
 }
 
 func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error) {
 	if err := lockname.CheckPath(path); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPath, err)
+		return nil, &opError{"new", path, fmt.Errorf("%w: %w", ErrInvalidPath, err)}
 	}
 	o, err := makeOptions(opts)
 	if err != nil {
-		return nil, err
+		return nil, &opError{"new", path, err}
 	}
-	var co *coalescer
-	if o.coalesce {
-		co = &coalescer{live: map[string]*sharedRead{}}
-	}
-	return &RWLock{
-		coalesce:       co,
+	l := &RWLock{
 		conn:           conn,
 		path:           path,
 		acl:            o.acl,
-		data:           lockname.Data(o.owner, o.maxHold, false, false),
+		data:           lockname.Data(o.owner, o.maxHold, 0),
 		owner:          o.owner,
 		log:            o.log,
 		sessionTimeout: o.sessionTimeout,
@@ -149,7 +104,52 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		observers:      o.observers,
 		starters:       o.starters,
 		dialect:        o.dialect,
-	}, nil
+	}
+	if o.coalesce {
+		l.coalesce = &coalescer{live: map[string]*sharedRead{}}
+	}
+	l.caps = l.capabilities()
+	return l, nil
+}
+
+// capabilities returns what follows every hold of l, as its options ask:
+// the observers first, so that a grant's start is told before anything
+// else can end it.
+func (l *RWLock) capabilities() []capability {
+	var caps []capability
+	if len(l.observers) > 0 {
+		caps = append(caps, observing{})
+	}
+	if l.maxHold > 0 {
+		caps = append(caps, holdLimit{})
+	}
+	return append(caps, revocation{}, &fleetWatch{})
+}
+
+// acquire runs one acquisition of this lock for w: a nested grant when ctx
+// carries one of the lock's, a coalesced read when the lock coalesces
+// them, and otherwise a node of its own.
+func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
+	if l.conn == nil {
+		return nil, &opError{verb(w), l.path, fmt.Errorf("%w: the RWLock was not made by New", ErrInvalidArgument)}
+	}
+	if g, err := l.nested(ctx, w); g != nil || err != nil {
+		return g, err
+	}
+	if l.coalesce != nil && w.mode == Read && w.block {
+		return l.readShared(ctx)
+	}
+	a := newAcquisition(Request{l, w.mode})
+	a.members[0].block = w.block
+	start := time.Now()
+	l.starting(ctx, w, start)
+	holds, err := a.run(ctx)
+	l.acquired(ctx, a.members[0], start, err)
+	if err != nil {
+		a.release()
+		return nil, &opError{verb(w), l.path, err}
+	}
+	return holds[0].grant(w.mode), nil
 }
 
 // Path returns the lock directory.

@@ -3,7 +3,6 @@ package rwlock
 import (
 	"context"
 	"errors"
-	"time"
 )
 
 // A grantContext is the context a function runs under while a grant is
@@ -18,20 +17,20 @@ type grantContext struct {
 }
 
 func (c grantContext) Done() <-chan struct{} {
-	c.g.judge()
+	c.g.h.judge()
 	return c.Context.Done()
 }
 
 func (c grantContext) Err() error {
-	c.g.judge()
+	c.g.h.judge()
 	return c.Context.Err()
 }
 
-// guard derives the context a function runs under while g is held. onLoss,
-// if not nil, hears of a loss before the context is cancelled; the loss
-// cancels it on the goroutine that ends g. stop, called before releasing
-// g, keeps the release from cancelling it; cancel ends it.
-func guard(ctx context.Context, g *Grant, onLoss func(error)) (_ context.Context, cancel context.CancelCauseFunc, stop func()) {
+// grantCtx derives the context a function runs under while g is held.
+// onLoss, if not nil, hears of a loss before the context is cancelled; the
+// loss cancels it on the goroutine that ends g. stop, called before
+// releasing g, keeps the release from cancelling it; cancel ends it.
+func grantCtx(ctx context.Context, g *Grant, onLoss func(error)) (_ context.Context, cancel context.CancelCauseFunc, stop func()) {
 	ctx, cancel = context.WithCancelCause(ContextWithGrant(ctx, g))
 	stop = g.whenEnded(func(cause error) {
 		if onLoss != nil {
@@ -60,7 +59,7 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 	if err != nil {
 		return err
 	}
-	fctx, cancel, stop := guard(ctx, g, nil)
+	fctx, cancel, stop := grantCtx(ctx, g, nil)
 	revoked, unlisten := g.Revoked(), make(chan struct{})
 	go func() {
 		select {
@@ -75,14 +74,14 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 			err = errors.Join(ErrRevoked, err) // fn stopped because it was asked to
 		}
 		stop()
-		g.judge()
+		g.h.judge()
 		lost := g.lostCause()
 		// Before the release: a goroutine fn left running must see its
 		// context end before the next holder can be granted.
 		cancel(context.Canceled)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout())
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanupTimeout)
 		defer rcancel()
-		rerr := finished(g.Release(rctx))
+		rerr := ignoreBackground(g.Release(rctx))
 		if lost != nil {
 			err = errors.Join(lost, err)
 		} else {
@@ -92,12 +91,12 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 	return fn(fctx)
 }
 
-// finished drops a release error that only says the deletion goes on in
-// the background: the grant was held until the release was sent, so fn ran
+// ignoreBackground drops a release error that only says the deletion goes
+// on in the background: the grant was held until the release was sent, so fn ran
 // under the lock and its result stands. A failover under the release (the
 // connection cut before its answer) is no failure of the caller's work,
 // and the node goes as soon as the client is back, or with its session.
-func finished(err error) error {
+func ignoreBackground(err error) error {
 	if errors.Is(err, errFinishing) {
 		return nil
 	}
@@ -112,7 +111,3 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
-
-// releaseTimeout bounds the release that WithRead, WithWrite and a Group
-// make for their caller.
-func (l *RWLock) releaseTimeout() time.Duration { return l.cleanupTimeout }

@@ -46,9 +46,20 @@ const (
 	downgradedLine = "mode=read\n"
 )
 
+// A Mark is a holder's change of its node's data: none, or a set of the
+// marks below.
+type Mark uint8
+
+const (
+	MarkHeld       Mark = 1 << iota // state=held: written as a waiting writer's node goes
+	MarkDowngraded                  // mode=read: the write grant was downgraded
+
+	Unmarked Mark = 0
+)
+
 // Data is the data of a node of owner's, under a hold limit of maxHold (0
-// for none), with the marks asked for.
-func Data(owner string, maxHold time.Duration, held, downgraded bool) []byte {
+// for none), with marks.
+func Data(owner string, maxHold time.Duration, marks Mark) []byte {
 	b := make([]byte, 0, len(ownerKey)+len(owner)+1+len(maxHoldKey)+24+len(heldLine)+len(downgradedLine))
 	b = append(b, ownerKey...)
 	b = append(b, owner...)
@@ -58,10 +69,10 @@ func Data(owner string, maxHold time.Duration, held, downgraded bool) []byte {
 		b = append(b, maxHold.String()...)
 		b = append(b, '\n')
 	}
-	if held {
+	if marks&MarkHeld != 0 {
 		b = append(b, heldLine...)
 	}
-	if downgraded {
+	if marks&MarkDowngraded != 0 {
 		b = append(b, downgradedLine...)
 	}
 	return b

@@ -6,19 +6,11 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 )
-
-// Package zkclient is what a lock needs from ZooKeeper: requests that take
-// a context and say which session served them, watches shared per
-// connection, the lease clock that tells when a holder's session can no
-// longer be shown alive, and the session timeout the server granted. It
-// knows nothing of locks: the lock's grants are Holders to it.
-//
-// One word per idea here: a Client is referenced (Ref, Unref), never
-// acquired or released, which are the lock's words.
 
 // Conn is the part of *zk.Conn a Client uses. The lock's unit tests drive
 // it through an in-memory fake.
@@ -149,15 +141,15 @@ func (c *Client) Unref() {
 // on first use: the lock package's state that must be one per lock
 // directory and connection. It lives as long as c, which a user keeps
 // alive with Ref.
-func (c *Client) Shared(path string, make func() any) any {
+func (c *Client) Shared(path string, init func() any) any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.shared[path]
-	if !ok && make != nil {
+	if !ok && init != nil {
 		if c.shared == nil {
 			c.shared = map[string]any{}
 		}
-		v = make()
+		v = init()
 		c.shared[path] = v
 	}
 	return v
@@ -185,19 +177,30 @@ type Reply[T any] struct {
 	Err     error
 }
 
-// A Counter counts the requests made with a context whose Value for
-// CounterKey is it: the lock's tally of requests per acquisition and
-// grant, without an allocation per request.
-type Counter interface{ CountRequest() }
+// A Counter counts the requests made with a context that carries it (see
+// WithCounter): the lock's figures per acquisition and grant. The zero
+// value is ready.
+type Counter struct{ n atomic.Int64 }
+
+// Load returns the count.
+func (c *Counter) Load() int64 { return c.n.Load() }
+
+// Add adds n to the count: a request made for several, counted once.
+func (c *Counter) Add(n int64) { c.n.Add(n) }
+
+// Reset sets the count to 0, and returns what it was.
+func (c *Counter) Reset() int64 { return c.n.Swap(0) }
 
 type counterKey struct{}
 
-// CounterKey is the context key a Counter is found under.
-var CounterKey any = counterKey{}
+// WithCounter returns a copy of ctx whose requests c counts.
+func WithCounter(ctx context.Context, c *Counter) context.Context {
+	return context.WithValue(ctx, counterKey{}, c)
+}
 
 func countRequest(ctx context.Context) {
-	if c, ok := ctx.Value(CounterKey).(Counter); ok {
-		c.CountRequest()
+	if c, ok := ctx.Value(counterKey{}).(*Counter); ok {
+		c.n.Add(1)
 	}
 }
 
@@ -213,7 +216,7 @@ func countRequest(ctx context.Context) {
 // same is the request known to have run in it (a request queued across an
 // expiry is sent in the new session). A write (or a sync) that the server
 // answered in a known session renews that session's lease: see lease.go.
-func request[T any](c *Client, ctx context.Context, renews bool, op func() (T, error), late func(Reply[T])) Reply[T] {
+func request[T any](ctx context.Context, c *Client, renews bool, op func() (T, error), late func(Reply[T])) Reply[T] {
 	run := func() Reply[T] {
 		pause(c.zk)
 		before, sent := c.zk.SessionID(), time.Now()
@@ -261,7 +264,7 @@ func request[T any](c *Client, ctx context.Context, renews bool, op func() (T, e
 // go-zookeeper begins (the lock pipelines a listing behind it).
 func (c *Client) Create(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL,
 	sending chan struct{}, late func(Reply[string])) Reply[string] {
-	return request(c, ctx, true, func() (string, error) {
+	return request(ctx, c, true, func() (string, error) {
 		if sending != nil {
 			close(sending)
 		}
@@ -271,7 +274,7 @@ func (c *Client) Create(ctx context.Context, path string, data []byte, flags int
 
 // CreateContainer creates path as a container node.
 func (c *Client) CreateContainer(ctx context.Context, path string, acl []zk.ACL) Reply[string] {
-	return request(c, ctx, true, func() (string, error) { return c.zk.CreateContainer(path, nil, zk.FlagContainer, acl) }, nil)
+	return request(ctx, c, true, func() (string, error) { return c.zk.CreateContainer(path, nil, zk.FlagContainer, acl) }, nil)
 }
 
 // Children lists path's children.
@@ -290,7 +293,7 @@ type Listing struct {
 
 // List lists path's children, with path's stat.
 func (c *Client) List(ctx context.Context, path string) Reply[Listing] {
-	return request(c, ctx, false, func() (Listing, error) {
+	return request(ctx, c, false, func() (Listing, error) {
 		children, stat, err := c.zk.Children(path)
 		return Listing{children, stat}, err
 	}, nil)
@@ -304,7 +307,7 @@ type Node struct {
 
 // Get reads path.
 func (c *Client) Get(ctx context.Context, path string) Reply[Node] {
-	return request(c, ctx, false, func() (Node, error) {
+	return request(ctx, c, false, func() (Node, error) {
 		data, stat, err := c.zk.Get(path)
 		return Node{data, stat}, err
 	}, nil)
@@ -312,18 +315,18 @@ func (c *Client) Get(ctx context.Context, path string) Reply[Node] {
 
 // Set writes path's data, whatever its version.
 func (c *Client) Set(ctx context.Context, path string, data []byte) Reply[*zk.Stat] {
-	return request(c, ctx, true, func() (*zk.Stat, error) { return c.zk.Set(path, data, -1) }, nil)
+	return request(ctx, c, true, func() (*zk.Stat, error) { return c.zk.Set(path, data, -1) }, nil)
 }
 
 // Delete deletes path, whatever its version; late as for Create.
 func (c *Client) Delete(ctx context.Context, path string, late func(Reply[struct{}])) Reply[struct{}] {
-	return request(c, ctx, true, func() (struct{}, error) { return struct{}{}, c.zk.Delete(path, -1) }, late)
+	return request(ctx, c, true, func() (struct{}, error) { return struct{}{}, c.zk.Delete(path, -1) }, late)
 }
 
 // SetAndDelete sets path's data and deletes it in one transaction: the
 // lock's held mark, seen by whoever reads the node as it goes.
 func (c *Client) SetAndDelete(ctx context.Context, path string, data []byte, late func(Reply[struct{}])) Reply[struct{}] {
-	return request(c, ctx, true, func() (struct{}, error) {
+	return request(ctx, c, true, func() (struct{}, error) {
 		_, err := c.zk.Multi(
 			&zk.SetDataRequest{Path: path, Data: data, Version: -1},
 			&zk.DeleteRequest{Path: path, Version: -1},
@@ -336,7 +339,7 @@ func (c *Client) SetAndDelete(ctx context.Context, path string, data []byte, lat
 // transaction reports the failing operation's error, and each operation's
 // in the replies. sending and late are Create's.
 func (c *Client) Multi(ctx context.Context, ops []any, sending chan struct{}, late func(Reply[[]zk.MultiResponse])) Reply[[]zk.MultiResponse] {
-	return request(c, ctx, true, func() ([]zk.MultiResponse, error) {
+	return request(ctx, c, true, func() ([]zk.MultiResponse, error) {
 		if sending != nil {
 			close(sending)
 		}
@@ -347,7 +350,7 @@ func (c *Client) Multi(ctx context.Context, ops []any, sending chan struct{}, la
 // Sync is the lease's keepalive: the cheapest request that a follower must
 // pass on to the leader (see lease.go).
 func (c *Client) Sync(ctx context.Context) Reply[struct{}] {
-	return request(c, ctx, true, func() (struct{}, error) {
+	return request(ctx, c, true, func() (struct{}, error) {
 		_, err := c.zk.Sync("/")
 		return struct{}{}, err
 	}, nil)

@@ -199,7 +199,7 @@ type Holder interface {
 	Limit() time.Duration
 	// Lost tells the holder it is lost, and why. The clock calls it
 	// holding none of its locks, once for each time it finds the holder
-	// lost; the holder ends itself (and Unholds) on the first.
+	// lost; the holder ends itself (and is removed) on the first.
 	Lost(cause error)
 }
 
@@ -288,16 +288,16 @@ func (c *Client) Deadline(h Holder) (time.Time, bool) {
 	return end.Add(-RelayAllowance(t)), true
 }
 
-// Hold puts h under the lease clock until Unhold.
-func (c *Client) Hold(h Holder) {
+// AddHolder puts h under the lease clock until RemoveHolder.
+func (c *Client) AddHolder(h Holder) {
 	c.mu.Lock()
 	c.holders[h] = struct{}{}
 	c.mu.Unlock()
 	c.tick()
 }
 
-// Unhold takes h from under the lease clock.
-func (c *Client) Unhold(h Holder) {
+// RemoveHolder takes h from under the lease clock.
+func (c *Client) RemoveHolder(h Holder) {
 	c.mu.Lock()
 	delete(c.holders, h)
 	c.stopIfIdleLocked()

@@ -149,7 +149,7 @@ func (c *Client) GetW(ctx context.Context, path string) (Reply[Node], *Watch) {
 		Node
 		ch <-chan zk.Event
 	}
-	r, w := watchShared(c, ctx, watchKey{path, dataWatch},
+	r, w := watchShared(ctx, c, watchKey{path, dataWatch},
 		func() (result, <-chan zk.Event, error) {
 			data, stat, ch, err := c.zk.GetW(path)
 			return result{Node{data, stat}, ch}, ch, err
@@ -169,7 +169,7 @@ func (c *Client) GetW(ctx context.Context, path string) (Reply[Node], *Watch) {
 // connection. The watch is nil when the read failed.
 func (c *Client) GetWPrivate(ctx context.Context, path string) (Reply[Node], *Watch) {
 	w := &Watch{fired: make(chan struct{})}
-	r := request(c, ctx, false, func() (Node, error) {
+	r := request(ctx, c, false, func() (Node, error) {
 		before := c.zk.SessionID()
 		data, stat, ch, err := c.zk.GetW(path)
 		c.settle(watchKey{}, w, ch, before, err, false)
@@ -184,28 +184,22 @@ func (c *Client) GetWPrivate(ctx context.Context, path string) (Reply[Node], *Wa
 // ChildrenW lists path's children and watches them: the watch fires when
 // a child is created or deleted, or when path itself is deleted (a lock
 // node has no children, so a child watch on one fires only when it goes).
-//
-// With private, the watch is the caller's own, never shared: an
-// acquisition's watch on its lock directory fires at the latest when its
-// own node goes, so it cannot pile up, while sharing it would hand the next
-// acquisition on the connection a watch that the last one's release has
-// just fired, and a wake for nothing.
-func (c *Client) ChildrenW(ctx context.Context, path string, private bool) (Reply[[]string], *Watch) {
+func (c *Client) ChildrenW(ctx context.Context, path string) (Reply[[]string], *Watch) {
 	op := func() ([]string, <-chan zk.Event, error) {
 		children, _, ch, err := c.zk.ChildrenW(path)
 		return children, ch, err
 	}
-	if private {
-		r, w := c.ListW(ctx, path)
-		return Reply[[]string]{r.V.Names, r.Session, r.Err}, w
-	}
-	return watchShared(c, ctx, watchKey{path, childWatch}, op, func() Reply[[]string] { return c.Children(ctx, path) })
+	return watchShared(ctx, c, watchKey{path, childWatch}, op, func() Reply[[]string] { return c.Children(ctx, path) })
 }
 
-// ListW is ChildrenW with a private watch, and the directory's stat.
+// ListW is ChildrenW with a watch of the caller's own, never shared, and
+// the directory's stat. An acquisition's watch on its lock directory fires
+// at the latest when its own node goes, so it cannot pile up; sharing it
+// would hand the next acquisition on the connection a watch that the last
+// one's release has just fired, and a wake for nothing.
 func (c *Client) ListW(ctx context.Context, path string) (Reply[Listing], *Watch) {
 	w := &Watch{fired: make(chan struct{})}
-	r := request(c, ctx, false, func() (Listing, error) {
+	r := request(ctx, c, false, func() (Listing, error) {
 		before := c.zk.SessionID()
 		children, stat, ch, err := c.zk.ChildrenW(path)
 		c.settle(watchKey{}, w, ch, before, err, false)
@@ -221,7 +215,7 @@ func (c *Client) ListW(ctx context.Context, path string) (Reply[Listing], *Watch
 // node, kind and connection is ever under way or outstanding. A caller that
 // finds one being set waits for it; one that finds it set and not yet fired
 // reads the node with plain, and shares it (see the top of this file).
-func watchShared[T any](c *Client, ctx context.Context, key watchKey,
+func watchShared[T any](ctx context.Context, c *Client, key watchKey,
 	set func() (T, <-chan zk.Event, error), plain func() Reply[T]) (Reply[T], *Watch) {
 	for {
 		c.mu.Lock()
@@ -255,7 +249,7 @@ func watchShared[T any](c *Client, ctx context.Context, key watchKey,
 		c.mu.Unlock()
 		// Settled by the request itself, so that a caller that stops
 		// waiting leaves the registration tracked, not lost.
-		r := request(c, ctx, false, func() (T, error) {
+		r := request(ctx, c, false, func() (T, error) {
 			before := c.zk.SessionID()
 			v, ch, err := set()
 			c.settle(key, w, ch, before, err, true)

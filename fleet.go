@@ -11,7 +11,7 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// The holders' watch for a mixed fleet: a peer that does not count our
+// The fleet watch: the holders' watch for a mixed fleet: a peer that does not count our
 // names (see RWLock.blind) and queues while we hold is granted at once, as
 // far as it can tell. An acquisition that lists such a node refuses to
 // queue; a holder must hear of one that comes later, and stop.
@@ -29,23 +29,31 @@ import (
 // watch). A grant made in one round trip brings the watch that its
 // listing set; a grant made after waiting lists once more, since the
 // directory changed while it waited.
-type peerWatch struct {
+type fleetWatch struct {
 	mu       sync.Mutex
-	holders  map[*Grant]struct{} // grants that own their node
-	watching bool                // a goroutine lists and watches
-	idle     chan struct{}       // closed when the last holder leaves: the goroutine stops
-	stop     context.CancelFunc  // ends the goroutine's requests and retries, with idle
+	holders  map[*hold]struct{}
+	watching bool               // a goroutine lists and watches
+	idle     chan struct{}      // closed when the last holder leaves: the goroutine stops
+	stop     context.CancelFunc // ends the goroutine's requests and retries, with idle
 }
 
-// join adds g, a grant that owns its node, to the holders until it ends.
-// dir is the child watch its acquisition's listing set, if any.
-func (pw *peerWatch) join(g *Grant, dir *zkclient.Watch) {
+func (pw *fleetWatch) begin(h *hold) { pw.join(h) }
+
+func (pw *fleetWatch) changed(h *hold, c change) {
+	if c == releaseRefused {
+		pw.join(h) // the watching may have stopped for our release
+	}
+}
+
+// join adds h to the holders until it ends. The child watch of the listing
+// that granted it, if any, tells of every change since.
+func (pw *fleetWatch) join(h *hold) {
 	pw.mu.Lock()
 	if pw.holders == nil {
-		pw.holders = make(map[*Grant]struct{})
+		pw.holders = make(map[*hold]struct{})
 	}
-	_, joined := pw.holders[g]
-	pw.holders[g] = struct{}{}
+	_, joined := pw.holders[h]
+	pw.holders[h] = struct{}{}
 	start := !pw.watching
 	var ctx context.Context
 	if start {
@@ -55,36 +63,37 @@ func (pw *peerWatch) join(g *Grant, dir *zkclient.Watch) {
 	idle := pw.idle
 	pw.mu.Unlock()
 	if !joined { // a Release refused joins again
-		g.whenEnded(func(error) { pw.leave(g) })
+		h.whenEnded(func(error) { pw.leave(h) })
 	}
 	if !start {
 		return
 	}
+	dir := h.listing
 	if dir != nil && dir.FiredNow() {
-		dir = nil // changed since the listing that granted g: list again
+		dir = nil // changed since the listing that granted h: list again
 	}
-	// Else the listing that granted g showed no blind peer, and nothing has
+	// Else the listing that granted h showed no blind peer, and nothing has
 	// changed since: wait on its watch.
 	// Not the lock's background work, which ends without waiting for
 	// holders: this ends when they do.
-	g.c.Ref()
-	go pw.watch(ctx, g.l, g.c, dir, idle)
+	h.c.Ref()
+	go pw.watch(ctx, h.l, h.c, dir, idle)
 }
 
-// leave removes g from the holders.
-func (pw *peerWatch) leave(g *Grant) {
+// leave removes h from the holders.
+func (pw *fleetWatch) leave(h *hold) {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
-	if _, ok := pw.holders[g]; !ok {
+	if _, ok := pw.holders[h]; !ok {
 		return
 	}
-	delete(pw.holders, g)
+	delete(pw.holders, h)
 	if len(pw.holders) == 0 && pw.watching {
 		pw.stopLocked()
 	}
 }
 
-func (pw *peerWatch) stopLocked() {
+func (pw *fleetWatch) stopLocked() {
 	pw.watching = false
 	close(pw.idle)
 	pw.stop()
@@ -93,7 +102,7 @@ func (pw *peerWatch) stopLocked() {
 // watch waits for w to fire (at once if nil), lists the directory with a
 // new watch, and ends the holders' grants if a blind peer's node is
 // listed, for as long as anyone holds.
-func (pw *peerWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, w *zkclient.Watch, idle chan struct{}) {
+func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, w *zkclient.Watch, idle chan struct{}) {
 	defer c.Unref()
 	// ctx ends with the last holder: a listing given up may still set
 	// its watch, private, which fires when the directory next changes.
@@ -110,7 +119,8 @@ func (pw *peerWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, w
 			}
 		}
 		pw.count()
-		r, next := c.ChildrenW(ctx, l.path, true)
+		lr, next := c.ListW(ctx, l.path)
+		r := listed(lr)
 		switch {
 		case isClosed(idle):
 			return
@@ -143,17 +153,14 @@ func (pw *peerWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, w
 // anyHolding reports whether a holder is not releasing: a change made by
 // our own releases needs no look. If none is, the watching stops here, and
 // the next grant to join starts it again.
-func (pw *peerWatch) anyHolding(idle chan struct{}) bool {
+func (pw *fleetWatch) anyHolding(idle chan struct{}) bool {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if isClosed(idle) {
 		return false
 	}
-	for g := range pw.holders {
-		g.mu.Lock()
-		releasing := g.releasing
-		g.mu.Unlock()
-		if !releasing {
+	for h := range pw.holders {
+		if !h.isReleasing() {
 			return true
 		}
 	}
@@ -163,17 +170,17 @@ func (pw *peerWatch) anyHolding(idle chan struct{}) bool {
 
 // count counts a listing among the requests of one of the holders (it is
 // made for them all), for its GrantEvent.
-func (pw *peerWatch) count() {
+func (pw *fleetWatch) count() {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
-	for g := range pw.holders {
-		g.requests.Add(1)
+	for h := range pw.holders {
+		h.requests.Add(1)
 		return
 	}
 }
 
 // stopIf stops the watching, if it is still the one that idle ends.
-func (pw *peerWatch) stopIf(idle chan struct{}) {
+func (pw *fleetWatch) stopIf(idle chan struct{}) {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if pw.idle == idle && !isClosed(idle) {
@@ -185,26 +192,26 @@ func (pw *peerWatch) stopIf(idle chan struct{}) {
 // stops the watching; unless the watching stopped and started again since
 // the listing that found the peer (idle is not the current one): the new
 // watching looks for itself.
-func (pw *peerWatch) endAll(idle chan struct{}, m *mixedError) {
+func (pw *fleetWatch) endAll(idle chan struct{}, m *mixedError) {
 	pw.mu.Lock()
 	if pw.idle != idle {
 		pw.mu.Unlock()
 		return
 	}
-	var hit []*Grant
-	for g := range pw.holders {
-		hit = append(hit, g)
+	var hit []*hold
+	for h := range pw.holders {
+		hit = append(hit, h)
 	}
 	clear(pw.holders)
 	if !isClosed(idle) {
 		pw.stopLocked()
 	}
 	pw.mu.Unlock()
-	for _, g := range hit {
-		g.l.log.Warn("rwlock: "+m.Error(), "lock", g.l.path, "node", g.node)
+	for _, h := range hit {
+		h.l.log.Warn("rwlock: "+m.Error(), "lock", h.l.path, "node", h.path)
 		// The peer may hold already: the grant is lost, and its node is
 		// deleted once the holder has been told.
-		g.lost(fmt.Errorf("%w: %w", errMayLive, m))
+		h.lost(fmt.Errorf("%w: %w", errMayLive, m))
 	}
 }
 

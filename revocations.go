@@ -1,0 +1,411 @@
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"path"
+	"slices"
+	"sync"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/zkrwlock/rwlock/internal/lockname"
+	"github.com/zkrwlock/rwlock/internal/zkclient"
+)
+
+// revocations are the listening grants of one lock directory on one
+// connection, and their watch on the directory: one per connection and
+// path, whatever the number of RWLock values (see revocationsOn).
+//
+// go-zookeeper fires every channel it has for a node when an event comes,
+// so a second channel on the directory, set before a reconnection and sent
+// again after it, would fire a channel set by a read after the
+// reconnection for a change that read already showed. So one goroutine
+// reads, and it sends a read only once the channel of its last read has
+// fired (or none was set): never two channels at once. The goroutine
+// holds a reference to the Client, and so does the channel until it fires
+// (see zkclient's relay): the Client, and these revocations with it, stay
+// the connection's while a channel is set.
+//
+// The watch outlives its listeners: once set, it costs nothing until the
+// directory's data changes, which only a revocation does (or the
+// directory's deletion, or the session's end). So a listener finds it set
+// unless a revocation came while nobody listened, and a grant made while
+// it is set and unfired is known to come before whatever fires it (see
+// the top of this file).
+type revocations struct {
+	mu        sync.Mutex
+	listeners map[*hold]listener
+	reading   bool            // the goroutine runs
+	idle      chan struct{}   // closed when the last listener leaves: the goroutine stops if it waits
+	watch     *zkclient.Watch // the directory's data watch, private to the last read; nil before
+	readNo    uint64          // the number of that read
+	connects  uint64          // the connection's session count when that read was sent and answered
+	steady    bool            // connects is known, and the same before and after that read
+	named     []int32         // the nodes named by the request that read found
+	sent      uint64          // the reads sent so far
+}
+
+// A listener is a listening grant: its node's sequence number, and how
+// many reads had been sent when it began to listen (any later read was
+// sent after its grant).
+type listener struct {
+	seq  int32
+	sent uint64
+}
+
+// revocationsOn returns the revocations of the lock's directory on c; nil
+// if nobody has listened yet.
+func (l *RWLock) revocationsOn(c *zkclient.Client) *revocations {
+	rv, _ := c.Shared(l.path, nil).(*revocations)
+	return rv
+}
+
+// listenRevocations returns the revocations of the lock's directory on c,
+// made on first use.
+func (l *RWLock) listenRevocations(c *zkclient.Client) *revocations {
+	return c.Shared(l.path, func() any { return new(revocations) }).(*revocations)
+}
+
+// before returns the directory's watch if a grant made now is known to
+// come before whatever fires it: set and not fired, with no new connection
+// since the read that set it. Else nil. The check is made after the
+// packet that decided the grant was read, which can only make it say nil
+// more often.
+func (rv *revocations) before(c *zkclient.Client) *zkclient.Watch {
+	if rv == nil {
+		return nil
+	}
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	return rv.unchangedLocked(c)
+}
+
+// unchangedLocked returns the directory's watch if it is set and has not
+// fired, with no new connection since the read that set it: then the
+// directory's data is as that read found it. Else nil.
+func (rv *revocations) unchangedLocked(c *zkclient.Client) *zkclient.Watch {
+	w := rv.watch
+	if w == nil || !rv.steady {
+		return nil
+	}
+	// mutant: revoke-base-reconnected
+	if n, known := c.ConnectCount(); !known || n != rv.connects {
+		return nil
+	}
+	if w.FiredNow() {
+		return nil
+	}
+	return w
+}
+
+// revoking reports whether w, a directory watch, fired for a change of the
+// directory's data: a revocation.
+func revoking(w *zkclient.Watch) bool {
+	return w != nil && w.FiredNow() && w.Event().Type == zk.EventNodeDataChanged
+}
+
+// listen adds g, a grant that owns its node, to the listeners until it
+// ends, and makes sure the directory is watched.
+func (rv *revocations) listen(g *hold) {
+	n, ok := lockname.Parse(path.Base(g.path))
+	if !ok {
+		return
+	}
+	rv.mu.Lock()
+	// Under mu: a fire that these checks miss is handled by revokeBefore,
+	// which finds g among the listeners.
+	named := slices.Contains(rv.named, n.Seq)
+	// mutant: revoke-listen-precedes
+	if revoking(g.precedes()) || named && rv.unchangedLocked(g.c) != nil {
+		// A revocation was written while g held, before it listened; or
+		// the last read named g, and nothing changed since.
+		rv.mu.Unlock()
+		g.l.debug("revoked", g.path)
+		g.revoke()
+		return
+	}
+	if rv.listeners == nil {
+		rv.listeners = make(map[*hold]listener)
+	}
+	rv.listeners[g] = listener{n.Seq, rv.sent}
+	// mutant: revoke-retired-client
+	start := !rv.reading && g.c.RefIfLive()
+	rv.reading = rv.reading || start
+	w, no := rv.watch, rv.readNo
+	rv.mu.Unlock()
+	g.whenEnded(func(error) { rv.leave(g) })
+	if start {
+		// Not the lock's background work: it ends when the listeners
+		// leave, whichever lock they are of. A Client retired meanwhile
+		// (g ended, and with it the last use) starts nothing.
+		go rv.read(g.l, g.c, w, no)
+	}
+	// mutant: revoke-confirm
+	if named {
+		// Named by the last read, but the data may have changed since,
+		// unseen (a reconnection, a connection that does not count
+		// them): read it again, without a watch.
+		go rv.confirm(g, n.Seq)
+	}
+}
+
+// confirm reads the directory's data without a watch, and revokes g if
+// the request names its node. A read that fails is tried again after a
+// pause while g listens, unless the directory or the session is gone (and
+// g with it).
+func (rv *revocations) confirm(g *hold, seq int32) {
+	var retry zkclient.Backoff
+	for {
+		r := g.c.Get(g.ctx, g.l.path)
+		switch {
+		case r.Err == nil:
+			rev, _ := lockname.ParseRevocation(r.V.Data)
+			if slices.Contains(rev.Names(r.V.Stat.Czxid), seq) {
+				rv.revokeIf(func(h *hold, _ listener) bool { return h == g })
+			}
+			return
+		case !g.held() || errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):
+			return
+		}
+		if !rv.listening(g) || retry.Wait(g.ctx, g.c.Conn()) != nil {
+			return
+		}
+	}
+}
+
+// listening reports whether g is among the listeners.
+func (rv *revocations) listening(g *hold) bool {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	_, ok := rv.listeners[g]
+	return ok
+}
+
+// leave removes g from the listeners.
+func (rv *revocations) leave(g *hold) {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	if _, ok := rv.listeners[g]; !ok {
+		return
+	}
+	delete(rv.listeners, g)
+	rv.idleLocked()
+}
+
+// idleLocked tells the goroutine, if nobody listens.
+func (rv *revocations) idleLocked() {
+	if len(rv.listeners) == 0 && rv.idle != nil {
+		close(rv.idle)
+		rv.idle = nil
+	}
+}
+
+// carryOn returns, while anyone listens, the channel that closes when the
+// last listener leaves. Else it marks the goroutine stopped, and stop is
+// true: a listener that comes later starts another.
+func (rv *revocations) carryOn() (idle chan struct{}, stop bool) {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	if len(rv.listeners) == 0 {
+		rv.reading = false
+		return nil, true
+	}
+	if rv.idle == nil {
+		rv.idle = make(chan struct{})
+	}
+	return rv.idle, false
+}
+
+// stop marks the goroutine stopped after read number n failed for good
+// (the directory gone, the session or the connection ended), and reports
+// whether a listener came after that read was sent: a grant of a new
+// session, which another goroutine must serve.
+func (rv *revocations) stop(n uint64) (again bool) {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	for _, ls := range rv.listeners {
+		// mutant: revoke-stop-again
+		if ls.sent >= n {
+			return true
+		}
+	}
+	rv.reading = false
+	return false
+}
+
+// read waits for w, the directory's data watch set by read number n, to
+// fire (it reads at once if w is nil), revokes the listeners known to
+// have been granted before, then reads the directory's data with a new
+// watch, revokes the listeners it names, and waits again, while anyone
+// listens. A read once sent is always answered and kept, so that the
+// watch it sets is known, listeners or not. It holds a reference to c,
+// which it drops as it returns.
+func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n uint64) {
+	defer c.Unref()
+	// No context ends a read: a read given up would still set its watch
+	// later, and another read would set a second; the client's close ends
+	// it instead.
+	ctx := context.Background()
+	var retry zkclient.Backoff
+	warned := false
+	for {
+		if w != nil {
+			idle, stop := rv.carryOn()
+			if stop {
+				return // nobody listens; the watch stays
+			}
+			select {
+			case <-w.Fired():
+			case <-idle:
+				continue
+			}
+			if revoking(w) {
+				// mutant: revoke-no-notice
+				rv.revokeBefore(w, n)
+			}
+		}
+		if c.Conn().State() != zk.StateHasSession && !rv.backOff(c, &retry) {
+			return // a read sent now would race go-zookeeper setting its watches again
+		}
+		rv.mu.Lock()
+		rv.sent++
+		n = rv.sent
+		rv.mu.Unlock()
+		connects, known := c.ConnectCount()
+		r, next := c.GetWPrivate(ctx, l.path)
+		after, _ := c.ConnectCount()
+		steady := known && after == connects
+		if r.Err == nil {
+			retry, warned = zkclient.Backoff{}, false
+			rv.revoke(rv.keep(next, n, connects, steady, r.V), n)
+			w = next
+			continue
+		}
+		rv.keep(nil, n, 0, false, zkclient.Node{})
+		// mutant: revoke-stale-watch
+		w = nil // fired, and handled: the next read is sent at once
+		switch {
+		// mutant: revoke-final-errors
+		case errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):
+			// The directory is gone (with every node in it) or the
+			// session ended: so did the grants of the listeners of the
+			// moment.
+			l.debug("no longer listening for revocations: "+r.Err.Error(), l.path)
+			if rv.stop(n) {
+				continue // read again, for the listeners that came since
+			}
+			return
+		case !zkclient.ConnectionLoss(r.Err) && !warned:
+			warned = true
+			l.log.Warn("rwlock: cannot read the lock directory's data; revocations wait until it can be read",
+				"lock", l.path, "err", r.Err)
+		}
+		// No watch was set: read again after a pause (a refusal may pass:
+		// throttling, an ACL being changed), once the connection is back.
+		if !rv.backOff(c, &retry) {
+			return
+		}
+	}
+}
+
+// backOff waits a pause, then until the connection has a session, while
+// anyone listens; false: the goroutine stops (nobody listens, or the
+// connection was closed for good).
+func (rv *revocations) backOff(c *zkclient.Client, retry *zkclient.Backoff) bool {
+	for {
+		idle, stop := rv.carryOn()
+		if stop {
+			return false
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-idle:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		// mutant: revoke-wait-idle
+		err := retry.Wait(ctx, c.Conn())
+		cancel()
+		switch {
+		case err == nil:
+			return true
+		case !isClosed(idle): // the connection was closed for good
+			rv.mu.Lock()
+			rv.reading = false
+			rv.mu.Unlock()
+			return false
+		}
+		// The last listener left: stop, unless one came back since.
+	}
+}
+
+// keep records what read number n of the directory found (a watch and
+// the directory's data, or neither), and returns the nodes its request
+// names.
+func (rv *revocations) keep(w *zkclient.Watch, n, connects uint64, steady bool, dir zkclient.Node) []int32 {
+	var named []int32
+	if w != nil {
+		rev, _ := lockname.ParseRevocation(dir.Data)
+		// mutant: revoke-names-dir
+		named = rev.Names(dir.Stat.Czxid)
+	}
+	rv.mu.Lock()
+	rv.watch, rv.readNo, rv.connects, rv.steady, rv.named = w, n, connects, steady, named
+	rv.mu.Unlock()
+	return named
+}
+
+// revokeBefore revokes the listeners known to have been granted before w,
+// set by read number n, fired: those that listened before that read was
+// sent, and those granted while w was set and unfired.
+func (rv *revocations) revokeBefore(w *zkclient.Watch, n uint64) {
+	rv.revokeIf(func(g *hold, ls listener) bool { return ls.sent < n || g.precedes() == w })
+}
+
+// revoke revokes the listeners whose nodes are named by read number n.
+// Only those that listened before it was sent are judged by its names:
+// their node is in the directory it read, or gone. One that came later may
+// hold a node of a directory made anew since, numbered as a named one was:
+// it reads the data again (see confirm).
+func (rv *revocations) revoke(nodes []int32, n uint64) {
+	if len(nodes) == 0 {
+		return
+	}
+	var later []*hold
+	rv.revokeIf(func(g *hold, ls listener) bool {
+		if !slices.Contains(nodes, ls.seq) {
+			return false
+		}
+		// mutant: revoke-names-later
+		if ls.sent >= n {
+			later = append(later, g)
+			return false
+		}
+		return true
+	})
+	for _, g := range later {
+		n, _ := lockname.Parse(path.Base(g.path))
+		// mutant: revoke-confirm-later
+		go rv.confirm(g, n.Seq)
+	}
+}
+
+func (rv *revocations) revokeIf(hit func(*hold, listener) bool) {
+	rv.mu.Lock()
+	var revoked []*hold
+	for g, ls := range rv.listeners {
+		if hit(g, ls) {
+			revoked = append(revoked, g)
+			delete(rv.listeners, g)
+		}
+	}
+	rv.idleLocked()
+	rv.mu.Unlock()
+	for _, g := range revoked {
+		g.l.debug("revoked", g.path)
+		g.revoke()
+	}
+}
