@@ -105,91 +105,91 @@ func revoking(w *zkclient.Watch) bool {
 	return w != nil && w.FiredNow() && w.Event().Type == zk.EventNodeDataChanged
 }
 
-// listen adds g, a grant that owns its node, to the listeners until it
-// ends, and makes sure the directory is watched.
-func (rv *revocations) listen(g *hold) {
-	n, ok := lockname.Parse(path.Base(g.path))
+// listen adds h to the listeners until it ends, and makes sure the
+// directory is watched.
+func (rv *revocations) listen(h *hold) {
+	n, ok := lockname.Parse(path.Base(h.path))
 	if !ok {
 		return
 	}
 	rv.mu.Lock()
 	// Under mu: a fire that these checks miss is handled by revokeBefore,
-	// which finds g among the listeners.
+	// which finds h among the listeners.
 	named := slices.Contains(rv.named, n.Seq)
 	// mutant: revoke-listen-precedes
-	if revoking(g.precedes()) || named && rv.unchangedLocked(g.c) != nil {
-		// A revocation was written while g held, before it listened; or
-		// the last read named g, and nothing changed since.
+	if revoking(h.precedes()) || named && rv.unchangedLocked(h.c) != nil {
+		// A revocation was written while h held, before it listened; or
+		// the last read named h, and nothing changed since.
 		rv.mu.Unlock()
-		g.l.debug("revoked", g.path)
-		g.revoke()
+		h.l.debug("revoked", h.path)
+		h.revoke()
 		return
 	}
 	if rv.listeners == nil {
 		rv.listeners = make(map[*hold]listener)
 	}
-	rv.listeners[g] = listener{n.Seq, rv.sent}
+	rv.listeners[h] = listener{n.Seq, rv.sent}
 	// mutant: revoke-retired-client
-	start := !rv.reading && g.c.RefIfLive()
+	start := !rv.reading && h.c.RefIfLive()
 	rv.reading = rv.reading || start
 	w, no := rv.watch, rv.readNo
 	rv.mu.Unlock()
-	g.whenEnded(func(error) { rv.leave(g) })
+	h.whenEnded(func(error) { rv.leave(h) })
 	if start {
 		// Not the lock's background work: it ends when the listeners
 		// leave, whichever lock they are of. A Client retired meanwhile
-		// (g ended, and with it the last use) starts nothing.
-		go rv.read(g.l, g.c, w, no)
+		// (h ended, and with it the last use) starts nothing.
+		go rv.read(h.l, h.c, w, no)
 	}
 	// mutant: revoke-confirm
 	if named {
 		// Named by the last read, but the data may have changed since,
 		// unseen (a reconnection, a connection that does not count
 		// them): read it again, without a watch.
-		go rv.confirm(g, n.Seq)
+		go rv.confirm(h, n.Seq)
 	}
 }
 
-// confirm reads the directory's data without a watch, and revokes g if
+// confirm reads the directory's data without a watch, and revokes h if
 // the request names its node. A read that fails is tried again after a
-// pause while g listens, unless the directory or the session is gone (and
-// g with it).
-func (rv *revocations) confirm(g *hold, seq int32) {
+// pause while h listens, unless the directory or the session is gone (and
+// h with it).
+func (rv *revocations) confirm(h *hold, seq int32) {
 	var retry zkclient.Backoff
 	for {
-		r := g.c.Get(g.ctx, g.l.path)
+		r := h.c.Get(h.ctx, h.l.path)
 		switch {
 		case r.Err == nil:
 			rev, _ := lockname.ParseRevocation(r.V.Data)
 			if slices.Contains(rev.Names(r.V.Stat.Czxid), seq) {
-				rv.revokeIf(func(h *hold, _ listener) bool { return h == g })
+				rv.revokeIf(func(x *hold, _ listener) bool { return x == h })
 			}
 			return
-		case !g.held() || errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):
+		case !h.held() || errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):
 			return
 		}
-		if !rv.listening(g) || retry.Wait(g.ctx, g.c.Conn()) != nil {
+		if !rv.listening(h) || retry.Wait(h.ctx, h.c.Conn()) != nil {
 			return
 		}
 	}
 }
 
-// listening reports whether g is among the listeners.
-func (rv *revocations) listening(g *hold) bool {
+// listening reports whether h is among the listeners.
+func (rv *revocations) listening(h *hold) bool {
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
-	_, ok := rv.listeners[g]
+	_, ok := rv.listeners[h]
 	return ok
 }
 
-// leave removes g from the listeners.
-func (rv *revocations) leave(g *hold) {
+// leave removes h from the listeners.
+func (rv *revocations) leave(h *hold) {
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
-	if _, ok := rv.listeners[g]; !ok {
+	if _, ok := rv.listeners[h]; !ok {
 		return
 	}
-	delete(rv.listeners, g)
+	delete(rv.listeners, h)
 	rv.idleLocked()
 }
 
@@ -362,7 +362,7 @@ func (rv *revocations) keep(w *zkclient.Watch, n, connects uint64, steady bool, 
 // set by read number n, fired: those that listened before that read was
 // sent, and those granted while w was set and unfired.
 func (rv *revocations) revokeBefore(w *zkclient.Watch, n uint64) {
-	rv.revokeIf(func(g *hold, ls listener) bool { return ls.sent < n || g.precedes() == w })
+	rv.revokeIf(func(h *hold, ls listener) bool { return ls.sent < n || h.precedes() == w })
 }
 
 // revoke revokes the listeners whose nodes are named by read number n.
@@ -375,37 +375,37 @@ func (rv *revocations) revoke(nodes []int32, n uint64) {
 		return
 	}
 	var later []*hold
-	rv.revokeIf(func(g *hold, ls listener) bool {
+	rv.revokeIf(func(h *hold, ls listener) bool {
 		if !slices.Contains(nodes, ls.seq) {
 			return false
 		}
 		// mutant: revoke-names-later
 		if ls.sent >= n {
-			later = append(later, g)
+			later = append(later, h)
 			return false
 		}
 		return true
 	})
-	for _, g := range later {
-		n, _ := lockname.Parse(path.Base(g.path))
+	for _, h := range later {
+		n, _ := lockname.Parse(path.Base(h.path))
 		// mutant: revoke-confirm-later
-		go rv.confirm(g, n.Seq)
+		go rv.confirm(h, n.Seq)
 	}
 }
 
 func (rv *revocations) revokeIf(hit func(*hold, listener) bool) {
 	rv.mu.Lock()
 	var revoked []*hold
-	for g, ls := range rv.listeners {
-		if hit(g, ls) {
-			revoked = append(revoked, g)
-			delete(rv.listeners, g)
+	for h, ls := range rv.listeners {
+		if hit(h, ls) {
+			revoked = append(revoked, h)
+			delete(rv.listeners, h)
 		}
 	}
 	rv.idleLocked()
 	rv.mu.Unlock()
-	for _, g := range revoked {
-		g.l.debug("revoked", g.path)
-		g.revoke()
+	for _, h := range revoked {
+		h.l.debug("revoked", h.path)
+		h.revoke()
 	}
 }
