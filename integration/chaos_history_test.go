@@ -3,6 +3,8 @@
 package integration
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,7 +19,7 @@ import (
 // of figures to runs.jsonl: the closing note of a series of runs counts
 // them from there. A run that fails (a violation, a node left behind, a
 // race of ours, or an error of its own) also keeps its history in a
-// directory of its own: the events, the faults, the figures and the
+// directory of its own: the events (gzipped JSON lines), the faults, the figures and the
 // violations, the flags, every client's stderr and every server's log.
 
 // chaosSummary is one run's figures.
@@ -33,6 +35,8 @@ type chaosSummary struct {
 	Paths   [2]string // locks a and b
 	Faults  map[string]int
 	chaosReport
+	LateSteps         int      // len(Violations): runs.jsonl lists only the first few
+	NoFaultLosses     int      // len(FalseLosses), likewise
 	Orphans           []string // nodes left after every client stopped
 	ZKRaces, OurRaces int      // race reports: go-zookeeper's own, and ours
 	ClientErrors      int      // what the clients printed as errors: failed acquisitions, refused downgrades
@@ -55,6 +59,7 @@ func (r *chaosRun) summarize() *chaosSummary {
 		s.Faults[strings.SplitN(f.Kind, "(", 2)[0]]++
 	}
 	s.chaosReport = check(r.events, r.faults, 2*slices.Max(r.timeouts))
+	s.LateSteps, s.NoFaultLosses = len(s.Violations), len(s.FalseLosses)
 	for _, p := range r.procs {
 		for _, rr := range raceReports(p.id, p.stderr.String()) {
 			s.races = append(s.races, rr)
@@ -68,6 +73,12 @@ func (r *chaosRun) summarize() *chaosSummary {
 	r.summary = s
 	return s
 }
+
+// chaosShown is how many violations and losses with no fault near a
+// run prints, and runs.jsonl lists: the history has them all.
+const chaosShown = 20
+
+func firstOf(s []string) []string { return s[:min(len(s), chaosShown)] }
 
 // keep writes the run's figures to runs.jsonl, and its history if it
 // failed. It runs as a cleanup: after the clients have been stopped, and
@@ -91,7 +102,9 @@ func (r *chaosRun) keep() {
 			t.Logf("chaos: history kept in %s", dir)
 		}
 	}
-	line, err := json.Marshal(s)
+	short := *s
+	short.Violations, short.FalseLosses = firstOf(s.Violations), firstOf(s.FalseLosses)
+	line, err := json.Marshal(short)
 	if err == nil {
 		err = appendLine(filepath.Join(*chaosKeep, "runs.jsonl"), line)
 	}
@@ -127,19 +140,22 @@ func (r *chaosRun) writeHistory(dir string, s *chaosSummary) error {
 	if err != nil {
 		return err
 	}
-	var events strings.Builder
+	var events bytes.Buffer
+	zw := gzip.NewWriter(&events)
+	enc := json.NewEncoder(zw)
 	for _, e := range r.events {
-		b, err := json.Marshal(e)
-		if err != nil {
+		if err := enc.Encode(e); err != nil {
 			return err
 		}
-		events.Write(append(b, '\n'))
+	}
+	if err := zw.Close(); err != nil {
+		return err
 	}
 	files := map[string]string{
-		"report.json":  string(report),
-		"faults.json":  string(faults),
-		"events.jsonl": events.String(),
-		"errors.txt":   strings.Join(r.errors, "\n"),
+		"report.json":     string(report),
+		"faults.json":     string(faults),
+		"events.jsonl.gz": events.String(),
+		"errors.txt":      strings.Join(r.errors, "\n"),
 	}
 	for _, p := range r.procs {
 		if p.stderr.Len() > 0 {

@@ -440,10 +440,13 @@ func (r *chaosRun) report() {
 	fmt.Fprintf(&b, "  losses:      %s; %d with no fault near\n", sortedCounts(s.Lost), len(s.FalseLosses))
 	fmt.Fprintf(&b, "  stall:       longest %v outside faults\n", s.LongestStall.Round(time.Millisecond))
 	t.Log(b.String())
-	for _, v := range s.Violations {
+	for _, v := range firstOf(s.Violations) {
 		t.Errorf("violation: %s", v)
 	}
-	for _, f := range s.FalseLosses {
+	if n := len(s.Violations) - chaosShown; n > 0 {
+		t.Errorf("and %d violations more (all of them in the history)", n)
+	}
+	for _, f := range firstOf(s.FalseLosses) {
 		t.Logf("loss with no fault near: %s", f)
 	}
 	for _, e := range r.errors {
