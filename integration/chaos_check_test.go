@@ -29,6 +29,7 @@ type chaosEvent struct {
 	Set    int    `json:",omitempty"` // granted: how many locks its LockAll took; 0 for Lock or RLock
 	Limit  int64  `json:",omitempty"` // granted: the lock's hold limit (WithMaxHold), ns; 0 for none
 	Shared bool   `json:",omitempty"` // granted: by a lock that coalesces its readers
+	Until  int64  `json:",omitempty"` // granted: when its holder means to let go (the nemesis aims at long holds)
 	At     int64  // wall clock, ns: for a step or a nested grant, taken before asking
 	Done   int64  `json:",omitempty"` // step, nested: when the answer came (a pause may fall in between)
 	Cause  string `json:",omitempty"` // lost: the error

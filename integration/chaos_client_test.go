@@ -24,17 +24,21 @@ import (
 // made by rwlock.Dial through its own proxies, two lock paths, a (the chaos
 // lock) and b. Its main goroutine takes locks again and again: a alone or
 // b alone, read or write, or both in one LockAll set in a random order and
-// random modes, released with ReleaseAll; a quarter of its rounds use
-// handles with a hold limit, and some of those hold past it. Some clients
-// also run coalesced readers: goroutines that read a through one handle
-// with WithReadCoalescing (in half of them under a hold limit too). Every
-// goroutine holds what it took for a while taking steps: before each it
-// notes the time, then asks Err of every grant it holds; a step is reported
-// only if Err said held. Now and then a step is a nested grant instead, or
-// a write grant is downgraded. A goroutine waits between steps until its
-// next step or until a grant's Done closes, so a hold limit's notice is
-// reported as it comes. The client prints every event on stdout and stops
-// when its stdin closes, releasing what it holds.
+// random modes, released with ReleaseAll. A quarter of its rounds use
+// handles with a hold limit, and some of those hold past it. A few holds
+// outlast the session timeout, so that partitions and stops take grants.
+// Some clients also run coalesced readers: goroutines that read a through
+// one handle with WithReadCoalescing (in half of them under a hold limit
+// too).
+//
+// Every goroutine holds what it took for a while taking steps: before each
+// it notes the time, then asks Err of every grant it holds; a step is
+// reported only if Err said held, and the last comes after the hold's end.
+// Now and then a step is a nested grant instead, or a write grant is
+// downgraded. Between steps a goroutine waits for its next step or for a
+// grant's Done, so a hold limit's notice is reported as it comes. The
+// client prints every event on stdout and stops when its stdin closes,
+// releasing what it holds.
 const (
 	chaosEnv        = "ZKRWLOCK_CHAOS_CLIENT"
 	chaosEnvServers = "ZKRWLOCK_CHAOS_SERVERS" // comma-separated proxy addresses
@@ -65,6 +69,7 @@ func TestHelperChaosClient(t *testing.T) {
 	if err != nil {
 		c.fail(err)
 	}
+	c.timeout = timeout
 	paths := strings.Split(os.Getenv(chaosEnvPaths), ",")
 	if len(paths) != 2 {
 		c.fail(fmt.Errorf("%s=%q: want two paths", chaosEnvPaths, os.Getenv(chaosEnvPaths)))
@@ -121,8 +126,9 @@ func TestHelperChaosClient(t *testing.T) {
 }
 
 type chaosClient struct {
-	id   int
-	seed uint64
+	id      int
+	seed    uint64
+	timeout time.Duration // the session timeout asked for
 
 	plain, limited [2]*rwlock.RWLock // a and b, without and with a hold limit
 	limit          time.Duration     // the limited handles' hold limit
@@ -235,13 +241,14 @@ func (w *chaosWorker) round(ctx context.Context) {
 	if len(grants) > 1 {
 		set = len(grants)
 	}
+	until := time.Now().Add(w.holdFor(limit))
 	held := make([]*chaosHeld, len(grants))
 	for i, g := range grants {
 		held[i] = &chaosHeld{lock: names[i], l: reqs[i].Lock, g: g}
 		w.event(chaosEvent{Kind: "granted", Lock: names[i], Mode: g.Mode().String(), Node: nodeName(g.Node()),
-			Set: set, Limit: int64(limit)})
+			Set: set, Limit: int64(limit), Until: until.UnixNano()})
 	}
-	w.hold(ctx, held, w.holdFor(limit))
+	w.hold(ctx, held, until)
 }
 
 // readRound takes a shared grant of a through the coalescing handle once,
@@ -255,9 +262,10 @@ func (w *chaosWorker) readRound(ctx context.Context) {
 		w.failed(ctx, err)
 		return
 	}
+	until := time.Now().Add(w.holdFor(w.c.sharedLimit))
 	w.event(chaosEvent{Kind: "granted", Lock: chaosLockNames[0], Mode: g.Mode().String(), Node: nodeName(g.Node()),
-		Limit: int64(w.c.sharedLimit), Shared: true})
-	w.hold(ctx, []*chaosHeld{{lock: chaosLockNames[0], l: w.c.shared, g: g}}, w.holdFor(w.c.sharedLimit))
+		Limit: int64(w.c.sharedLimit), Shared: true, Until: until.UnixNano()})
+	w.hold(ctx, []*chaosHeld{{lock: chaosLockNames[0], l: w.c.shared, g: g}}, until)
 }
 
 // failed reports a failed acquisition: no violation, but worth seeing.
@@ -268,23 +276,25 @@ func (w *chaosWorker) failed(ctx context.Context, err error) {
 	}
 }
 
-// holdFor picks how long to hold: mostly briefly, now and then for
-// seconds, and under a hold limit often up to twice the limit.
+// holdFor picks how long to hold: mostly briefly; now and then from a
+// second to past the session timeout, so that a partition can take the
+// grant from its holder; under a hold limit often up to twice the limit.
 func (w *chaosWorker) holdFor(limit time.Duration) time.Duration {
 	switch {
 	case limit > 0 && w.rng.IntN(3) == 0:
 		return time.Duration(w.rng.Int64N(int64(2 * limit)))
-	case w.rng.IntN(20) == 0:
-		return time.Duration(1+w.rng.IntN(4)) * time.Second
+	case w.rng.IntN(12) == 0:
+		return time.Second + time.Duration(w.rng.Int64N(int64(w.c.timeout)))
 	}
 	return time.Duration(20+w.rng.IntN(400)) * time.Millisecond
 }
 
-// hold takes steps under held for d, or until a grant is lost, then
-// releases them all.
-func (w *chaosWorker) hold(ctx context.Context, held []*chaosHeld, d time.Duration) {
-	until := time.Now().Add(d)
-	for time.Now().Before(until) && ctx.Err() == nil && w.step(ctx, held) {
+// hold takes steps under held until then, or until a grant is lost, then
+// releases them all. The last step comes after the hold's end, as the
+// holder's last use of its grants: a hold that ended while the process
+// was stopped still looks at its grants once as it resumes.
+func (w *chaosWorker) hold(ctx context.Context, held []*chaosHeld, until time.Time) {
+	for ctx.Err() == nil && w.step(ctx, held) && time.Now().Before(until) {
 		w.pause(ctx, time.Duration(2+w.rng.IntN(15))*time.Millisecond, held)
 	}
 	var grants []*rwlock.Grant

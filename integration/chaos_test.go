@@ -79,7 +79,7 @@ func TestChaos(t *testing.T) {
 		MaxSessionTimeout: max(10*time.Second, slices.Max(timeouts))})
 	path := zktest.LockPath(t, "/chaos")
 	r := &chaosRun{t: t, cl: cl, rng: rng, seed: seed, timeouts: timeouts, binary: client, start: time.Now(),
-		paths: [2]string{path, path + "-b"}, clients: map[int]*chaosProc{}, holding: map[chaosHolder]int{}}
+		paths: [2]string{path, path + "-b"}, clients: map[int]*chaosProc{}, holding: map[chaosHolder]int{}, until: map[chaosHolder]int64{}}
 	t.Cleanup(r.keep) // before the servers stop (cleanups run last first), after the clients have
 	for range *chaosClients {
 		r.startClient()
@@ -139,10 +139,11 @@ type chaosRun struct {
 	next    int
 	events  []chaosEvent
 	faults  []chaosFault
-	errors  []string            // what clients printed as errors, and crashes
-	holding map[chaosHolder]int // how many grants each holder holds, as its events tell
-	orphans []string            // nodes left after every client stopped
-	summary *chaosSummary       // the figures, once reported
+	errors  []string              // what clients printed as errors, and crashes
+	holding map[chaosHolder]int   // how many grants each holder holds, as its events tell
+	until   map[chaosHolder]int64 // when each holder means to let go of its last grant
+	orphans []string              // nodes left after every client stopped
+	summary *chaosSummary         // the figures, once reported
 }
 
 // chaosProc is one client process and its proxies.
@@ -224,6 +225,7 @@ func (r *chaosRun) read(p *chaosProc, stdout io.Reader) {
 			switch e.Kind {
 			case "granted":
 				r.holding[h]++
+				r.until[h] = e.Until
 			case "lost", "released":
 				r.holding[h]--
 			case "waiting":
@@ -253,24 +255,32 @@ func (r *chaosRun) fault(kind string, client int, from time.Time) {
 	r.t.Logf("%s %s (%s) %v", from.Format("15:04:05.000"), kind, who, time.Since(from).Round(time.Millisecond))
 }
 
-// pick returns a running client, a holder if holder and one holds.
+// pick returns a running client; if holder, one that holds a grant, if
+// any does, preferring one that means to hold it for another second or
+// more, so that a fault can outlast the holder's use of its grant.
 func (r *chaosRun) pick(holder bool) *chaosProc {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	holders := map[int]bool{}
-	for h, n := range r.holding {
-		holders[h.client] = holders[h.client] || n > 0
-	}
 	var ids []int
 	for id := range r.clients {
-		if !holder || holders[id] {
-			ids = append(ids, id)
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	if holder {
+		holds, long := map[int]bool{}, map[int]bool{}
+		soon := time.Now().Add(time.Second).UnixNano()
+		for h, n := range r.holding {
+			holds[h.client] = holds[h.client] || n > 0
+			long[h.client] = long[h.client] || n > 0 && r.until[h] > soon
+		}
+		ids = slices.DeleteFunc(ids, func(id int) bool { return !holds[id] })
+		if longer := slices.DeleteFunc(slices.Clone(ids), func(id int) bool { return !long[id] }); len(longer) > 0 {
+			ids = longer
 		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	sort.Ints(ids)
 	return r.clients[ids[r.rng.IntN(len(ids))]]
 }
 
