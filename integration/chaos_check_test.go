@@ -82,6 +82,7 @@ type chaosReport struct {
 	Ambiguous             int            // a conflicting grant came while a step's Err was being asked: a pause fell there
 	Lost                  map[string]int // losses by cause
 	FalseLosses           []string       // lost with no fault on its client or on any server around it
+	OtherLosses           []string       // the causes lossKind does not name
 	LongestStall          time.Duration
 }
 
@@ -167,6 +168,10 @@ func check(events []chaosEvent, faults []chaosFault, settle time.Duration) chaos
 		}
 		cause := lossKind(g.lost.Cause)
 		r.Lost[cause]++
+		if cause == "other" {
+			r.OtherLosses = append(r.OtherLosses, fmt.Sprintf("%v lost %s at %s: %s",
+				g.holder, g.node, clock(g.lost.At), g.lost.Cause))
+		}
 		// A hold limit ends a grant by design, with or without a fault.
 		if cause != lossHoldLimit && !faultNear(faults, g.holder.client, g.at, g.lost.At, settle) {
 			r.FalseLosses = append(r.FalseLosses, fmt.Sprintf("%v lost %s at %s: %s",
@@ -420,6 +425,7 @@ func TestChaosCheckerFlagsACoalescedReader(t *testing.T) {
 }
 
 // A loss with no fault near it is a false loss; one inside a fault is not.
+// A loss of a cause the figures do not name is listed.
 func TestChaosCheckerCountsFalseLosses(t *testing.T) {
 	s := int64(time.Second)
 	events := []chaosEvent{
@@ -427,10 +433,15 @@ func TestChaosCheckerCountsFalseLosses(t *testing.T) {
 		{Client: 1, Kind: "lost", At: 12 * s, Cause: "rwlock: grant lost: x: no answer from ZooKeeper for 3s"},
 		{Client: 2, Kind: "granted", Mode: "write", Node: "w2", At: 30 * s},
 		{Client: 2, Kind: "lost", At: 31 * s, Cause: "zk: session has been expired by the server"},
+		{Client: 3, Kind: "granted", Mode: "read", Node: "r3", At: 12 * s},
+		{Client: 3, Kind: "lost", At: 13 * s, Cause: "something new"},
 	}
-	faults := []chaosFault{{Kind: "partition-long", Client: 1, From: 11 * s, To: 20 * s}}
+	faults := []chaosFault{{Kind: "partition-long", Client: 1, From: 11 * s, To: 20 * s},
+		{Kind: "stop-long", Client: 3, From: 12 * s, To: 13 * s}}
 	r := check(events, faults, time.Second)
-	assert.Equal(t, map[string]int{"no answer from ZooKeeper": 1, "session has been expired": 1}, r.Lost)
+	assert.Equal(t, map[string]int{"no answer from ZooKeeper": 1, "session has been expired": 1, "other": 1}, r.Lost)
 	require.Len(t, r.FalseLosses, 1)
 	assert.Contains(t, r.FalseLosses[0], "c2 lost w2")
+	require.Len(t, r.OtherLosses, 1, "a cause the figures do not name is listed")
+	assert.Contains(t, r.OtherLosses[0], "c3 lost r3 at")
 }

@@ -74,8 +74,9 @@ func (r *chaosRun) summarize() *chaosSummary {
 	return s
 }
 
-// chaosShown is how many violations and losses with no fault near a
-// run prints, and runs.jsonl lists: the history has them all.
+// chaosShown is how many violations, losses with no fault near and losses
+// of other causes a run prints, and runs.jsonl lists: the history has them
+// all.
 const chaosShown = 20
 
 func firstOf(s []string) []string { return s[:min(len(s), chaosShown)] }
@@ -103,7 +104,7 @@ func (r *chaosRun) keep() {
 		}
 	}
 	short := *s
-	short.Violations, short.FalseLosses = firstOf(s.Violations), firstOf(s.FalseLosses)
+	short.Violations, short.FalseLosses, short.OtherLosses = firstOf(s.Violations), firstOf(s.FalseLosses), firstOf(s.OtherLosses)
 	line, err := json.Marshal(short)
 	if err == nil {
 		err = appendLine(filepath.Join(*chaosKeep, "runs.jsonl"), line)

@@ -459,6 +459,9 @@ func (r *chaosRun) report() {
 	for _, f := range firstOf(s.FalseLosses) {
 		t.Logf("loss with no fault near: %s", f)
 	}
+	for _, o := range firstOf(s.OtherLosses) {
+		t.Logf("loss of another cause: %s", o)
+	}
 	for _, e := range r.errors {
 		t.Logf("client: %s", e)
 	}
