@@ -465,10 +465,17 @@ func (r *chaosRun) report() {
 	for _, e := range r.errors {
 		t.Logf("client: %s", e)
 	}
+	var ours []string
 	for _, rr := range s.races {
 		if rr.Ours {
-			t.Errorf("a data race of ours in c%d:\n%s", rr.Client, rr.Text)
+			ours = append(ours, fmt.Sprintf("c%d:\n%s", rr.Client, rr.Text))
 		}
+	}
+	for _, rr := range firstOf(ours) {
+		t.Errorf("a data race of ours in %s", rr)
+	}
+	if n := len(ours) - chaosShown; n > 0 {
+		t.Errorf("and %d data races of ours more (all of them in the history)", n)
 	}
 	if len(s.Orphans) > 0 {
 		t.Errorf("nodes left after every client stopped: %v", s.Orphans)
