@@ -28,8 +28,9 @@ type Dialect int
 
 const (
 	// DialectNative names nodes _c_<guid>-read-<seq> and
-	// _c_<guid>-write-<seq>. kazoo's ReadLock and WriteLock share it when
-	// made with extra_lock_patterns=("write-",) and ("write-", "read-").
+	// _c_<guid>-write-<seq>. No peer library counts them by default: a
+	// kazoo lock's node on its path is a blind peer's (see
+	// DialectKazooPatterns).
 	DialectNative Dialect = iota
 	// DialectCurator names nodes _c_<guid>-__READ__<seq> and
 	// _c_<guid>-__WRIT__<seq>, for Curator's InterProcessReadWriteLock.
@@ -46,6 +47,12 @@ const (
 	// _c_<guid>-__lock__<seq>, for kazoo's Lock, which counts only names
 	// ending in __lock__<seq> and so sees our readers as exclusive.
 	DialectKazooLock
+	// DialectKazooPatterns names nodes as DialectNative does, for a path
+	// whose kazoo locks are all made with extra_lock_patterns: ReadLock
+	// with ("write-",), WriteLock and Lock with ("write-", "read-"). Then
+	// they count our names. Their nodes look the same without it, so the
+	// user declares it: under DialectNative, kazoo's nodes are refused.
+	DialectKazooPatterns
 
 	numDialects = iota
 )
@@ -54,7 +61,7 @@ const (
 var _ = [1]struct{}{}[numDialects-int(lockname.Families)]
 
 // String returns the dialect's name as the CLI's --dialect takes it:
-// native, curator, mutex, kazoo or kazoo-lock.
+// native, curator, mutex, kazoo, kazoo-lock or kazoo-patterns.
 func (d Dialect) String() string {
 	switch d {
 	case DialectNative:
@@ -67,6 +74,8 @@ func (d Dialect) String() string {
 		return "kazoo"
 	case DialectKazooLock:
 		return "kazoo-lock"
+	case DialectKazooPatterns:
+		return "kazoo-patterns"
 	}
 	return fmt.Sprintf("Dialect(%d)", int(d))
 }
@@ -119,6 +128,10 @@ func (e *mixedError) detail() string {
 			break
 		}
 	}
+	if e.dialect == DialectNative && e.seenBy&lockname.KazooPatterns.Bit() != 0 {
+		// kazoo's nodes: their locks may have been made to count ours.
+		fix += ", or WithDialect(DialectKazooPatterns) if every kazoo lock there is made with extra_lock_patterns"
+	}
 	they := "it does"
 	if len(e.peers) > 1 {
 		they = "they do"
@@ -140,8 +153,21 @@ func (d Dialect) constName() string {
 		return "DialectKazoo"
 	case DialectKazooLock:
 		return "DialectKazooLock"
+	case DialectKazooPatterns:
+		return "DialectKazooPatterns"
 	}
 	return "DialectNative"
+}
+
+// readAs returns the dialect that a node of dialect f's names is of, as
+// far as this lock can tell: its own when it makes those names too. So
+// DialectKazooPatterns takes native names for its own, which its kazoo
+// peers count, and DialectNative for native ones, which they do not.
+func (l *RWLock) readAs(f Dialect) Dialect {
+	if lockname.Family(l.dialect).Names() == lockname.Family(f) {
+		return l.dialect
+	}
+	return f
 }
 
 // notePeers warns, once per lock, when a listing showed peer nodes whose

@@ -22,7 +22,7 @@ type Entry struct {
 	Owner     string    // who, as set by WithOwner (default host:pid)
 	Held      bool      // holds the lock now; false while waiting
 	Created   time.Time // when the node was created, by the server's clock
-	Family    Dialect   // whose names the node carries (kazoo's Lock and WriteLock: DialectKazoo)
+	Family    Dialect   // whose names the node carries (kazoo's Lock and WriteLock: DialectKazoo; native names: the lock's dialect if it makes them)
 	Peer      bool      // not made by zkrwlock's guarded names (Curator, kazoo, zk.Lock): Owner is its data as text
 	// Readers is, for this process's own shared read node (see
 	// WithReadCoalescing), how many of its readers hold or wait on it
@@ -149,6 +149,7 @@ func (l *RWLock) listQueue(ctx context.Context, c *zkclient.Client) (nodes []loc
 	var peers uint16
 	for _, name := range children.V.Names {
 		if n, ok := parseNode(name); ok {
+			n.family = l.readAs(n.family) // for peerView: whose peers count it
 			nodes = append(nodes, n)
 			if !n.ours {
 				peers |= 1 << n.marker

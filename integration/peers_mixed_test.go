@@ -15,28 +15,40 @@ import (
 // a real peer does not see. A holder is told, with a cause that names the
 // dialect to use, as soon as the peer's node appears (the peer, blind to
 // our node, is granted at once); an acquisition that finds the peer's node
-// refuses to queue, and leaves no node.
+// refuses to queue, and leaves no node. kazoo's default ReadLock and
+// WriteLock, made without extra_lock_patterns, are such peers on a native
+// path (issue 31): for our reader and writer, against each.
 func TestPeersMixedFleetFailsLoudly(t *testing.T) {
+	const kazooFix = "WithDialect(DialectKazoo), or WithDialect(DialectKazooPatterns)"
 	runs := []struct {
 		peer    string
 		dialect rwlock.Dialect
+		mode    rwlock.Mode // ours
 		spec    peerSpec
 		fix     string
 	}{
-		{"curator", rwlock.DialectNative, peerSpec{name: "curator-writer", kind: "rwwrite"}, "WithDialect(DialectCurator)"},
-		{"kazoo", rwlock.DialectMutex, peerSpec{name: "kazoo-writer", kind: "write"}, "WithDialect(DialectNative)"},
+		{"curator", rwlock.DialectNative, rwlock.Write, peerSpec{name: "curator-writer", kind: "rwwrite"}, "WithDialect(DialectCurator)"},
+		{"kazoo", rwlock.DialectMutex, rwlock.Write, peerSpec{name: "kazoo-writer", kind: "write"}, "WithDialect(DialectKazoo)"},
+		{"kazoo", rwlock.DialectNative, rwlock.Write, peerSpec{name: "kazoo-writer", kind: "write"}, kazooFix},
+		{"kazoo", rwlock.DialectNative, rwlock.Write, peerSpec{name: "kazoo-reader", kind: "read"}, kazooFix},
+		{"kazoo", rwlock.DialectNative, rwlock.Read, peerSpec{name: "kazoo-writer", kind: "write"}, kazooFix},
+		{"kazoo", rwlock.DialectNative, rwlock.Read, peerSpec{name: "kazoo-reader", kind: "read"}, kazooFix},
 	}
 	for _, run := range runs {
-		t.Run(run.peer+"/"+run.dialect.String(), func(t *testing.T) {
+		t.Run(run.peer+"/"+run.dialect.String()+"/"+run.mode.String()+"/"+run.spec.kind, func(t *testing.T) {
 			requirePeer(t, run.peer)
 			srv := sharedServer(t)
 			path := zktest.LockPath(t, "/it")
 			ctx := testContext(t)
 			l := connect(t, srv.Addr(0), peerSession).lock(t, path, rwlock.WithDialect(run.dialect))
+			acquire := l.Lock
+			if run.mode == rwlock.Read {
+				acquire = l.RLock
+			}
 			op := connect(t, srv.Addr(0), 0)
 
 			// Ours first: the peer is granted at once, and our holder is told.
-			g, err := l.Lock(ctx)
+			g, err := acquire(ctx)
 			require.NoError(t, err)
 			rec := newRecord()
 			var p *peerProc
@@ -67,7 +79,7 @@ func TestPeersMixedFleetFailsLoudly(t *testing.T) {
 			waitNodes(t, op.conn, path, 10*time.Second, grants[0].node)
 
 			// The peer first: we refuse to queue.
-			_, err = l.Lock(ctx)
+			_, err = acquire(ctx)
 			require.ErrorIs(t, err, rwlock.ErrInvalidArgument)
 			assert.Contains(t, err.Error(), run.fix)
 			assert.Equal(t, []string{grants[0].node}, lockNodes(t, op.conn, path), "no node of ours is left")

@@ -82,7 +82,7 @@ func mixedRuns(rounds int) []struct {
 		{rwlock.DialectMutex, mix{curator: specs("curator", "mutex", 2, rounds), zkLocks: 2}},
 		{rwlock.DialectKazoo, mix{kazoo: specs("kazoo", "write", 3, rounds)}},
 		{rwlock.DialectKazooLock, mix{kazoo: specs("kazoo", "lock", 3, rounds)}},
-		{rwlock.DialectNative, mix{kazoo: specs("kazoo", "write-native", 3, rounds)}},
+		{rwlock.DialectKazooPatterns, mix{kazoo: specs("kazoo", "write-native", 3, rounds)}},
 	}
 }
 
@@ -150,7 +150,7 @@ func TestPeersHolderKilled(t *testing.T) {
 		{rwlock.DialectMutex, mix{curator: specs("curator", "mutex", 1, 0)}, mix{zkLocks: 1}},
 		{rwlock.DialectKazoo, mix{kazoo: specs("kazoo", "write", 1, 0)}, mix{kazoo: specs("kazoo", "write", 1, 1)}},
 		{rwlock.DialectKazooLock, mix{kazoo: specs("kazoo", "lock", 1, 0)}, mix{kazoo: specs("kazoo", "lock", 1, 1)}},
-		{rwlock.DialectNative, mix{kazoo: specs("kazoo", "write-native", 1, 0)}, mix{kazoo: specs("kazoo", "write-native", 1, 1)}},
+		{rwlock.DialectKazooPatterns, mix{kazoo: specs("kazoo", "write-native", 1, 0)}, mix{kazoo: specs("kazoo", "write-native", 1, 1)}},
 	} {
 		t.Run(tc.dialect.String(), func(t *testing.T) {
 			tc.holder.require(t)
@@ -217,15 +217,16 @@ func TestPeersHolderKilled(t *testing.T) {
 }
 
 // kazoo's ReadLock, kept out of the mixed runs (kazoo#649), against our
-// writers and readers in the two dialects it can share: it waits for our
-// writer, shares with our reader, and holds back our next writer.
+// writers and readers in the two dialects it can share (the second with
+// extra_lock_patterns): it waits for our writer, shares with our reader,
+// and holds back our next writer.
 func TestPeersKazooReadLock(t *testing.T) {
 	for _, tc := range []struct {
 		dialect rwlock.Dialect
 		kind    string
 	}{
 		{rwlock.DialectKazoo, "read"},
-		{rwlock.DialectNative, "read-native"},
+		{rwlock.DialectKazooPatterns, "read-native"},
 	} {
 		t.Run(tc.dialect.String(), func(t *testing.T) {
 			requirePeer(t, "kazoo")
@@ -335,7 +336,7 @@ func TestPeersKazooDirectoryIsPersistent(t *testing.T) {
 	top := zktest.LockPath(t, "/it")
 	dirs := map[rwlock.Dialect]string{}
 	for _, d := range []rwlock.Dialect{rwlock.DialectNative, rwlock.DialectCurator, rwlock.DialectMutex,
-		rwlock.DialectKazoo, rwlock.DialectKazooLock} {
+		rwlock.DialectKazoo, rwlock.DialectKazooLock, rwlock.DialectKazooPatterns} {
 		dirs[d] = top + "/" + d.String()
 		g, err := c.lock(t, dirs[d], rwlock.WithDialect(d)).Lock(ctx)
 		require.NoError(t, err)
@@ -351,5 +352,6 @@ func TestPeersKazooDirectoryIsPersistent(t *testing.T) {
 	}, func() string { return "the containers of the other dialects were never reaped" })
 	require.True(t, exists(dirs[rwlock.DialectKazoo]), "kazoo: the directory must be persistent")
 	require.True(t, exists(dirs[rwlock.DialectKazooLock]), "kazoo-lock: the directory must be persistent")
+	require.True(t, exists(dirs[rwlock.DialectKazooPatterns]), "kazoo-patterns: the directory must be persistent")
 	require.True(t, exists(top), "a container parent stays while it has a child")
 }
