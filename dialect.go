@@ -28,9 +28,9 @@ type Dialect int
 
 const (
 	// DialectNative names nodes _c_<guid>-read-<seq> and
-	// _c_<guid>-write-<seq>. No peer library counts them by default: a
-	// kazoo lock's node on its path is a blind peer's (see
-	// DialectKazooPatterns).
+	// _c_<guid>-write-<seq>. kazoo's locks count these names only when
+	// made with extra_lock_patterns, which DialectKazooPatterns declares:
+	// on a DialectNative path, a kazoo node is a blind peer's.
 	DialectNative Dialect = iota
 	// DialectCurator names nodes _c_<guid>-__READ__<seq> and
 	// _c_<guid>-__WRIT__<seq>, for Curator's InterProcessReadWriteLock.
@@ -159,10 +159,10 @@ func (d Dialect) constName() string {
 	return "DialectNative"
 }
 
-// readAs returns the dialect that a node of dialect f's names is of, as
-// far as this lock can tell: its own when it makes those names too. So
-// DialectKazooPatterns takes native names for its own, which its kazoo
-// peers count, and DialectNative for native ones, which they do not.
+// readAs returns whose a node of dialect f's names is taken to be: the
+// lock's own dialect when it makes those names too. Names do not tell
+// DialectNative from DialectKazooPatterns, and Queue must judge whether
+// kazoo counts a native name as the lock's dialect declares.
 func (l *RWLock) readAs(f Dialect) Dialect {
 	if lockname.Family(l.dialect).Names() == lockname.Family(f) {
 		return l.dialect

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -58,15 +59,18 @@ func TestPeersMixedFleetFailsLoudly(t *testing.T) {
 				p = startKazoo(t, rec, srv.Addr(0), path, peerSession, peerHold, run.spec)
 			}
 			p.start(t)
+			var told int64
 			select {
 			case <-g.Done():
+				told = monotonic()
+				require.ErrorIs(t, g.Err(), rwlock.ErrLost)
+				require.ErrorIs(t, g.Err(), rwlock.ErrInvalidArgument)
+				assert.Contains(t, g.Err().Error(), run.fix)
 			case <-time.After(10 * time.Second):
-				t.Fatal("the holder was not told of the peer that does not see it")
+				// Not fatal: the other order is judged too, on its own.
+				t.Error("the holder was not told of the peer that does not see it")
+				mustRelease(t, g)
 			}
-			told := monotonic()
-			require.ErrorIs(t, g.Err(), rwlock.ErrLost)
-			require.ErrorIs(t, g.Err(), rwlock.ErrInvalidArgument)
-			assert.Contains(t, g.Err().Error(), run.fix)
 			var grants []grant
 			zktest.WaitFor(t, 10*time.Second, func() bool {
 				var bad []string
@@ -74,12 +78,17 @@ func TestPeersMixedFleetFailsLoudly(t *testing.T) {
 				require.Empty(t, bad)
 				return len(grants) == 1
 			}, "the peer is granted, blind to our node")
-			// Negative: told before the peer's acquire returned.
-			t.Logf("the holder was told %v after the peer's grant", time.Duration(told-grants[0].acq))
+			if told != 0 {
+				// Negative: told before the peer's acquire returned.
+				t.Logf("the holder was told %v after the peer's grant", time.Duration(told-grants[0].acq))
+			}
 			waitNodes(t, op.conn, path, 10*time.Second, grants[0].node)
 
-			// The peer first: we refuse to queue.
-			_, err = acquire(ctx)
+			// The peer first: we refuse to queue (rather than wait behind it,
+			// or be granted beside it).
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err = acquire(wctx)
 			require.ErrorIs(t, err, rwlock.ErrInvalidArgument)
 			assert.Contains(t, err.Error(), run.fix)
 			assert.Equal(t, []string{grants[0].node}, lockNodes(t, op.conn, path), "no node of ours is left")

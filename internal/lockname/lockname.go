@@ -119,11 +119,14 @@ var Markers = [...]Marker{
 	{"lock-", true, Mutex, false, guarded | uuid36, "Curator InterProcessMutex or go-zookeeper zk.Lock", Mutex.Bit()},
 	{"read__lock__", false, KazooLock, true, guarded, "", 0},
 	// kazoo's ReadLock, WriteLock and Lock see names ending in __lock__;
-	// WriteLock also sees __rlock__. Made with extra_lock_patterns they see
-	// read- and write- too, but made without (the default) they do not,
-	// and their nodes look the same either way. So only a path declared to
-	// have them (KazooPatterns) counts on it: on a native path they are
-	// blind peers, refused and announced as Curator's are.
+	// WriteLock also sees __rlock__. Made with extra_lock_patterns, they
+	// see read- and write- too; made without (kazoo's default), they do
+	// not. Their nodes look the same either way. Taking them all to see
+	// ours would let a default kazoo lock in beside our holder, unseen.
+	// So only a path that declares the patterns (KazooPatterns) counts on
+	// it. On any other, a kazoo node is a blind peer's: refused, and
+	// announced to holders. A wrong guess then costs a refusal, never two
+	// holders.
 	{"__rlock__", false, Kazoo, true, guarded | hex32, "kazoo ReadLock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit()},
 	// mutant: kazoo-sees-native
 	{"__lock__", true, Kazoo, true, guarded | hex32, "kazoo WriteLock or Lock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit()},
