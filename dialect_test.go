@@ -3,6 +3,7 @@ package rwlock
 import (
 	"bytes"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -223,8 +224,8 @@ func TestRefusesPeersThatDoNotSeeUs(t *testing.T) {
 		{DialectNative, "_c_" + guid + "-lock-", "Curator InterProcessMutex or go-zookeeper zk.Lock", "WithDialect(DialectMutex)"},
 		// kazoo's default locks do not count native names, and with
 		// extra_lock_patterns their nodes look the same.
-		{DialectNative, guid + "__lock__", "kazoo WriteLock or Lock", "WithDialect(DialectKazoo), or WithDialect(DialectKazooPatterns)"},
-		{DialectNative, guid + "__rlock__", "kazoo ReadLock", "WithDialect(DialectKazoo), or WithDialect(DialectKazooPatterns)"},
+		{DialectNative, guid + "__lock__", "kazoo WriteLock or Lock", "WithDialect(DialectKazooLock); or WithDialect(DialectKazoo) if no kazoo Lock uses the path; or WithDialect(DialectKazooPatterns) if every kazoo lock there is made with extra_lock_patterns"},
+		{DialectNative, guid + "__rlock__", "kazoo ReadLock", "WithDialect(DialectKazooLock); or WithDialect(DialectKazoo) if no kazoo Lock uses the path; or WithDialect(DialectKazooPatterns) if every kazoo lock there is made with extra_lock_patterns"},
 		{DialectNative, "write-", "", ""},
 		{DialectKazooPatterns, guid + "__lock__", "", ""},
 		{DialectKazooPatterns, guid + "__rlock__", "", ""},
@@ -232,7 +233,7 @@ func TestRefusesPeersThatDoNotSeeUs(t *testing.T) {
 		{DialectKazooPatterns, "_c_" + guid + "-__lock__", "", ""},
 		{DialectKazooPatterns, "_c_" + uuid + "-__WRIT__", "Curator InterProcessReadWriteLock", "WithDialect(DialectCurator)"},
 		{DialectCurator, "_c_" + uuid + "-__READ__", "", ""},
-		{DialectCurator, guid + "__rlock__", "kazoo ReadLock", "WithDialect(DialectKazoo)"},
+		{DialectCurator, guid + "__rlock__", "kazoo ReadLock", "WithDialect(DialectKazooLock); or WithDialect(DialectKazoo) if no kazoo Lock uses the path"},
 		{DialectCurator, "write-", "unprotected read-/write- names", "WithDialect(DialectNative)"},
 		{DialectCurator, "_c_" + guid + "-write-", "", ""},
 		{DialectMutex, "_c_" + uuid + "-lock-", "", ""},
@@ -282,6 +283,49 @@ func TestRefusesPeersThatDoNotSeeUs(t *testing.T) {
 	}
 }
 
+// The advice of a mixed-fleet error: first a dialect that every peer there
+// counts, whoever else uses the path; then, each with its condition, the
+// dialects that declare what the path's kazoo locks count. kazoo's Lock
+// makes __lock__ nodes as WriteLock does and does not count __rlock__, so
+// DialectKazoo is never offered without "no kazoo Lock".
+func TestMixedFleetAdvice(t *testing.T) {
+	const (
+		kazooLock     = "give every zkrwlock client of the path WithDialect(DialectKazooLock)"
+		noKazooLock   = "; or WithDialect(DialectKazoo) if no kazoo Lock uses the path"
+		kazooPatterns = "WithDialect(DialectKazooPatterns) if every kazoo lock there is made with " +
+			`extra_lock_patterns, ("write-", "read-") for WriteLock and Lock and ("write-",) for ReadLock (see docs/peers.md)`
+	)
+	tests := []struct {
+		dialect Dialect
+		markers []string // the peers' markers on the path
+		fix     string
+	}{
+		{DialectNative, []string{"__lock__"}, kazooLock + noKazooLock + "; or " + kazooPatterns},
+		{DialectNative, []string{"__rlock__"}, kazooLock + noKazooLock + "; or " + kazooPatterns},
+		{DialectNative, []string{"__rlock__", "__lock__"}, kazooLock + noKazooLock + "; or " + kazooPatterns},
+		{DialectMutex, []string{"__lock__"}, kazooLock + noKazooLock + "; or " + kazooPatterns},
+		{DialectCurator, []string{"write-"}, "give every zkrwlock client of the path WithDialect(DialectNative)"},
+		{DialectCurator, []string{"write-", "__lock__"}, "give every zkrwlock client of the path " + kazooPatterns +
+			"; else keep one family of lock on the path"},
+		{DialectNative, []string{"__WRIT__"}, "give every zkrwlock client of the path WithDialect(DialectCurator)"},
+		{DialectNative, []string{"__WRIT__", "__lock__"}, "keep one family of lock on the path"},
+		{DialectKazoo, []string{"lock-"}, "give every zkrwlock client of the path WithDialect(DialectMutex)"},
+	}
+	for _, tc := range tests {
+		var peers uint16
+		for _, text := range tc.markers {
+			i := slices.IndexFunc(lockname.Markers[:], func(m lockname.Marker) bool { return m.Text == text })
+			require.GreaterOrEqual(t, i, 0, text)
+			peers |= 1 << i
+		}
+		m := (&RWLock{dialect: tc.dialect}).blind(peers)
+		require.NotNil(t, m, "%v %v", tc.dialect, tc.markers)
+		_, fix, ok := strings.Cut(m.detail(), "does not hold: ")
+		require.True(t, ok, m.detail())
+		assert.Equal(t, tc.fix, fix, "%v %v", tc.dialect, tc.markers)
+	}
+}
+
 // A holder hears of a blind peer's node that comes after its grant, in one
 // notification and one listing, and its grant is lost with a cause that
 // names the dialect to use; its node goes. Every way of holding: granted at
@@ -291,7 +335,7 @@ func TestRefusesPeersThatDoNotSeeUs(t *testing.T) {
 func TestHolderLosesToABlindPeer(t *testing.T) {
 	peers := map[string]string{ // the peer's node -> the dialect to use
 		"_c_" + uuid + "-__WRIT__": "WithDialect(DialectCurator)",
-		guid + "__rlock__":         "WithDialect(DialectKazoo)",
+		guid + "__rlock__":         "WithDialect(DialectKazooLock); or WithDialect(DialectKazoo) if no kazoo Lock uses the path",
 	}
 	holds := map[string]func(t *testing.T, s *fakeServer, l *RWLock) []*Grant{
 		"at once": func(t *testing.T, _ *fakeServer, l *RWLock) []*Grant {

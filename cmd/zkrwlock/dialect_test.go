@@ -35,6 +35,25 @@ func TestExecDialect(t *testing.T) {
 	require.Contains(t, r.stderr, `unknown dialect "etcd"`)
 }
 
+// --dialect's help names kazoo's extra_lock_patterns as kazoo-patterns
+// needs them, and that kazoo declares no kazoo Lock on the path. ls makes
+// no node: its --dialect says how it reads the names, not how it makes
+// them.
+func TestDialectHelp(t *testing.T) {
+	help := func(cmd string) string {
+		r := runIn(t, nil, cmd, "--help")
+		require.Equal(t, 0, r.code, r.stderr)
+		return strings.Join(strings.Fields(r.stdout), " ")
+	}
+	execHelp := help("exec")
+	require.Contains(t, execHelp, `kazoo (kazoo ReadLock/WriteLock, where no kazoo Lock uses the path)`)
+	require.Contains(t, execHelp, `extra_lock_patterns: ("write-", "read-") for WriteLock and Lock, ("write-",) for ReadLock`)
+	lsHelp := help("ls")
+	require.Contains(t, lsHelp, "--dialect DIALECT the DIALECT of the zkrwlock clients under PREFIX, which says how to read the names there (ls makes no node)")
+	require.Contains(t, lsHelp, "extra_lock_patterns (see docs/peers.md)")
+	require.NotContains(t, lsHelp, "our lock nodes' names")
+}
+
 // A peer's node on the path: queue and ls show its family, and queue
 // --dialect warns when the peer does not see that dialect's names.
 func TestPeerNodesShown(t *testing.T) {
@@ -118,7 +137,8 @@ func TestPlainKazooBesideNative(t *testing.T) {
 	r := h.wait(t, 30*time.Second)
 	require.Equal(t, exitLost, r.code, r.stderr)
 	require.Contains(t, r.stderr, "a mixed fleet: nodes of kazoo WriteLock or Lock are on the path")
-	require.Contains(t, r.stderr, "WithDialect(DialectKazooPatterns) if every kazoo lock there is made with extra_lock_patterns")
+	require.Contains(t, r.stderr, "WithDialect(DialectKazooLock); or WithDialect(DialectKazoo) if no kazoo Lock uses the path; "+
+		`or WithDialect(DialectKazooPatterns) if every kazoo lock there is made with extra_lock_patterns, ("write-", "read-") for WriteLock and Lock`)
 	requireGone(t, sleeper)
 	require.Equal(t, []string{kazoo}, children(t, conn, p), "exec's node went")
 

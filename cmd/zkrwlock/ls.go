@@ -141,7 +141,7 @@ func runLs(std stdio, args []string) int {
 	fs.BoolVar(&o.asJSON, "json", false, "print a JSON array instead of a table")
 	durationVar(fs, &o.olderThan, "older-than", 0, "flag locks whose oldest holder is older than this: "+
 		"\"old\", and \"stuck\" when others wait")
-	o.dialect.register(fs)
+	o.dialect.registerAs(fs, lsDialectHelp)
 	o.conn.register(fs)
 	pos, rest, err := parse(std.out, fs, lsUsage, args, 1)
 	switch {

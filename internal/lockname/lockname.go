@@ -54,7 +54,7 @@ const (
 	Native        Family = iota // zkrwlock's own names
 	Curator                     // Curator's InterProcessReadWriteLock
 	Mutex                       // Curator's InterProcessMutex and go-zookeeper's zk.Lock
-	Kazoo                       // kazoo's ReadLock and WriteLock
+	Kazoo                       // kazoo's ReadLock and WriteLock, where no kazoo Lock uses the path
 	KazooLock                   // kazoo's Lock
 	KazooPatterns               // Native's names, where kazoo's locks are made with extra_lock_patterns
 	Families                    // the number of families
@@ -103,7 +103,7 @@ type Marker struct {
 	Ours   bool   // zkrwlock makes nodes with it
 	shapes uint8  // the prefixes it comes with
 	Peer   string // who else makes nodes with it, for warnings
-	SeenBy uint8  // the families (Bit) whose nodes that peer counts in its queue
+	SeenBy uint8  // the families (Bit) whose nodes that peer counts in its queue, as declared (see __lock__)
 }
 
 // Markers, where one ends with another, list the longer one first:
@@ -128,6 +128,11 @@ var Markers = [...]Marker{
 	// announced to holders. A wrong guess then costs a refusal, never two
 	// holders.
 	{"__rlock__", false, Kazoo, true, guarded | hex32, "kazoo ReadLock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit()},
+	// kazoo's Lock makes __lock__ nodes too, as WriteLock does, and does
+	// not count __rlock__: Kazoo's readers. So Kazoo is seen by these
+	// nodes only where no kazoo Lock uses the path, which Kazoo declares,
+	// as KazooPatterns declares the patterns. Only KazooLock's names are
+	// counted by every kazoo lock class, whatever is declared.
 	// mutant: kazoo-sees-native
 	{"__lock__", true, Kazoo, true, guarded | hex32, "kazoo WriteLock or Lock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit()},
 }
