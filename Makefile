@@ -58,11 +58,23 @@ test: zookeeper peers check
 	GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -count=1 -skip 'TestSimulation' -timeout 10m .
 
 ## chaos: the randomized fault run (integration/chaos_test.go) for MINUTES minutes: a
-## 3-node ensemble, client processes, a nemesis of server kills and restarts with other
-## session limits, partitions, SIGSTOP and holder kills; figures and violations at the end
+## 3-node ensemble, client processes taking two locks alone and in sets, under hold
+## limits and as coalesced readers, a nemesis of server kills and restarts with other
+## session limits, partitions, SIGSTOP and holder kills; figures and violations at the end.
+## T: the session timeouts the clients ask for (default 4s,10s; e.g. T=4s); CLIENTS: client
+## processes at once (default 8); RACE=1: clients built with the race detector; SEED: the
+## nemesis's seed (default from the clock); KEEP: where runs.jsonl gets every run's figures
+## and a failed run keeps its history (default $TMPDIR/zkrwlock-chaos)
 MINUTES ?= 30
+T ?=
+CLIENTS ?= 8
+RACE ?=
+SEED ?=
+KEEP ?=
 chaos: zookeeper
-	$(GO) test -count=1 -timeout $$(( $(MINUTES) + 20 ))m -run 'TestChaos$$' -v ./integration/ -chaos.duration=$(MINUTES)m
+	$(GO) test -count=1 -timeout $$(( $(MINUTES) + 30 ))m -run 'TestChaos$$' -v ./integration/ -chaos.duration=$(MINUTES)m \
+		-chaos.clients=$(CLIENTS) $(if $(T),-chaos.timeouts=$(T)) $(if $(filter 1 yes true,$(RACE)),-chaos.race) \
+		$(if $(SEED),-chaos.seed=$(SEED)) $(if $(KEEP),-chaos.keep=$(abspath $(KEEP)))
 
 ## sim: millions of simulated fault schedules, from a new first seed each run
 sim:

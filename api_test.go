@@ -57,10 +57,11 @@ var (
 	// lock made without WithDialect names its nodes as before.
 	_ func(rw.Dialect) rw.Option = rw.WithDialect
 	_                            = [...]rw.Dialect{
-		rw.DialectNative, rw.DialectCurator, rw.DialectMutex, rw.DialectKazoo, rw.DialectKazooLock,
+		rw.DialectNative, rw.DialectCurator, rw.DialectMutex, rw.DialectKazoo, rw.DialectKazooLock, rw.DialectKazooPatterns,
 	}
 	_ [0]struct{} = [rw.DialectNative]struct{}{}
 	_ [4]struct{} = [rw.DialectKazooLock]struct{}{}
+	_ [5]struct{} = [rw.DialectKazooPatterns]struct{}{}
 	_ string      = rw.DialectCurator.String()
 	_ rw.Entry    = rw.Entry{Family: rw.DialectKazoo, Peer: true}
 

@@ -18,8 +18,13 @@ import (
 // as readers or writers and queues behind them, so no peer's node is ever
 // ignored. A path shared with a peer must hold only names that peer
 // recognises: use the dialect of the peer family on every zkrwlock client
-// of the path (see the README's "Sharing a lock with Curator, kazoo and
-// zk.Lock").
+// of the path (see docs/peers.md in the repository).
+//
+// Two dialects are declarations about the path's kazoo clients, which
+// their nodes do not show and the lock cannot check: DialectKazoo (no
+// kazoo Lock uses the path) and DialectKazooPatterns (every kazoo lock is
+// made with extra_lock_patterns). A wrong declaration lets a kazoo client
+// be granted beside a holder of ours, and nobody is told.
 //
 // A peer's node is released only when it is deleted: the marks zkrwlock
 // writes into its own nodes' data (the held mark, a downgrade) are trusted
@@ -28,8 +33,9 @@ type Dialect int
 
 const (
 	// DialectNative names nodes _c_<guid>-read-<seq> and
-	// _c_<guid>-write-<seq>. kazoo's ReadLock and WriteLock share it when
-	// made with extra_lock_patterns=("write-",) and ("write-", "read-").
+	// _c_<guid>-write-<seq>. kazoo's locks count these names only when
+	// made with extra_lock_patterns, which DialectKazooPatterns declares:
+	// on a DialectNative path, a kazoo node is a blind peer's.
 	DialectNative Dialect = iota
 	// DialectCurator names nodes _c_<guid>-__READ__<seq> and
 	// _c_<guid>-__WRIT__<seq>, for Curator's InterProcessReadWriteLock.
@@ -41,11 +47,21 @@ const (
 	DialectMutex
 	// DialectKazoo names nodes _c_<guid>-__rlock__<seq> and
 	// _c_<guid>-__lock__<seq>, for kazoo's ReadLock and WriteLock.
+	// kazoo's Lock does not count __rlock__ readers, and its nodes look
+	// like WriteLock's: DialectKazoo declares that no kazoo Lock uses the
+	// path. Where one may, use DialectKazooLock.
 	DialectKazoo
 	// DialectKazooLock names nodes _c_<guid>-read__lock__<seq> and
 	// _c_<guid>-__lock__<seq>, for kazoo's Lock, which counts only names
-	// ending in __lock__<seq> and so sees our readers as exclusive.
+	// ending in __lock__<seq> and so sees our readers as exclusive. All
+	// three kazoo lock classes count these names, so it declares nothing.
 	DialectKazooLock
+	// DialectKazooPatterns names nodes as DialectNative does, for a path
+	// whose kazoo locks are all made with extra_lock_patterns: ReadLock
+	// with ("write-",), WriteLock and Lock with ("write-", "read-"). Then
+	// they count our names. Their nodes look the same without it, so the
+	// user declares it: under DialectNative, kazoo's nodes are refused.
+	DialectKazooPatterns
 
 	numDialects = iota
 )
@@ -54,7 +70,7 @@ const (
 var _ = [1]struct{}{}[numDialects-int(lockname.Families)]
 
 // String returns the dialect's name as the CLI's --dialect takes it:
-// native, curator, mutex, kazoo or kazoo-lock.
+// native, curator, mutex, kazoo, kazoo-lock or kazoo-patterns.
 func (d Dialect) String() string {
 	switch d {
 	case DialectNative:
@@ -67,6 +83,8 @@ func (d Dialect) String() string {
 		return "kazoo"
 	case DialectKazooLock:
 		return "kazoo-lock"
+	case DialectKazooPatterns:
+		return "kazoo-patterns"
 	}
 	return fmt.Sprintf("Dialect(%d)", int(d))
 }
@@ -112,12 +130,34 @@ func (e *mixedError) Error() string { return "invalid argument: a mixed fleet: "
 
 // detail says who does not see whom, and what to do.
 func (e *mixedError) detail() string {
-	fix := "keep one family of lock on the path"
-	for d := range Dialect(numDialects) {
-		if e.seenBy&lockname.Family(d).Bit() != 0 {
-			fix = "give every zkrwlock client of the path WithDialect(" + d.constName() + ")"
+	seen := func(d Dialect) bool { return e.seenBy&lockname.Family(d).Bit() != 0 }
+	// First a dialect that every such peer counts, whatever else is on the
+	// path. DialectKazoo and DialectKazooPatterns come after it, each with
+	// its condition: they declare what the path's kazoo locks count, which
+	// no node shows (a kazoo Lock's nodes look like WriteLock's).
+	fix, sure := "keep one family of lock on the path", false
+	// mutant: kazoo-advised-unconditionally
+	for _, d := range []Dialect{DialectNative, DialectCurator, DialectMutex, DialectKazooLock} {
+		if seen(d) {
+			fix, sure = "give every zkrwlock client of the path WithDialect("+d.constName()+")", true
 			break
 		}
+	}
+	var declared []string
+	if seen(DialectKazoo) {
+		declared = append(declared, "WithDialect(DialectKazoo) if no kazoo Lock uses the path")
+	}
+	if seen(DialectKazooPatterns) && !seen(DialectNative) { // kazoo's nodes, not only native names
+		declared = append(declared, "WithDialect(DialectKazooPatterns) if every kazoo lock there is made with "+
+			`extra_lock_patterns, ("write-", "read-") for WriteLock and Lock and ("write-",) for ReadLock `+
+			"(see docs/peers.md)")
+	}
+	switch {
+	case len(declared) == 0:
+	case sure:
+		fix += "; or " + strings.Join(declared, "; or ")
+	default:
+		fix = "give every zkrwlock client of the path " + strings.Join(declared, "; or ") + "; else " + fix
 	}
 	they := "it does"
 	if len(e.peers) > 1 {
@@ -140,8 +180,21 @@ func (d Dialect) constName() string {
 		return "DialectKazoo"
 	case DialectKazooLock:
 		return "DialectKazooLock"
+	case DialectKazooPatterns:
+		return "DialectKazooPatterns"
 	}
 	return "DialectNative"
+}
+
+// readAs returns whose a node of dialect f's names is taken to be: the
+// lock's own dialect when it makes those names too. Names do not tell
+// DialectNative from DialectKazooPatterns, and Queue must judge whether
+// kazoo counts a native name as the lock's dialect declares.
+func (l *RWLock) readAs(f Dialect) Dialect {
+	if lockname.Family(l.dialect).Names() == lockname.Family(f) {
+		return l.dialect
+	}
+	return f
 }
 
 // notePeers warns, once per lock, when a listing showed peer nodes whose

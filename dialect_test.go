@@ -3,6 +3,7 @@ package rwlock
 import (
 	"bytes"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,7 +44,7 @@ func peerNode(t *testing.T, c *fakeConn, prefix string, data string) string {
 // that the peer sees (see TestRefusesPeersThatDoNotSeeUs for the others):
 // a writer blocks everyone after it, a reader blocks writers.
 func TestPeersQueue(t *testing.T) {
-	for _, d := range []Dialect{DialectNative, DialectCurator, DialectMutex, DialectKazoo, DialectKazooLock} {
+	for d := range Dialect(numDialects) {
 		for _, p := range peerNodes {
 			if n, _ := parseNode(p.prefix + "0000000001"); (&RWLock{dialect: d}).blind(1<<n.marker) != nil {
 				continue
@@ -221,9 +222,18 @@ func TestRefusesPeersThatDoNotSeeUs(t *testing.T) {
 	}{
 		{DialectNative, "_c_" + uuid + "-__WRIT__", "Curator InterProcessReadWriteLock", "WithDialect(DialectCurator)"},
 		{DialectNative, "_c_" + guid + "-lock-", "Curator InterProcessMutex or go-zookeeper zk.Lock", "WithDialect(DialectMutex)"},
-		{DialectNative, guid + "__lock__", "", ""}, // kazoo with extra_lock_patterns
+		// kazoo's default locks do not count native names, and with
+		// extra_lock_patterns their nodes look the same.
+		{DialectNative, guid + "__lock__", "kazoo WriteLock or Lock", "WithDialect(DialectKazooLock); or WithDialect(DialectKazoo) if no kazoo Lock uses the path; or WithDialect(DialectKazooPatterns) if every kazoo lock there is made with extra_lock_patterns"},
+		{DialectNative, guid + "__rlock__", "kazoo ReadLock", "WithDialect(DialectKazooLock); or WithDialect(DialectKazoo) if no kazoo Lock uses the path; or WithDialect(DialectKazooPatterns) if every kazoo lock there is made with extra_lock_patterns"},
+		{DialectNative, "write-", "", ""},
+		{DialectKazooPatterns, guid + "__lock__", "", ""},
+		{DialectKazooPatterns, guid + "__rlock__", "", ""},
+		{DialectKazooPatterns, "write-", "", ""},
+		{DialectKazooPatterns, "_c_" + guid + "-__lock__", "", ""},
+		{DialectKazooPatterns, "_c_" + uuid + "-__WRIT__", "Curator InterProcessReadWriteLock", "WithDialect(DialectCurator)"},
 		{DialectCurator, "_c_" + uuid + "-__READ__", "", ""},
-		{DialectCurator, guid + "__rlock__", "kazoo ReadLock", "WithDialect(DialectNative)"},
+		{DialectCurator, guid + "__rlock__", "kazoo ReadLock", "WithDialect(DialectKazooLock); or WithDialect(DialectKazoo) if no kazoo Lock uses the path"},
 		{DialectCurator, "write-", "unprotected read-/write- names", "WithDialect(DialectNative)"},
 		{DialectCurator, "_c_" + guid + "-write-", "", ""},
 		{DialectMutex, "_c_" + uuid + "-lock-", "", ""},
@@ -273,12 +283,60 @@ func TestRefusesPeersThatDoNotSeeUs(t *testing.T) {
 	}
 }
 
+// The advice of a mixed-fleet error: first a dialect that every peer there
+// counts, whoever else uses the path; then, each with its condition, the
+// dialects that declare what the path's kazoo locks count. kazoo's Lock
+// makes __lock__ nodes as WriteLock does and does not count __rlock__, so
+// DialectKazoo is never offered without "no kazoo Lock".
+func TestMixedFleetAdvice(t *testing.T) {
+	const (
+		kazooLock     = "give every zkrwlock client of the path WithDialect(DialectKazooLock)"
+		noKazooLock   = "; or WithDialect(DialectKazoo) if no kazoo Lock uses the path"
+		kazooPatterns = "WithDialect(DialectKazooPatterns) if every kazoo lock there is made with " +
+			`extra_lock_patterns, ("write-", "read-") for WriteLock and Lock and ("write-",) for ReadLock (see docs/peers.md)`
+	)
+	tests := []struct {
+		dialect Dialect
+		markers []string // the peers' markers on the path
+		fix     string
+	}{
+		{DialectNative, []string{"__lock__"}, kazooLock + noKazooLock + "; or " + kazooPatterns},
+		{DialectNative, []string{"__rlock__"}, kazooLock + noKazooLock + "; or " + kazooPatterns},
+		{DialectNative, []string{"__rlock__", "__lock__"}, kazooLock + noKazooLock + "; or " + kazooPatterns},
+		{DialectMutex, []string{"__lock__"}, kazooLock + noKazooLock + "; or " + kazooPatterns},
+		{DialectCurator, []string{"write-"}, "give every zkrwlock client of the path WithDialect(DialectNative)"},
+		{DialectCurator, []string{"write-", "__lock__"}, "give every zkrwlock client of the path " + kazooPatterns +
+			"; else keep one family of lock on the path"},
+		{DialectNative, []string{"__WRIT__"}, "give every zkrwlock client of the path WithDialect(DialectCurator)"},
+		{DialectNative, []string{"__WRIT__", "__lock__"}, "keep one family of lock on the path"},
+		{DialectKazoo, []string{"lock-"}, "give every zkrwlock client of the path WithDialect(DialectMutex)"},
+	}
+	for _, tc := range tests {
+		var peers uint16
+		for _, text := range tc.markers {
+			i := slices.IndexFunc(lockname.Markers[:], func(m lockname.Marker) bool { return m.Text == text })
+			require.GreaterOrEqual(t, i, 0, text)
+			peers |= 1 << i
+		}
+		m := (&RWLock{dialect: tc.dialect}).blind(peers)
+		require.NotNil(t, m, "%v %v", tc.dialect, tc.markers)
+		_, fix, ok := strings.Cut(m.detail(), "does not hold: ")
+		require.True(t, ok, m.detail())
+		assert.Equal(t, tc.fix, fix, "%v %v", tc.dialect, tc.markers)
+	}
+}
+
 // A holder hears of a blind peer's node that comes after its grant, in one
 // notification and one listing, and its grant is lost with a cause that
 // names the dialect to use; its node goes. Every way of holding: granted at
-// once, after waiting, downgraded, several grants of one process.
+// once, after waiting, downgraded, several grants of one process. The
+// peers: a Curator writer, and a reader of kazoo's default ReadLock, which
+// does not count native names either.
 func TestHolderLosesToABlindPeer(t *testing.T) {
-	const curatorWriter = "_c_" + uuid + "-__WRIT__"
+	peers := map[string]string{ // the peer's node -> the dialect to use
+		"_c_" + uuid + "-__WRIT__": "WithDialect(DialectCurator)",
+		guid + "__rlock__":         "WithDialect(DialectKazooLock); or WithDialect(DialectKazoo) if no kazoo Lock uses the path",
+	}
 	holds := map[string]func(t *testing.T, s *fakeServer, l *RWLock) []*Grant{
 		"at once": func(t *testing.T, _ *fakeServer, l *RWLock) []*Grant {
 			g, err := l.Lock(t.Context())
@@ -312,27 +370,68 @@ func TestHolderLosesToABlindPeer(t *testing.T) {
 		},
 	}
 	for name, hold := range holds {
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				s := newFakeServer()
-				l := newLock(t, s.conn())
-				gs := hold(t, s, l)
-				synctest.Wait()
-				for _, g := range gs {
-					require.NoError(t, g.Err())
-				}
-				peer := peerNode(t, s.conn(), curatorWriter, "")
-				synctest.Wait()
-				for _, g := range gs {
-					require.True(t, isClosed(g.Done()), "told")
-					require.ErrorIs(t, g.Err(), ErrLost)
-					require.ErrorIs(t, g.Err(), ErrInvalidArgument)
-					assert.Contains(t, g.Err().Error(), "WithDialect(DialectCurator)")
-				}
-				assert.Equal(t, []string{peer}, s.lockNodes(dir), "the holders' nodes went")
+		for prefix, fix := range peers {
+			t.Run(name+"/"+prefix, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					s := newFakeServer()
+					l := newLock(t, s.conn())
+					gs := hold(t, s, l)
+					synctest.Wait()
+					for _, g := range gs {
+						require.NoError(t, g.Err())
+					}
+					peer := peerNode(t, s.conn(), prefix, "")
+					synctest.Wait()
+					for _, g := range gs {
+						require.True(t, isClosed(g.Done()), "told")
+						require.ErrorIs(t, g.Err(), ErrLost)
+						require.ErrorIs(t, g.Err(), ErrInvalidArgument)
+						assert.Contains(t, g.Err().Error(), fix)
+					}
+					assert.Equal(t, []string{peer}, s.lockNodes(dir), "the holders' nodes went")
+				})
 			})
-		})
+		}
 	}
+}
+
+// In DialectKazooPatterns, kazoo's nodes are a peer's that counts ours: a
+// holder keeps its grant when one comes, and Queue shows it waiting, not
+// blind. Read in the native dialect, the same queue is a mixed fleet, and
+// the kazoo writer holds as far as kazoo can tell.
+func TestKazooPatternsDeclaresKazooSeesUs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		l := newLock(t, s.conn(), WithDialect(DialectKazooPatterns))
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		assert.Regexp(t, `/_c_[0-9a-f]{32}-write-\d{10}$`, g.Node(), "native names")
+		kazoo := peerNode(t, s.conn(), guid+"__lock__", "")
+		synctest.Wait()
+		require.NoError(t, g.Err())
+		require.False(t, isClosed(g.Done()))
+
+		q, err := l.Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 2)
+		assert.Equal(t, DialectKazooPatterns, q[0].Family)
+		assert.True(t, q[0].Held)
+		assert.Equal(t, dir+"/"+kazoo, q[1].Node)
+		assert.False(t, q[1].Held, "kazoo counts our writer")
+		assert.False(t, q[1].Blind)
+
+		q, err = newLock(t, s.conn()).Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 2)
+		assert.Equal(t, DialectNative, q[0].Family)
+		assert.True(t, q[0].Held)
+		assert.True(t, q[1].Held, "kazoo's default WriteLock does not count our writer")
+		assert.True(t, q[1].Blind)
+
+		require.NoError(t, g.Release(ctx))
+		assert.Equal(t, []string{kazoo}, s.lockNodes(dir))
+	})
 }
 
 // The holders' watch costs nothing while the directory does not change, and
@@ -374,7 +473,7 @@ func TestHolderPeerWatchCost(t *testing.T) {
 }
 
 func TestWithDialectRejectsUnknown(t *testing.T) {
-	_, err := newRWLock(newFakeServer().conn(), dir, WithDialect(Dialect(5)))
+	_, err := newRWLock(newFakeServer().conn(), dir, WithDialect(numDialects))
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 	_, err = newRWLock(newFakeServer().conn(), dir, WithDialect(-1))
 	assert.ErrorIs(t, err, ErrInvalidArgument)

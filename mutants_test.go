@@ -63,6 +63,12 @@ var mutants = []mutant{
 	// The simulation has no peers.
 	{name: "a reader takes a peer writer's data change for clearance", run: "TestReaderIgnoresAPeersChange",
 		edits: []mutantEdit{{file: "watch.go", point: "reader-trusts-peer", new: "case ev.Type == zk.EventNodeDataChanged:"}}},
+	{name: "kazoo's default locks taken to count native names", run: "TestRefusesPeersThatDoNotSeeUs",
+		edits: []mutantEdit{{file: "internal/lockname/lockname.go", point: "kazoo-sees-native",
+			new: `{"__lock__", true, Kazoo, true, guarded | hex32, "kazoo WriteLock or Lock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit() | Native.Bit()},`}}},
+	{name: "DialectKazoo advised for kazoo's nodes as if no kazoo Lock could be there", run: "TestMixedFleetAdvice",
+		edits: []mutantEdit{{file: "dialect.go", point: "kazoo-advised-unconditionally",
+			new: "for _, d := range []Dialect{DialectNative, DialectCurator, DialectMutex, DialectKazoo, DialectKazooLock} {"}}},
 	{name: "a writer watches its run ahead with a peer in the queue", run: "TestRunAheadWithAPeer",
 		edits: []mutantEdit{{file: "watch.go", point: "run-with-peers",
 			new: "if m.mode != Write || len(before) == 0 || before[len(before)-1].mode == Write {"}}},

@@ -23,8 +23,11 @@ type Entry struct {
 	Owner     string    // who, as set by WithOwner (default host:pid)
 	Held      bool      // holds the lock now; false while waiting
 	Created   time.Time // when the node was created, by the server's clock
-	Family    Dialect   // whose names the node carries (kazoo's Lock and WriteLock: DialectKazoo)
-	Peer      bool      // not made by zkrwlock's guarded names (Curator, kazoo, zk.Lock): Owner is its data as text
+	// Family is whose names the node carries: DialectKazoo for kazoo's
+	// Lock and WriteLock alike; for native names, the lock's dialect if it
+	// makes them too (DialectKazooPatterns).
+	Family Dialect
+	Peer   bool // not made by zkrwlock's guarded names (Curator, kazoo, zk.Lock): Owner is its data as text
 	// Readers is, for this process's own shared read node (see
 	// WithReadCoalescing), how many of its readers hold or wait on it
 	// (the node is one entry); 0 for every other node.
@@ -150,6 +153,7 @@ func (l *RWLock) listQueue(ctx context.Context, c *zkclient.Client) (nodes []loc
 	var peers uint16
 	for _, name := range children.V.Names {
 		if n, ok := parseNode(name); ok {
+			n.family = l.readAs(n.family) // peerView judges kazoo's view of it as our dialect declares
 			nodes = append(nodes, n)
 			if !n.ours {
 				peers |= 1 << n.marker

@@ -13,6 +13,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -30,33 +33,55 @@ import (
 
 var (
 	chaosDuration = flag.Duration("chaos.duration", 75*time.Second, "how long TestChaos makes faults (make chaos: MINUTES)")
-	chaosSeed     = flag.Uint64("chaos.seed", 0, "TestChaos's seed (0: from the clock; printed)")
+	chaosSeed     = flag.Uint64("chaos.seed", 0, "TestChaos's seed (0: from the clock; printed) (make chaos: SEED)")
+	chaosTimeouts = flag.String("chaos.timeouts", "4s,10s", "the session timeouts T the clients ask for, comma-separated; each client picks one (make chaos: T)")
+	chaosClients  = flag.Int("chaos.clients", 8, "how many client processes run at once (make chaos: CLIENTS)")
+	chaosRace     = flag.Bool("chaos.race", false, "build the client processes with the race detector (make chaos: RACE=1)")
+	chaosKeep     = flag.String("chaos.keep", filepath.Join(os.TempDir(), "zkrwlock-chaos"),
+		"where every run's figures are added (runs.jsonl) and a failed run's history is kept (make chaos: KEEP)")
 )
 
 // TestChaos is a randomized fault run against a 3-node ensemble: client
 // processes (chaos_client_test.go), each connected through a proxy of its
-// own per member, take one lock while a nemesis kills the leader or a
-// follower (kill -9) and restarts it, restarts a member with a lower
+// own per member, take two locks, alone and together (LockAll), some under
+// hold limits, some as coalesced readers, while a nemesis kills the leader
+// or a follower (kill -9) and restarts it, restarts a member with a lower
 // maxSessionTimeout (so that a reconnection is granted less than the
 // session had), partitions a client for less or more than its session
 // timeout, stops a client (SIGSTOP) for less or more than it, and kills a
 // holder (kill -9, then starts another client). The checker
-// (chaos_check_test.go) then flags any step a holder took after another
-// client's conflicting grant was returned, and the nodes left behind once
-// every client has stopped; it counts losses by cause, those with no fault
-// near them, and the longest stall outside faults. It runs without the
-// race detector: go-zookeeper races with itself at a reconnection
-// (go-zookeeper/zk#35), in the clients as anywhere.
+// (chaos_check_test.go) then flags, lock by lock, any step a holder took
+// after another holder's conflicting grant was returned or past its hold
+// limit, and the nodes left behind once every client has stopped; it
+// counts losses by cause, those with no fault near them, and the longest
+// stall outside faults.
+//
+// The run itself is built without the race detector; with -chaos.race its
+// clients are, and a race report of ours fails the run
+// (chaos_race_test.go). Every run adds its figures to runs.jsonl under
+// -chaos.keep, and a run that fails keeps its history there too
+// (chaos_history_test.go).
 func TestChaos(t *testing.T) {
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("seed %d (-chaos.seed to replay the nemesis's choices; timing still varies)", seed)
+	timeouts, err := parseChaosTimeouts(*chaosTimeouts)
+	require.NoError(t, err)
+	require.Positive(t, *chaosClients, "-chaos.clients")
 	rng := rand.New(rand.NewPCG(seed, 17))
-	cl := zkserver.Start(t, zkserver.Config{Servers: 3, TickTime: faultTick, MinSessionTimeout: time.Second, MaxSessionTimeout: 10 * time.Second})
-	r := &chaosRun{t: t, cl: cl, rng: rng, seed: seed, path: zktest.LockPath(t, "/chaos"), clients: map[int]*chaosProc{}}
-	for range 6 {
+	client := os.Args[0]
+	if *chaosRace {
+		client = buildRaceClient(t)
+	}
+	cl := zkserver.Start(t, zkserver.Config{Servers: 3, TickTime: faultTick, MinSessionTimeout: time.Second,
+		MaxSessionTimeout: max(10*time.Second, slices.Max(timeouts))})
+	path := zktest.LockPath(t, "/chaos")
+	r := &chaosRun{t: t, cl: cl, rng: rng, seed: seed, timeouts: timeouts, binary: client, start: time.Now(),
+		paths: [2]string{path, path + "-b"}, clients: map[int]*chaosProc{}, holding: map[chaosHolder]int{}, until: map[chaosHolder]int64{}}
+	t.Cleanup(r.keep) // before the servers stop (cleanups run last first), after the clients have
+	for range *chaosClients {
 		r.startClient()
 	}
 	r.nemesis(*chaosDuration)
@@ -64,25 +89,61 @@ func TestChaos(t *testing.T) {
 	r.report()
 }
 
-// The session timeouts the clients ask for: at least eight ticks, where
-// the lease clock's ensemble margins hold (internal/zkclient/lease.go).
-var chaosTimeouts = []time.Duration{4 * time.Second, 10 * time.Second}
+// parseChaosTimeouts reads -chaos.timeouts. Each must be at least eight
+// ticks of the servers, where the lease clock's ensemble margins hold
+// (internal/zkclient/lease.go): below that a late step is no violation of
+// a promise the lock makes.
+func parseChaosTimeouts(s string) ([]time.Duration, error) {
+	var ts []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("-chaos.timeouts %q: %w", s, err)
+		}
+		if d < 8*faultTick {
+			return nil, fmt.Errorf("-chaos.timeouts %q: %v is under eight ticks (%v), where the lock promises less", s, d, 8*faultTick)
+		}
+		ts = append(ts, d)
+	}
+	return ts, nil
+}
+
+// buildRaceClient builds this package's tests with the race detector, for
+// the client processes, and returns the binary's path.
+func buildRaceClient(t *testing.T) string {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "chaos-client.test")
+	start := time.Now()
+	out, err := exec.Command(goTool, "test", "-c", "-race", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "building the clients with -race: %s", out)
+	t.Logf("clients built with -race in %v", time.Since(start).Round(time.Second))
+	return bin
+}
 
 type chaosRun struct {
-	t    *testing.T
-	cl   *zkserver.Cluster
-	rng  *rand.Rand
-	seed uint64
-	path string
+	t        *testing.T
+	cl       *zkserver.Cluster
+	rng      *rand.Rand
+	seed     uint64
+	timeouts []time.Duration
+	binary   string // the clients' executable
+	paths    [2]string
+	start    time.Time
 
 	mu      sync.Mutex
 	clients map[int]*chaosProc // running
+	procs   []*chaosProc       // every client started
 	next    int
 	events  []chaosEvent
 	faults  []chaosFault
-	errors  []string     // what clients printed as errors, and crashes
-	holders map[int]bool // clients holding a grant, as their events tell
-	orphans []string     // nodes left after every client stopped
+	errors  []string              // what clients printed as errors, and crashes
+	holding map[chaosHolder]int   // how many grants each holder holds, as its events tell
+	until   map[chaosHolder]int64 // when each holder means to let go of its last grant
+	orphans []string              // nodes left after every client stopped
+	summary *chaosSummary         // the figures, once reported
 }
 
 // chaosProc is one client process and its proxies.
@@ -103,7 +164,7 @@ func (r *chaosRun) startClient() *chaosProc {
 	id := r.next
 	r.next++
 	r.mu.Unlock()
-	p := &chaosProc{id: id, timeout: chaosTimeouts[r.rng.IntN(len(chaosTimeouts))], stderr: &bytes.Buffer{},
+	p := &chaosProc{id: id, timeout: r.timeouts[r.rng.IntN(len(r.timeouts))], stderr: &bytes.Buffer{},
 		done: make(chan struct{}), ready: make(chan struct{})}
 	var addrs []string
 	for i := range r.cl.Len() {
@@ -111,9 +172,12 @@ func (r *chaosRun) startClient() *chaosProc {
 		p.proxies = append(p.proxies, px)
 		addrs = append(addrs, px.Addr())
 	}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperChaosClient$", "-test.timeout=0")
+	p.cmd = exec.Command(r.binary, "-test.run=^TestHelperChaosClient$", "-test.timeout=0")
 	p.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", chaosEnv, id), chaosEnvServers+"="+strings.Join(addrs, ","),
-		chaosEnvPath+"="+r.path, chaosEnvTimeout+"="+p.timeout.String(), fmt.Sprintf("%s=%d", chaosEnvSeed, r.seed))
+		chaosEnvPaths+"="+strings.Join(r.paths[:], ","), chaosEnvTimeout+"="+p.timeout.String(),
+		fmt.Sprintf("%s=%d", chaosEnvSeed, r.seed),
+		// go-zookeeper's own race (chaos_race_test.go) must not stop a client.
+		"GORACE=halt_on_error=0")
 	p.cmd.SysProcAttr = childAttr()
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
@@ -121,6 +185,9 @@ func (r *chaosRun) startClient() *chaosProc {
 	p.stdin, err = p.cmd.StdinPipe()
 	require.NoError(t, err)
 	require.NoError(t, p.cmd.Start())
+	r.mu.Lock()
+	r.procs = append(r.procs, p)
+	r.mu.Unlock()
 	t.Cleanup(func() { p.cmd.Process.Kill(); <-p.done; p.cmd.Wait() })
 	go r.read(p, stdout)
 	select {
@@ -154,13 +221,19 @@ func (r *chaosRun) read(p *chaosProc, stdout io.Reader) {
 			}
 			r.mu.Lock()
 			r.events = append(r.events, e)
-			if r.holders == nil {
-				r.holders = map[int]bool{}
+			h := chaosHolder{e.Client, e.Worker}
+			switch e.Kind {
+			case "granted":
+				r.holding[h]++
+				r.until[h] = e.Until
+			case "lost", "released":
+				r.holding[h]--
+			case "waiting":
+				delete(r.holding, h)
 			}
-			r.holders[p.id] = e.Kind == "granted" || (r.holders[p.id] && e.Kind != "lost" && e.Kind != "released")
 			r.mu.Unlock()
 		case strings.HasPrefix(line, "error "):
-			r.note(fmt.Sprintf("c%d: %s", p.id, line[len("error "):]))
+			r.note(line[len("error "):])
 		}
 	}
 }
@@ -182,20 +255,32 @@ func (r *chaosRun) fault(kind string, client int, from time.Time) {
 	r.t.Logf("%s %s (%s) %v", from.Format("15:04:05.000"), kind, who, time.Since(from).Round(time.Millisecond))
 }
 
-// pick returns a running client, a holder if holder and one holds.
+// pick returns a running client; if holder, one that holds a grant, if
+// any does, preferring one that means to hold it for another second or
+// more, so that a fault can outlast the holder's use of its grant.
 func (r *chaosRun) pick(holder bool) *chaosProc {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var ids []int
 	for id := range r.clients {
-		if !holder || r.holders[id] {
-			ids = append(ids, id)
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	if holder {
+		holds, long := map[int]bool{}, map[int]bool{}
+		soon := time.Now().Add(time.Second).UnixNano()
+		for h, n := range r.holding {
+			holds[h.client] = holds[h.client] || n > 0
+			long[h.client] = long[h.client] || n > 0 && r.until[h] > soon
+		}
+		ids = slices.DeleteFunc(ids, func(id int) bool { return !holds[id] })
+		if longer := slices.DeleteFunc(slices.Clone(ids), func(id int) bool { return !long[id] }); len(longer) > 0 {
+			ids = longer
 		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	sort.Ints(ids)
 	return r.clients[ids[r.rng.IntN(len(ids))]]
 }
 
@@ -275,9 +360,9 @@ func chaosSpan(rng *rand.Rand, timeout time.Duration, long bool) time.Duration {
 	return timeout/10 + time.Duration(rng.Int64N(int64(timeout/4)))
 }
 
-// stopAll restores every member's limits, stops every client (each
-// releases what it holds and closes its connection) and waits for the
-// lock directory to empty: a killed holder's session expires meanwhile.
+// stopAll stops every client (each releases what it holds and closes its
+// connection) and waits for both lock directories to empty: a killed
+// holder's session expires meanwhile.
 func (r *chaosRun) stopAll() {
 	t := r.t
 	r.mu.Lock()
@@ -292,18 +377,31 @@ func (r *chaosRun) stopAll() {
 	for _, p := range procs {
 		select {
 		case <-p.done:
-			if err := p.cmd.Wait(); err != nil {
+			if err := p.cmd.Wait(); err != nil && !raced(err) {
 				r.note(fmt.Sprintf("c%d exited: %v: %s", p.id, err, p.stderr))
 			}
 		case <-time.After(time.Minute):
 			r.note(fmt.Sprintf("c%d did not stop within a minute", p.id))
+			p.cmd.Process.Kill()
+			<-p.done
+			p.cmd.Wait()
 		}
 	}
 	watcher := connect(t, r.cl.ConnectString(), 0)
-	left := nodesLeftAfter(watcher.conn, r.path, chaosTimeouts[len(chaosTimeouts)-1]+10*time.Second)
+	var left []string
+	for _, path := range r.paths {
+		left = append(left, nodesLeftAfter(watcher.conn, path, slices.Max(r.timeouts)+10*time.Second)...)
+	}
 	r.mu.Lock()
 	r.orphans = left
 	r.mu.Unlock()
+}
+
+// raced reports whether a client's exit status is the race detector's:
+// it exits 66 after reporting a race, which raceReports judges.
+func raced(err error) bool {
+	var ee *exec.ExitError
+	return *chaosRace && errors.As(err, &ee) && ee.ExitCode() == 66
 }
 
 // nodesLeftAfter waits, watching the lock directory dir, until it is empty
@@ -332,38 +430,57 @@ func nodesLeftAfter(conn *zk.Conn, dir string, timeout time.Duration) []string {
 	}
 }
 
-// report prints the figures and fails on a violation.
+// report prints the figures and fails on a violation, a node left
+// behind, a race of ours, or a run without grants.
 func (r *chaosRun) report() {
 	t := r.t
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep := check(r.events, r.faults, 2*chaosTimeouts[len(chaosTimeouts)-1])
-	kinds := map[string]int{}
-	for _, f := range r.faults {
-		kinds[strings.SplitN(f.Kind, "(", 2)[0]]++
-	}
+	s := r.summarize()
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos: seed %d, %v of faults, %d clients\n", r.seed, *chaosDuration, r.next)
-	fmt.Fprintf(&b, "  faults:      %d: %s\n", len(r.faults), sortedCounts(kinds))
-	fmt.Fprintf(&b, "  grants:      %d (%d read, %d write), %d steps, %d nested\n", rep.grants, rep.reads, rep.writes, rep.steps, rep.nested)
+	fmt.Fprintf(&b, "chaos: seed %d, %v of faults, T %v, %d clients at once (%d started), race detector %v\n",
+		s.Seed, *chaosDuration, *chaosTimeouts, *chaosClients, s.Started, s.Race)
+	fmt.Fprintf(&b, "  faults:      %d: %s\n", len(r.faults), sortedCounts(s.Faults))
+	fmt.Fprintf(&b, "  grants:      %d (%d read, %d write; %d in sets, %d under hold limits, %d coalesced, %d of them joined)\n",
+		s.Grants, s.Reads, s.Writes, s.Sets, s.Limited, s.Coalesced, s.Joined)
+	fmt.Fprintf(&b, "               %d steps, %d nested\n", s.Steps, s.Nested)
 	fmt.Fprintf(&b, "  violations:  %d late steps, %d orphaned nodes (%d steps asked across a pause, not judged)\n",
-		len(rep.violations), len(r.orphans), rep.ambiguous)
-	fmt.Fprintf(&b, "  losses:      %s; %d with no fault near\n", sortedCounts(rep.lost), len(rep.falseLosses))
-	fmt.Fprintf(&b, "  stall:       longest %v outside faults\n", rep.longestStall.Round(time.Millisecond))
+		len(s.Violations), len(s.Orphans), s.Ambiguous)
+	fmt.Fprintf(&b, "  races:       %d of ours, %d of go-zookeeper's own\n", s.OurRaces, s.ZKRaces)
+	fmt.Fprintf(&b, "  losses:      %s; %d with no fault near\n", sortedCounts(s.Lost), len(s.FalseLosses))
+	fmt.Fprintf(&b, "  stall:       longest %v outside faults\n", s.LongestStall.Round(time.Millisecond))
 	t.Log(b.String())
-	for _, v := range rep.violations {
+	for _, v := range firstOf(s.Violations) {
 		t.Errorf("violation: %s", v)
 	}
-	for _, f := range rep.falseLosses {
+	if n := len(s.Violations) - chaosShown; n > 0 {
+		t.Errorf("and %d violations more (all of them in the history)", n)
+	}
+	for _, f := range firstOf(s.FalseLosses) {
 		t.Logf("loss with no fault near: %s", f)
+	}
+	for _, o := range firstOf(s.OtherLosses) {
+		t.Logf("loss of another cause: %s", o)
 	}
 	for _, e := range r.errors {
 		t.Logf("client: %s", e)
 	}
-	if len(r.orphans) > 0 {
-		t.Errorf("nodes left after every client stopped: %v", r.orphans)
+	var ours []string
+	for _, rr := range s.races {
+		if rr.Ours {
+			ours = append(ours, fmt.Sprintf("c%d:\n%s", rr.Client, rr.Text))
+		}
 	}
-	if rep.grants == 0 {
+	for _, rr := range firstOf(ours) {
+		t.Errorf("a data race of ours in %s", rr)
+	}
+	if n := len(ours) - chaosShown; n > 0 {
+		t.Errorf("and %d data races of ours more (all of them in the history)", n)
+	}
+	if len(s.Orphans) > 0 {
+		t.Errorf("nodes left after every client stopped: %v", s.Orphans)
+	}
+	if s.Grants == 0 {
 		t.Error("no grant at all")
 	}
 }

@@ -183,7 +183,7 @@ func startKazoo(t *testing.T, rec *record, servers, path string, session, hold t
 var peerModes = map[string]rwlock.Mode{
 	"rwread": rwlock.Read, "rwwrite": rwlock.Write, "mutex": rwlock.Write,
 	"read": rwlock.Read, "write": rwlock.Write, "lock": rwlock.Write,
-	"read-native": rwlock.Read, "write-native": rwlock.Write,
+	"read-native": rwlock.Read, "write-native": rwlock.Write, "lock-native": rwlock.Write,
 }
 
 // startPeer starts the process and waits for its "ready". Cleanup kills it

@@ -28,10 +28,10 @@ Lists the locks under PREFIX (PREFIX itself included; / for all): every
 directory that holds lock nodes, with what is held, since when, and how
 long the longest wait has lasted. Stuck locks come first.
 
-  LOCK           MODE   HOLDERS  HELD   LIMIT  OWNER         WAITERS  WAITING  FAMILY          FLAG
-  /locks/schema  write  1        2h03m  -      build-7:4242  3        1h58m    zkrwlock        stuck
-  /locks/report  read   2        1h10m  2h00m  cron-3:991    0        -        zkrwlock        old
-  /locks/config  read   4        12.0s  -      web-1:977     0        -        zkrwlock,kazoo  -
+  LOCK           MODE   HOLDERS  HELD   LIMIT  OWNER         WAITERS  WAITING  FAMILY                FLAG
+  /locks/schema  write  1        2h03m  -      build-7:4242  3        1h58m    zkrwlock              stuck
+  /locks/report  read   2        1h10m  2h00m  cron-3:991    0        -        zkrwlock              old
+  /locks/config  read   4        12.0s  -      web-1:977     0        -        zkrwlock/kazoo,kazoo  -
   /locks/schema: revoked 5m02s ago by ops-1:311: the migration is stuck
 
 HELD is the age of the oldest holder's node (OWNER is its owner): the time
@@ -40,7 +40,9 @@ it waited first. LIMIT is that holder's hold limit, as in 'zkrwlock
 queue'. WAITING is the age of the oldest waiter's node: how long
 the longest wait has lasted. FAMILY lists who has nodes there, in queue
 order: zkrwlock, and the other libraries sharing the lock (see 'zkrwlock
-queue --help').
+queue --help'). Whether those libraries count every node is judged as
+'zkrwlock queue' judges it: --dialect kazoo-patterns declares that kazoo's
+locks under PREFIX count native names; the other dialects change nothing.
 
 With --older-than D, a lock whose oldest holder is older than D is "old",
 and "stuck" when others wait for it too; FLAG says so. Locks are sorted
@@ -125,6 +127,7 @@ func jsonRevocation(r *pendingRevocation, now time.Time) *revocationJSON {
 
 type lsOptions struct {
 	conn      connFlags
+	dialect   dialectFlag
 	asJSON    bool
 	olderThan time.Duration
 	flag      bool // --older-than was given
@@ -138,6 +141,7 @@ func runLs(std stdio, args []string) int {
 	fs.BoolVar(&o.asJSON, "json", false, "print a JSON array instead of a table")
 	durationVar(fs, &o.olderThan, "older-than", 0, "flag locks whose oldest holder is older than this: "+
 		"\"old\", and \"stuck\" when others wait")
+	o.dialect.registerAs(fs, lsDialectHelp)
 	o.conn.register(fs)
 	pos, rest, err := parse(std.out, fs, lsUsage, args, 1)
 	switch {
@@ -193,7 +197,7 @@ func (o *lsOptions) list(std stdio) error {
 	dirs, err := findLockDirs(ctx, conn, o.prefix, timeout, warn)
 	var locks []lockInfo
 	if err == nil {
-		locks, err = readLocks(ctx, conn, dirs, timeout, log, warn)
+		locks, err = readLocks(ctx, conn, dirs, timeout, o.dialect.d, log, warn)
 	}
 	if sig := stop(); sig != nil {
 		return interruptedErr(sig, "while reading the locks under %s", o.prefix)
@@ -300,8 +304,10 @@ func childPath(dir, name string) string {
 
 // readLocks reads the queue of each directory, at most lsParallel at once,
 // each within timeout, and returns the locks that have nodes still. A lock
-// whose nodes this client may not read is skipped with a warning.
-func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.Duration, log *slog.Logger,
+// whose nodes this client may not read is skipped with a warning. d is
+// the zkrwlock clients' dialect: it says whether kazoo's locks count
+// native names (DialectKazooPatterns), which no name shows.
+func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.Duration, d rwlock.Dialect, log *slog.Logger,
 	warn func(string)) ([]lockInfo, error) {
 	queues := make([][]rwlock.Entry, len(dirs))
 	revocations := make([]*pendingRevocation, len(dirs))
@@ -309,7 +315,7 @@ func readLocks(ctx context.Context, conn *zk.Conn, dirs []string, timeout time.D
 	eg.SetLimit(lsParallel)
 	for i, dir := range dirs {
 		eg.Go(func() error {
-			l, err := rwlock.New(conn, dir, rwlock.WithLogger(log))
+			l, err := rwlock.New(conn, dir, rwlock.WithLogger(log), rwlock.WithDialect(d))
 			if err != nil {
 				return err
 			}

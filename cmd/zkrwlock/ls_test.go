@@ -27,6 +27,7 @@ type lsEntry struct {
 	Old          bool
 	Stuck        bool
 	Families     []string
+	Mixed        bool
 }
 
 func (e lsEntry) waited() float64 {
@@ -323,6 +324,9 @@ func TestNodeNameAndFamily(t *testing.T) {
 		{"/l/_c_" + guid + "-lock-0000000007", rwlock.DialectMutex, true, "lock-0000000007", "zk.Lock"},
 		{"/l/" + guid + "__lock__0000000007", rwlock.DialectKazoo, true, "__lock__0000000007", "kazoo"},
 		{"/l/read-0000000007", rwlock.DialectNative, true, "read-0000000007", "native"},
+		// A queue read in the kazoo-patterns dialect takes native names for its own.
+		{"/l/_c_" + guid + "-write-0000000007", rwlock.DialectKazooPatterns, false, "write-0000000007", "zkrwlock/kazoo-patterns"},
+		{"/l/read-0000000007", rwlock.DialectKazooPatterns, true, "read-0000000007", "native"},
 	} {
 		e := rwlock.Entry{Node: tc.node, Family: tc.family, Peer: tc.peer}
 		require.Equal(t, tc.name, nodeName(tc.node), tc.node)
@@ -337,7 +341,7 @@ func TestDialectFlag(t *testing.T) {
 		require.Equal(t, d, f.d)
 	}
 	var f dialectFlag
-	require.ErrorContains(t, f.Set("zookeeper"), "one of native, curator, mutex, kazoo, kazoo-lock")
+	require.ErrorContains(t, f.Set("zookeeper"), "one of native, curator, mutex, kazoo, kazoo-lock, kazoo-patterns")
 }
 
 // queue and ls name the set (LockAll) a node was made in.

@@ -36,7 +36,7 @@ func nodeName(node string) string {
 // family names who made a node, for the FAMILY column: zkrwlock, in its
 // dialect when that is not the native one (zkrwlock/curator), or the peer
 // library (curator, curator-mutex, zk.Lock, kazoo; native for zkrwlock's
-// old unprotected names).
+// old unprotected names, whatever the dialect that also makes them).
 func family(e rwlock.Entry) string {
 	if !e.Peer {
 		if e.Family == rwlock.DialectNative {
@@ -52,6 +52,8 @@ func family(e rwlock.Entry) string {
 			return "zk.Lock" // Curator's mutex has a uuid where zk.Lock has a guid
 		}
 		return "curator-mutex"
+	case rwlock.DialectKazooPatterns:
+		return rwlock.DialectNative.String() // unprotected read-/write- names, read in the kazoo-patterns dialect
 	}
 	return e.Family.String()
 }
@@ -59,6 +61,7 @@ func family(e rwlock.Entry) string {
 // dialects are the values of --dialect.
 var dialects = []rwlock.Dialect{
 	rwlock.DialectNative, rwlock.DialectCurator, rwlock.DialectMutex, rwlock.DialectKazoo, rwlock.DialectKazooLock,
+	rwlock.DialectKazooPatterns,
 }
 
 // dialectFlag is --dialect: the names our nodes are created with.
@@ -86,8 +89,19 @@ func dialectNames() string {
 
 const dialectHelp = "the `DIALECT` of our lock nodes' names, to share the lock with another library: " +
 	`native; curator (Curator InterProcessReadWriteLock); mutex (Curator InterProcessMutex, go-zookeeper zk.Lock); ` +
-	`kazoo (kazoo ReadLock/WriteLock); kazoo-lock (kazoo Lock). Every zkrwlock client of a path must use the same one`
+	`kazoo (kazoo ReadLock/WriteLock, where no kazoo Lock uses the path); kazoo-lock (kazoo Lock, ReadLock, WriteLock); ` +
+	`kazoo-patterns (native names, where every kazoo lock is made with extra_lock_patterns: ("write-", "read-") ` +
+	`for WriteLock and Lock, ("write-",) for ReadLock; in native, kazoo's nodes are refused). ` +
+	`Every zkrwlock client of a path must use the same one`
 
-func (f *dialectFlag) register(fs *flag.FlagSet) {
-	fs.Var(f, "dialect", dialectHelp)
-}
+// lsDialectHelp is ls's --dialect, which makes no node: it says how to read
+// the names under PREFIX.
+const lsDialectHelp = "the `DIALECT` of the zkrwlock clients under PREFIX, which says how to read the names there " +
+	`(ls makes no node): kazoo-patterns declares that every kazoo lock there is made with extra_lock_patterns ` +
+	`(see docs/peers.md), so kazoo's nodes beside native ones are no mixed fleet; native and the other ` +
+	`dialects take kazoo's nodes not to count native names`
+
+func (f *dialectFlag) register(fs *flag.FlagSet) { f.registerAs(fs, dialectHelp) }
+
+// registerAs registers --dialect with its help text.
+func (f *dialectFlag) registerAs(fs *flag.FlagSet, help string) { fs.Var(f, "dialect", help) }

@@ -42,7 +42,10 @@ curator-mutex, zk.Lock, kazoo. Their OWNER is their node's data as text
 (Curator: the client's address; kazoo: its identifier), and their MODE is
 what their node's name says: zk.Lock and curator-mutex nodes are writers.
 With --dialect, a warning says when nodes of a library that does not see
-that dialect's names are on PATH.
+that dialect's names are on PATH. kazoo's locks count native names only
+when made with extra_lock_patterns, which their nodes do not show: so
+they are taken not to, and their nodes beside native ones are blind,
+unless --dialect kazoo-patterns declares that they do.
 
 %FLAGS%
 --json prints one JSON array, one object per node, in the same order, with

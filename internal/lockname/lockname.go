@@ -51,23 +51,35 @@ import (
 type Family uint8
 
 const (
-	Native    Family = iota // zkrwlock's own names
-	Curator                 // Curator's InterProcessReadWriteLock
-	Mutex                   // Curator's InterProcessMutex and go-zookeeper's zk.Lock
-	Kazoo                   // kazoo's ReadLock and WriteLock
-	KazooLock               // kazoo's Lock
-	Families                // the number of families
+	Native        Family = iota // zkrwlock's own names
+	Curator                     // Curator's InterProcessReadWriteLock
+	Mutex                       // Curator's InterProcessMutex and go-zookeeper's zk.Lock
+	Kazoo                       // kazoo's ReadLock and WriteLock, where no kazoo Lock uses the path
+	KazooLock                   // kazoo's Lock
+	KazooPatterns               // Native's names, where kazoo's locks are made with extra_lock_patterns
+	Families                    // the number of families
 )
 
 // Bit is f's bit in a set of families (Marker.SeenBy).
 func (f Family) Bit() uint8 { return 1 << f }
+
+// Names returns the family whose names f makes: f itself, but Native for
+// KazooPatterns. The two differ only in what the path's kazoo locks are
+// declared to count, which no name shows, so no node parses as
+// KazooPatterns.
+func (f Family) Names() Family {
+	if f == KazooPatterns {
+		return Native
+	}
+	return f
+}
 
 // PersistentDir reports whether a lock directory shared with f must be
 // persistent rather than a container: kazoo makes sure of its lock
 // directory once per lock object, so once the server reaps an empty
 // container, a long-lived kazoo lock fails every later acquire with
 // NoNodeError.
-func (f Family) PersistentDir() bool { return f == Kazoo || f == KazooLock }
+func (f Family) PersistentDir() bool { return f == Kazoo || f == KazooLock || f == KazooPatterns }
 
 const (
 	protectedPrefix = "_c_"
@@ -91,15 +103,15 @@ type Marker struct {
 	Ours   bool   // zkrwlock makes nodes with it
 	shapes uint8  // the prefixes it comes with
 	Peer   string // who else makes nodes with it, for warnings
-	SeenBy uint8  // the families (Bit) whose names that peer counts in its queue
+	SeenBy uint8  // the families (Bit) whose nodes that peer counts in its queue, as declared (see __lock__)
 }
 
 // Markers, where one ends with another, list the longer one first:
 // read__lock__ before __lock__, rlock- and wlock- before lock-. A Node's
 // Marker is an index in it.
 var Markers = [...]Marker{
-	{"read-", false, Native, true, guarded | bare, "unprotected read-/write- names", Native.Bit()},
-	{"write-", true, Native, true, guarded | bare, "unprotected read-/write- names", Native.Bit()},
+	{"read-", false, Native, true, guarded | bare, "unprotected read-/write- names", Native.Bit() | KazooPatterns.Bit()},
+	{"write-", true, Native, true, guarded | bare, "unprotected read-/write- names", Native.Bit() | KazooPatterns.Bit()},
 	{"__READ__", false, Curator, true, guarded | uuid36, "Curator InterProcessReadWriteLock", Curator.Bit()},
 	{"__WRIT__", true, Curator, true, guarded | uuid36, "Curator InterProcessReadWriteLock", Curator.Bit()},
 	{"rlock-", false, Mutex, true, guarded, "", 0},
@@ -107,10 +119,22 @@ var Markers = [...]Marker{
 	{"lock-", true, Mutex, false, guarded | uuid36, "Curator InterProcessMutex or go-zookeeper zk.Lock", Mutex.Bit()},
 	{"read__lock__", false, KazooLock, true, guarded, "", 0},
 	// kazoo's ReadLock, WriteLock and Lock see names ending in __lock__;
-	// WriteLock also sees __rlock__; with extra_lock_patterns, read- and
-	// write- too (Native; the README says how).
-	{"__rlock__", false, Kazoo, true, guarded | hex32, "kazoo ReadLock", Kazoo.Bit() | KazooLock.Bit() | Native.Bit()},
-	{"__lock__", true, Kazoo, true, guarded | hex32, "kazoo WriteLock or Lock", Kazoo.Bit() | KazooLock.Bit() | Native.Bit()},
+	// WriteLock also sees __rlock__. Made with extra_lock_patterns, they
+	// see read- and write- too; made without (kazoo's default), they do
+	// not. Their nodes look the same either way. Taking them all to see
+	// ours would let a default kazoo lock in beside our holder, unseen.
+	// So only a path that declares the patterns (KazooPatterns) counts on
+	// it. On any other, a kazoo node is a blind peer's: refused, and
+	// announced to holders. A wrong guess then costs a refusal, never two
+	// holders.
+	{"__rlock__", false, Kazoo, true, guarded | hex32, "kazoo ReadLock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit()},
+	// kazoo's Lock makes __lock__ nodes too, as WriteLock does, and does
+	// not count __rlock__: Kazoo's readers. So Kazoo is seen by these
+	// nodes only where no kazoo Lock uses the path, which Kazoo declares,
+	// as KazooPatterns declares the patterns. Only KazooLock's names are
+	// counted by every kazoo lock class, whatever is declared.
+	// mutant: kazoo-sees-native
+	{"__lock__", true, Kazoo, true, guarded | hex32, "kazoo WriteLock or Lock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit()},
 }
 
 // markerOf returns the index in Markers of the marker f gives a reader or
@@ -126,7 +150,7 @@ func markerOf(f Family, write bool) int {
 		read, wr = 8, 9
 	case KazooLock:
 		read, wr = 7, 9
-	default:
+	default: // Native and KazooPatterns
 		read, wr = 0, 1
 	}
 	if write {

@@ -112,7 +112,7 @@ func TestPrefixParsesAsOurs(t *testing.T) {
 			assert.True(t, n.Protected, p)
 			assert.Equal(t, write, n.Write, p)
 			assert.Equal(t, int32(42), n.Seq, p)
-			wantFamily := f
+			wantFamily := f.Names() // KazooPatterns makes native names
 			if f == KazooLock && write {
 				wantFamily = Kazoo // the same name as kazoo's writers
 			}
@@ -120,6 +120,53 @@ func TestPrefixParsesAsOurs(t *testing.T) {
 			assert.Equal(t, strings.TrimPrefix(p, "/locks/x/_c_"+guid+"-")+"0000000042", n.Bare(), p)
 		}
 	}
+}
+
+// Whose nodes each peer counts. kazoo's locks count native names only
+// with extra_lock_patterns, which their nodes do not show: so only the
+// KazooPatterns family, which declares it, is seen by them, and Native is
+// not. Each family's own peers see it.
+func TestMarkersSeenBy(t *testing.T) {
+	want := map[string][]Family{
+		"read-":     {Native, KazooPatterns},
+		"write-":    {Native, KazooPatterns},
+		"__READ__":  {Curator},
+		"__WRIT__":  {Curator},
+		"lock-":     {Mutex},
+		"__rlock__": {Kazoo, KazooLock, KazooPatterns},
+		"__lock__":  {Kazoo, KazooLock, KazooPatterns},
+	}
+	for _, m := range Markers {
+		var seen []Family
+		for f := range Families {
+			if m.SeenBy&f.Bit() != 0 {
+				seen = append(seen, f)
+			}
+		}
+		assert.Equal(t, want[m.Text], seen, m.Text)
+		assert.Equal(t, m.Peer != "", len(seen) > 0, "%s: a peer makes it, so someone is seen by it", m.Text)
+	}
+	// Every family's writers are counted by the peers that make the same
+	// marker, if any do.
+	for f := range Families {
+		if m := Markers[markerOf(f, true)]; m.Peer != "" {
+			assert.NotZero(t, m.SeenBy&f.Bit(), "%v's writers, %s, are not seen by their peers", f, m.Text)
+		}
+	}
+}
+
+func TestFamilyNames(t *testing.T) {
+	for f := range Families {
+		want := f
+		if f == KazooPatterns {
+			want = Native
+		}
+		assert.Equal(t, want, f.Names(), f)
+		assert.Equal(t, Markers[markerOf(f.Names(), true)].Text, Markers[markerOf(f, true)].Text, f)
+		assert.Equal(t, Markers[markerOf(f.Names(), false)].Text, Markers[markerOf(f, false)].Text, f)
+	}
+	assert.True(t, KazooPatterns.PersistentDir(), "kazoo shares the path")
+	assert.False(t, Native.PersistentDir())
 }
 
 func TestFormatSeqRoundTrip(t *testing.T) {

@@ -5,11 +5,11 @@ with a ZooKeeper session of its own. Run with Debian's /usr/bin/python3
 
   contender.py CONNECT PATH SESSION_MS HOLD_MS NAME:KIND:COUNT...
 
-KIND: read (ReadLock), write (WriteLock), lock (Lock); read-native and
-write-native are ReadLock and WriteLock with the extra_lock_patterns that
-let them see zkrwlock's native names. COUNT: acquire, hold HOLD_MS,
-release, COUNT times; 0: acquire once and hold until a second line on
-stdin (or until killed). The output is
+KIND: read (ReadLock), write (WriteLock), lock (Lock); read-native,
+write-native and lock-native are ReadLock, WriteLock and Lock with the
+extra_lock_patterns that let them see zkrwlock's native names. COUNT:
+acquire, hold HOLD_MS, release, COUNT times; 0: acquire once and hold
+until a second line on stdin (or until killed). The output is
 Contender.java's: "ready", then after a line on stdin, "acq NANOS NAME
 NODE", "rel NANOS NAME NODE", "done NAME", "error NAME MESSAGE", with times
 from CLOCK_MONOTONIC.
@@ -42,6 +42,8 @@ def make_lock(client, path, kind):
         return client.ReadLock(path, extra_lock_patterns=("write-",))
     if kind == "write-native":
         return client.WriteLock(path, extra_lock_patterns=("write-", "read-"))
+    if kind == "lock-native":
+        return client.Lock(path, extra_lock_patterns=("write-", "read-"))
     raise ValueError("unknown kind " + kind)
 
 
