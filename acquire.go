@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/go-zookeeper/zk"
 
@@ -55,90 +54,6 @@ import (
 // one call. A caller that holds a grant and asks for more can deadlock, as
 // can peers that take the same paths one by one.
 
-type step int
-
-const (
-	stepCreate    step = iota // make our node, and the lock directory when it is missing
-	stepList                  // list the directory: find our node, take the snapshot
-	stepWait                  // wait for the nodes in our way
-	stepGrant                 // nothing is in our way: the grant
-	stepReconnect             // the connection failed: wait for the session, then go on
-	stepRequeue               // the session was replaced: queue again with a new node
-)
-
-// want is what the caller asked of one lock.
-type want struct {
-	mode  Mode
-	block bool // false for TryLock and TryRLock
-}
-
-// acquisition is one call that makes nodes, in progress.
-type acquisition struct {
-	c       *zkclient.Client // every member's: one connection
-	guid    string           // in every member's node name, to find them after a lost answer
-	members []*member        // one per lock, in the order asked
-
-	connects      uint64 // the connection's session count when the members' proofs began
-	connectsKnown bool
-	granted       bool // the holds are made, and took over the members' uses of the client
-}
-
-// member is one lock's node in an acquisition.
-type member struct {
-	l *RWLock
-	a *acquisition
-	want
-	lines []byte // its node's data lines besides the lock's (a set's: lockname.InSet)
-
-	node    string // our node, relative to the lock directory; "" until known
-	path    string // its full path
-	session int64  // the session that owns node
-	unsure  bool   // a create's outcome is unknown: a node with the guid may exist
-	created []string
-
-	snap       snapshot
-	downgraded map[string]bool // writers seen downgraded (readers only)
-	waited     bool            // we watched a node before being granted
-	retry      zkclient.Backoff
-
-	dir     *zkclient.Watch // child watch on the directory, from our first listing
-	own     ownWatch        // data watch on our own node, set before we wait
-	tok     int64           // our node's token, once known (see dated)
-	exact   bool            // tok was read from our node's stat, not dated by a listing
-	oneTrip bool            // the listing sent behind the create showed our node
-
-	listed func(*member) // hears of each listing that found our node (coalescing)
-
-	requests zkclient.Counter // the requests it sent, for its AcquireEvent
-	relists  atomic.Int32     // its listings after the one that first showed its node
-}
-
-// newAcquisition makes an acquisition that blocks, of one member per
-// request. Each member takes a use of the connection's client: its hold
-// keeps it, and a failed acquisition gives it back (release).
-func newAcquisition(reqs ...Request) *acquisition {
-	a := &acquisition{guid: lockname.NewGUID()}
-	for _, r := range reqs {
-		a.c = zkclient.For(r.Lock.conn)
-		a.members = append(a.members, &member{l: r.Lock, a: a, want: want{mode: r.Mode, block: true}})
-	}
-	return a
-}
-
-// release gives back the members' uses of the client, after a failure,
-// unless their holds took them over.
-func (a *acquisition) release() {
-	if a.granted {
-		return
-	}
-	for range a.members {
-		a.c.Unref()
-	}
-}
-
-// all returns next for every member.
-func (a *acquisition) all(next step) []step { return slices.Repeat([]step{next}, len(a.members)) }
-
 // run takes the steps until every member is granted, and returns their
 // holds in the order asked; or it fails, with no node left behind.
 func (a *acquisition) run(ctx context.Context) ([]*hold, error) {
@@ -168,12 +83,6 @@ func (a *acquisition) run(ctx context.Context) ([]*hold, error) {
 	}
 }
 
-// counting returns ctx for the member's requests: it counts them, for its
-// AcquireEvent.
-func (m *member) counting(ctx context.Context) context.Context {
-	return zkclient.WithCounter(ctx, &m.requests)
-}
-
 // advance runs every member's steps from next until each has nothing in
 // its way (stepGrant), or one must make a node again (the acquisition makes
 // them all again), or one fails: the others then stop where they are.
@@ -181,7 +90,7 @@ func (a *acquisition) advance(ctx context.Context, next []step) ([]step, error) 
 	a.connects, a.connectsKnown = a.c.ConnectCount()
 	if len(a.members) == 1 { // on the caller's goroutine
 		m := a.members[0]
-		n, err := m.advance(m.counting(ctx), next[0])
+		n, err := m.proceed(m.counting(ctx), next[0])
 		if err != nil || n != stepCreate && n != stepRequeue {
 			next[0] = n
 			return next, err
@@ -194,7 +103,7 @@ func (a *acquisition) advance(ctx context.Context, next []step) ([]step, error) 
 	var wg sync.WaitGroup
 	for i, m := range a.members {
 		wg.Go(func() {
-			next[i], errs[i] = m.advance(m.counting(members), next[i])
+			next[i], errs[i] = m.proceed(m.counting(members), next[i])
 			// mutant: set-partial
 			if errs[i] != nil || next[i] == stepCreate || next[i] == stepRequeue {
 				stop()
@@ -245,7 +154,7 @@ func (a *acquisition) again(next step) []step {
 // node. A lone member's proof is of this moment: it needs none of this.
 func (a *acquisition) ready(ctx context.Context) ([]*hold, []step, error) {
 	for _, m := range a.members {
-		next, err := m.ready(m.counting(ctx))
+		next, err := m.prepare(m.counting(ctx))
 		switch {
 		case err != nil:
 			return nil, nil, err
@@ -258,8 +167,11 @@ func (a *acquisition) ready(ctx context.Context) ([]*hold, []step, error) {
 			return nil, next, err
 		}
 	}
-	if next, err := a.token(ctx); next != nil || err != nil {
-		return nil, next, err
+	if next, err := a.token(ctx); next != stepGrant || err != nil {
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, a.again(next), nil
 	}
 	return a.grant(ctx)
 }
@@ -339,7 +251,7 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 	errs := make([]error, len(a.members))
 	var wg sync.WaitGroup
 	for i, m := range a.members {
-		wg.Go(func() { errs[i] = m.abort(m.counting(ctx), cause) })
+		wg.Go(func() { errs[i] = m.undo(m.counting(ctx), cause) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -373,10 +285,70 @@ func (a *acquisition) deleteAll(ctx context.Context) bool {
 	return true
 }
 
-// abort deletes whatever node the member made, with a fresh bounded
+// proceed takes a member's steps from next until nothing is in its way
+// (stepGrant), or an error. It stops where the member would make a node
+// (stepCreate, stepRequeue): the acquisition makes the nodes of all its
+// members together.
+func (m *member) proceed(ctx context.Context, next step) (step, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return next, err
+		}
+		var err error
+		switch next {
+		case stepCreate, stepRequeue, stepGrant:
+			return next, nil
+		case stepList:
+			next, err = m.list(ctx)
+		case stepWait:
+			next, err = m.wait(ctx)
+		case stepReconnect:
+			if err = m.retry.Wait(ctx, m.a.c.Conn()); err == nil {
+				next = stepCreate
+				if m.node != "" || m.unsure {
+					next = stepList
+				}
+			}
+		}
+		if err != nil {
+			return next, err
+		}
+	}
+}
+
+// prepare checks, once nothing is in our way, that the grant can be made,
+// unless ctx ended meanwhile: then, as a cancelled call promises, the node
+// goes and ctx's error returns. A grant starts with more than its head
+// start to run on the lease: after a long wait, one sync renews it first.
+// If that fails, the member goes on as after any failed request: its place
+// in the queue is kept, and a later listing proves it again.
+func (m *member) prepare(ctx context.Context) (step, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	c := m.a.c
+	t := c.Timeout(m.l.sessionTimeout, m.session)
+	if t <= 0 && c.Conn().State() != zk.StateHasSession {
+		// Without T, a disconnection is a loss: the grant's first Err
+		// would report it. Wait for the session, and prove our place again.
+		return stepReconnect, nil
+	}
+	if t > 0 && !c.Fresh(m.session, t, zkclient.RenewInterval(t)) {
+		r := c.Sync(ctx)
+		switch {
+		case r.Err != nil:
+			return m.after(r.Err)
+		case !m.ours(r.Session):
+			return stepRequeue, nil
+		}
+	}
+	return stepGrant, nil
+}
+
+// undo deletes whatever node the member made, with a fresh bounded
 // context since ctx may be the reason we stop, and returns cause joined
 // with a failed deletion's error.
-func (m *member) abort(ctx context.Context, cause error) error {
+func (m *member) undo(ctx context.Context, cause error) error {
 	l := m.l
 	switch {
 	case zkclient.SessionGone(cause):

@@ -3,7 +3,6 @@ package rwlock
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
 
 	"github.com/go-zookeeper/zk"
@@ -124,49 +123,3 @@ func (a *acquisition) send(ctx context.Context, sending chan struct{}) created {
 
 // data is the member's node data: the lock's, and its own lines.
 func (m *member) data() []byte { return append(slices.Clip(m.l.data), m.lines...) }
-
-// A listing is the outcome of a listing with its child watch, and the
-// directory's stat.
-type listing struct {
-	zkclient.Reply[[]string]
-	watch *zkclient.Watch
-	stat  *zk.Stat
-}
-
-func listed(r zkclient.Reply[zkclient.Listing]) zkclient.Reply[[]string] {
-	return zkclient.Reply[[]string]{V: r.V.Names, Session: r.Session, Err: r.Err}
-}
-
-// listBehind sends the member's first listing, with its child watch on the
-// directory, right behind the create the acquisition is about to send,
-// without waiting for its answer. When nobody is in the way, the
-// acquisition takes one round trip instead of two.
-//
-// ZooKeeper carries out one session's requests in the order they arrive,
-// so a listing that reaches the server after the create shows our node.
-// But go-zookeeper has no call that keeps two requests in order; it sends
-// concurrent calls as they come. The listing waits until the create's call
-// has begun (sending is closed then), and yields once: the create then
-// nearly always reaches go-zookeeper's queue first. It is correct either
-// way:
-//
-//   - a listing that shows our node was carried out after our create: it
-//     shows every node that can ever precede ours;
-//   - a listing that lacks our node may have overtaken the create: it
-//     proves nothing, and the member lists again. Its child watch fires on
-//     our own create, and is dropped;
-//   - a listing made in another session than the create, or that failed,
-//     is dropped the same way.
-func (m *member) listBehind(ctx context.Context, sending <-chan struct{}) <-chan listing {
-	ch := make(chan listing, 1)
-	go func() {
-		select {
-		case <-sending:
-			runtime.Gosched()
-		case <-ctx.Done():
-		}
-		r, w := m.a.c.ListW(ctx, m.l.path)
-		ch <- listing{listed(r), w, r.V.Stat}
-	}()
-	return ch
-}

@@ -3,41 +3,106 @@ package rwlock
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync/atomic"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// advance takes a member's steps from next until nothing is in its way
-// (stepGrant), or an error. It stops where the member would make a node
-// (stepCreate, stepRequeue): the acquisition makes the nodes of all its
-// members together.
-func (m *member) advance(ctx context.Context, next step) (step, error) {
-	for {
-		if err := ctx.Err(); err != nil {
-			return next, err
-		}
-		var err error
-		switch next {
-		case stepCreate, stepRequeue, stepGrant:
-			return next, nil
-		case stepList:
-			next, err = m.list(ctx)
-		case stepWait:
-			next, err = m.wait(ctx)
-		case stepReconnect:
-			if err = m.retry.Wait(ctx, m.a.c.Conn()); err == nil {
-				next = stepCreate
-				if m.node != "" || m.unsure {
-					next = stepList
-				}
-			}
-		}
-		if err != nil {
-			return next, err
-		}
+// The parts of an acquisition (see acquire.go): its steps, its members,
+// and what every step needs of them.
+
+type step int
+
+const (
+	stepCreate    step = iota // make our node, and the lock directory when it is missing
+	stepList                  // list the directory: find our node, take the snapshot
+	stepWait                  // wait for the nodes in our way
+	stepGrant                 // nothing is in our way: the grant
+	stepReconnect             // the connection failed: wait for the session, then go on
+	stepRequeue               // the session was replaced: queue again with a new node
+)
+
+// want is what the caller asked of one lock.
+type want struct {
+	mode  Mode
+	block bool // false for TryLock and TryRLock
+}
+
+// acquisition is one call that makes nodes, in progress.
+type acquisition struct {
+	c       *zkclient.Client // every member's: one connection
+	guid    string           // in every member's node name, to find them after a lost answer
+	members []*member        // one per lock, in the order asked
+
+	connects      uint64 // the connection's session count when the members' proofs began
+	connectsKnown bool
+	granted       bool // the holds are made, and took over the members' uses of the client
+}
+
+// member is one lock's node in an acquisition.
+type member struct {
+	l *RWLock
+	a *acquisition
+	want
+	lines []byte // its node's data lines besides the lock's (a set's: lockname.InSet)
+
+	node    string // our node, relative to the lock directory; "" until known
+	path    string // its full path
+	session int64  // the session that owns node
+	unsure  bool   // a create's outcome is unknown: a node with the guid may exist
+	created []string
+
+	snap       snapshot
+	downgraded map[string]bool // writers seen downgraded (readers only)
+	waited     bool            // we watched a node before being granted
+	retry      zkclient.Backoff
+
+	dir     *zkclient.Watch // child watch on the directory, from our first listing
+	own     ownWatch        // data watch on our own node, set before we wait
+	tok     int64           // our node's token, once known (see dated)
+	exact   bool            // tok was read from our node's stat, not dated by a listing
+	oneTrip bool            // the listing sent behind the create showed our node
+
+	listed func(*member) // hears of each listing that found our node (coalescing)
+
+	requests zkclient.Counter // the requests it sent, for its AcquireEvent
+	relists  atomic.Int32     // its listings after the one that first showed its node
+}
+
+// newAcquisition makes an acquisition that blocks, of one member per
+// request. Each member takes a use of the connection's client: its hold
+// keeps it, and a failed acquisition gives it back (release).
+func newAcquisition(reqs ...Request) *acquisition {
+	a := &acquisition{guid: lockname.NewGUID()}
+	for _, r := range reqs {
+		a.c = zkclient.For(r.Lock.conn)
+		a.members = append(a.members, &member{l: r.Lock, a: a, want: want{mode: r.Mode, block: true}})
 	}
+	return a
+}
+
+// release gives back the members' uses of the client, after a failure,
+// unless their holds took them over.
+func (a *acquisition) release() {
+	if a.granted {
+		return
+	}
+	for range a.members {
+		a.c.Unref()
+	}
+}
+
+// all returns next for every member.
+func (a *acquisition) all(next step) []step { return slices.Repeat([]step{next}, len(a.members)) }
+
+// counting returns ctx for the member's requests: it counts them, for its
+// AcquireEvent.
+func (m *member) counting(ctx context.Context) context.Context {
+	return zkclient.WithCounter(ctx, &m.requests)
 }
 
 // after maps a failed request to the next step: reconnect after a
@@ -56,95 +121,6 @@ func (m *member) after(err error) (step, error) {
 // ours reports whether a request was served in the session that owns our
 // node; if not, the session was replaced, and our node went with it.
 func (m *member) ours(session int64) bool { return session == m.session && session != 0 }
-
-// list reads the directory, finds our node and takes the snapshot of the
-// nodes before it. Only a listing after a failed first listing (see
-// listBehind) sets a child watch on the directory. The first one's is the
-// hold's watch for its node's deletion, if we are granted at once (see
-// hold.watchFrom).
-func (m *member) list(ctx context.Context) (step, error) {
-	if m.snap.self.name != "" {
-		m.relists.Add(1) // a listing after one that showed our node
-	}
-	var lr zkclient.Reply[zkclient.Listing]
-	if m.dir == nil {
-		lr, m.dir = m.a.c.ListW(ctx, m.l.path)
-	} else {
-		lr = m.a.c.List(ctx, m.l.path)
-	}
-	r := listed(lr)
-	switch {
-	case errors.Is(r.Err, zk.ErrNoNode):
-		r.Err, r.V = nil, nil // no directory, so no node of ours in it
-	case r.Err != nil:
-		return m.after(r.Err)
-	}
-	if m.unsure {
-		return m.adopt(ctx, r)
-	}
-	return m.locate(r, lr.V.Stat)
-}
-
-// locate finds our node in a listing and takes the snapshot of the nodes
-// before it.
-func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, error) {
-	if !m.ours(r.Session) {
-		return stepRequeue, nil
-	}
-	snap, err := takeSnapshot(m.dropTwins(r.V), m.node, m.snap.before)
-	switch {
-	case errors.Is(err, errNotListed):
-		// Never "we are first": someone deleted our node while we waited.
-		m.node = ""
-		return 0, lostError(m.path, errNodeDeleted)
-	case err != nil:
-		return 0, err
-	}
-	m.l.debug("listed", m.path)
-	if mixed := m.l.blind(snap.peers); mixed != nil {
-		// Before or after ours, such a node breaks exclusion: refuse to
-		// queue (abort deletes our node), loudly.
-		return 0, mixed
-	}
-	m.snap = snap
-	m.dated(dir)
-	if m.listed != nil {
-		m.listed(m)
-	}
-	if _, blocked := m.snap.blocker(m.isDowngraded); !blocked {
-		return stepGrant, nil // the listing is the proof: our node, and nothing in our way
-	}
-	return stepWait, nil
-}
-
-// ready checks, once nothing is in our way, that the grant can be made,
-// unless ctx ended meanwhile: then, as a cancelled call promises, the node
-// goes and ctx's error returns. A grant starts with more than its head
-// start to run on the lease: after a long wait, one sync renews it first.
-// If that fails, the member goes on as after any failed request: its place
-// in the queue is kept, and a later listing proves it again.
-func (m *member) ready(ctx context.Context) (step, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	c := m.a.c
-	t := c.Timeout(m.l.sessionTimeout, m.session)
-	if t <= 0 && c.Conn().State() != zk.StateHasSession {
-		// Without T, a disconnection is a loss: the grant's first Err
-		// would report it. Wait for the session, and prove our place again.
-		return stepReconnect, nil
-	}
-	if t > 0 && !c.Fresh(m.session, t, zkclient.RenewInterval(t)) {
-		r := c.Sync(ctx)
-		switch {
-		case r.Err != nil:
-			return m.after(r.Err)
-		case !m.ours(r.Session):
-			return stepRequeue, nil
-		}
-	}
-	return stepGrant, nil
-}
 
 func (m *member) isDowngraded(name string) bool { return m.downgraded[name] }
 

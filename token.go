@@ -77,18 +77,12 @@ func (m *member) readToken(ctx context.Context) (step, error) {
 // the smallest stand-in is below every later node of every member's
 // directory only if each member has one. Otherwise one member's node is
 // read.
-func (a *acquisition) token(ctx context.Context) ([]step, error) {
+// It returns stepGrant once the token is known.
+func (a *acquisition) token(ctx context.Context) (step, error) {
 	exact := slices.ContainsFunc(a.members, func(m *member) bool { return m.exact })
 	dated := !slices.ContainsFunc(a.members, func(m *member) bool { return m.tok == 0 })
 	if exact || dated {
-		return nil, nil
+		return stepGrant, nil
 	}
-	next, err := a.members[0].readToken(ctx)
-	switch {
-	case err != nil:
-		return nil, err
-	case next != stepGrant:
-		return a.again(next), nil
-	}
-	return nil, nil
+	return a.members[0].readToken(ctx)
 }
