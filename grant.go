@@ -107,9 +107,13 @@ func (g *Grant) Node() string { return g.node }
 // All of this needs the session timeout the server granted, which the lock
 // knows on a connection made by [Dial] (the smallest granted in the
 // session, on any of its connections). On any other connection, any
-// disconnection is a loss, noticed only when go-zookeeper notices: a
-// partition that begins right after a watch notification, or a paused
-// process, can then let another client in before the holder is told.
+// disconnection is a loss, noticed when go-zookeeper notices, and the
+// lease clock runs only with [WithSessionTimeout], by its d as an upper
+// bound: the grant is lost as above with T = d, and Deadline promises
+// nothing. If the server granted at least d, a paused process, or a
+// partition that begins right after a watch notification, still ends the
+// grant before another client can be granted. Without d, or if the server
+// granted less, either can let another client in before the holder is told.
 func (g *Grant) Done() <-chan struct{} {
 	g.judge()
 	return g.ctx.Done()

@@ -31,8 +31,8 @@ import (
 // node, so that the next waiter may go; a holder whose process was stopped
 // across the notice is told as it resumes, and the node goes no sooner
 // than the head start after that. The head start is a quarter of the
-// session timeout in effect, as for a lost lease (a quarter of d where the
-// lock does not know the session timeout), and at most half of d. Release
+// session timeout the lease clock goes by, as for a lost lease (a quarter
+// of d where it goes by none), and at most half of d. Release
 // after the notice deletes nothing: the node goes as said.
 func WithMaxHold(d time.Duration) Option {
 	return func(o *options) {
@@ -50,7 +50,9 @@ func (g *Grant) limitHold(end time.Time) {
 		return
 	}
 	g.holdEnd = end
-	t := g.c.Timeout(g.l.sessionTimeout, g.session)
+	// The head start is the holder's time to stop before its own client
+	// deletes the node: a bound serves as well as a granted timeout.
+	t, _ := g.c.Timeout(g.l.sessionTimeout, g.session)
 	head := zkclient.HeadStart(t)
 	if t == 0 {
 		head = g.l.maxHold / 4

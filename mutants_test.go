@@ -121,9 +121,14 @@ var mutants = []mutant{
 	// link goes, and a lock that knows no T gives its grants up as soon as
 	// go-zookeeper reports the disconnection.)
 	{name: "the state rule: a stopped process", flags: []string{"-sim.nocut"},
-		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
+		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "return 0, false"}}},
 	{name: "the state rule: any fault",
-		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
+		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "return 0, false"}}},
+	// The rule the lock had on a connection that does not tell the granted
+	// timeout: WithSessionTimeout ignored there, so that only go-zookeeper's
+	// state judges its grants, and a stopped holder resumes still holding.
+	{name: "the bound ignored on a connection that does not tell", edits: []mutantEdit{
+		{file: "internal/zkclient/lease.go", point: "bound-ignored", new: "return 0, false"}}},
 	{name: "a hold limit's node deleted at the notice, not at the limit", edits: []mutantEdit{
 		{file: "holdlimit.go", point: "delete-at-limit", new: "time.AfterFunc(time.Until(at)*0, func() { finish(g.node, \"\", g.session) })"}}},
 	{name: "a holder told of its hold limit late gets no head start", flags: []string{"-sim.nocut"}, edits: []mutantEdit{
