@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
@@ -156,6 +158,207 @@ func TestFaultPausedHolder(t *testing.T) {
 	t.Logf("the first Err after each pause: %v", firsts)
 }
 
+// connectNestedEnv makes TestHelperConnectNested run, with the server,
+// lock path and session timeout in holderEnvServer, holderEnvPath and
+// holderEnvTimeout.
+const connectNestedEnv = "ZKRWLOCK_PAUSED_CONNECT_NESTED"
+
+// holderEnvZKConnect makes helperHold connect with zk.Connect, not Dial.
+const holderEnvZKConnect = "ZKRWLOCK_FAULT_HOLDER_ZKCONNECT"
+
+var connectRounds = flag.Int("connect.rounds", 20, "rounds of TestPausedHolderOnZKConnect, with each GOMAXPROCS")
+
+// connectBatch is how many holder processes TestPausedHolderOnZKConnect
+// pauses at once, each with a lock of its own: the rounds wait out a
+// session each, so they share the wait.
+const connectBatch = 5
+
+// connectReport is what TestHelperConnectNested prints, after "resumed ".
+type connectReport struct {
+	Gap         time.Duration // the pause, as the holder saw it
+	Granted     int           // nested grants returned by calls begun after the pause
+	LastGranted time.Duration // from the end of the pause to the return of the last of them
+	Err         string        // the first failed call's error after the pause
+	Lost        bool          // it wraps rwlock.ErrLost
+	LostAfter   time.Duration // from the end of the pause to its return
+	NeverLostIn time.Duration // if not 0: no call failed this long after the pause, when the holder gave up
+}
+
+// TestHelperConnectNested is not a test: TestPausedHolderOnZKConnect runs
+// the test binary again as a process that connects with zk.Connect, takes
+// the write lock with WithSessionTimeout, and calls Lock with a context
+// carrying its grant about every millisecond, releasing each nested grant
+// at once; it prints "held <node>" once the first such call has succeeded.
+// A gap of more than half the session timeout, between two calls or inside
+// one, is a pause (SIGSTOP): it counts the nested grants that calls begun
+// after the pause return, until one fails, prints a connectReport and
+// exits. Without the environment above it returns at once.
+func TestHelperConnectNested(t *testing.T) {
+	if os.Getenv(connectNestedEnv) == "" {
+		return
+	}
+	l, g, timeout, fail := helperHold("zk.Connect holder")
+	gctx := rwlock.ContextWithGrant(context.Background(), g)
+	nested := func() error {
+		n, err := l.Lock(gctx)
+		if n != nil {
+			n.Release(gctx) // a nested grant's release sends nothing
+		}
+		return err
+	}
+	if err := nested(); err != nil {
+		fail(err)
+	}
+	fmt.Printf("held %s\n", g.Node())
+
+	var r connectReport
+	var resumed time.Time // end of the pause, as far as this process can tell
+	prevEnd := time.Now()
+	for {
+		time.Sleep(time.Millisecond)
+		start := time.Now()
+		if resumed.IsZero() && start.Sub(prevEnd) > timeout/2 {
+			resumed, r.Gap = start, start.Sub(prevEnd)
+		}
+		err := nested()
+		end := time.Now()
+		switch {
+		case resumed.IsZero() && end.Sub(start) > timeout/2:
+			// Paused inside this call, which may have judged the grant
+			// before the pause: the calls that count begin after it.
+			resumed, r.Gap = end, end.Sub(start)
+		case resumed.IsZero() && err != nil:
+			fail(fmt.Errorf("lost before any pause: %w", err))
+		case resumed.IsZero():
+		case err == nil:
+			r.Granted, r.LastGranted = r.Granted+1, end.Sub(resumed)
+			if end.Sub(resumed) > 2*timeout {
+				r.NeverLostIn = end.Sub(resumed)
+				report("resumed", r)
+			}
+		default:
+			r.Err, r.Lost, r.LostAfter = err.Error(), errors.Is(err, rwlock.ErrLost), end.Sub(resumed)
+			report("resumed", r)
+		}
+		prevEnd = end
+	}
+}
+
+// report prints v as JSON after prefix, and ends the helper process.
+func report(prefix string, v any) {
+	b, _ := json.Marshal(v)
+	fmt.Printf("%s %s\n", prefix, b)
+	os.Exit(0) // not return: TestMain would count go-zookeeper's goroutines as leaks
+}
+
+// Holder processes connected with plain zk.Connect, their locks told the
+// session timeout (2 s, which the server grants) with WithSessionTimeout,
+// hold the write lock while another client waits for it. They are stopped
+// (SIGSTOP) until their sessions have expired and the other client has
+// been granted every lock, then continued (SIGCONT); each at once calls
+// Lock with a context carrying its grant, in a loop. No call may return a
+// nested grant: the lock does not know what the server granted, but the
+// lease by the timeout it was told ends the grant, and every check consults
+// that clock before go-zookeeper's state, which says "has session" until its
+// receive loop reads the server's close. Rounds run with GOMAXPROCS=1 (the
+// goroutine that wins after SIGCONT is the scheduler's pick) and with every
+// CPU. No request is in flight across a reconnection (the lost grant's
+// node went with its session), so it runs under the race detector.
+func TestPausedHolderOnZKConnect(t *testing.T) {
+	const timeout = 2 * time.Second
+	srv := faultServer(t, 1)
+	for _, procs := range []int{1, runtime.NumCPU()} {
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			var outcomes []string
+			for first := 0; first < *connectRounds; first += connectBatch {
+				t.Run(fmt.Sprintf("rounds%d-%d", first, min(first+connectBatch, *connectRounds)-1), func(t *testing.T) {
+					outcomes = append(outcomes, pauseConnectHolders(t, srv.Addr(0), timeout, procs, min(connectBatch, *connectRounds-first))...)
+				})
+			}
+			t.Logf("after SIGCONT: %s", strings.Join(outcomes, "; "))
+		})
+	}
+}
+
+// pauseConnectHolders is one batch of TestPausedHolderOnZKConnect: n holder
+// processes, paused and continued together. It returns what each saw.
+func pauseConnectHolders(t *testing.T, addr string, timeout time.Duration, procs, n int) []string {
+	ctx := t.Context()
+	other := connect(t, addr, 0)
+	children := make([]*helperProcess, n)
+	waiters := make([]*acquisition, n)
+	for i := range n {
+		path := zktest.LockPath(t, "/it")
+		children[i] = startHelper(t, "TestHelperConnectNested", connectNestedEnv+"=1", holderEnvZKConnect+"=1",
+			holderEnvServer+"="+addr, holderEnvPath+"="+path, holderEnvTimeout+"="+timeout.String(), fmt.Sprintf("GOMAXPROCS=%d", procs))
+		node, _ := strings.CutPrefix(children[i].line(t, 60*time.Second, "held "), "held ")
+		waiters[i] = goAcquire(t, ctx, other.lock(t, path).Lock)
+		require.Contains(t, waitNodeCount(t, other.conn, path, 2, 10*time.Second), nodeName(node))
+	}
+	for _, w := range waiters {
+		w.stillWaiting(t, "the holder process holds the lock")
+	}
+
+	stopped := time.Now()
+	for _, c := range children {
+		require.NoError(t, syscall.Kill(c.pid(), syscall.SIGSTOP))
+	}
+	grants := make([]*rwlock.Grant, n)
+	for i, w := range waiters {
+		grants[i] = w.granted(t, timeout+2*faultTick+10*time.Second)
+	}
+	for _, c := range children {
+		require.NoError(t, syscall.Kill(c.pid(), syscall.SIGCONT))
+	}
+	resumed := time.Since(stopped)
+
+	var outcomes []string
+	for i, c := range children {
+		line := c.line(t, 4*timeout+10*time.Second, "resumed ")
+		var rep connectReport
+		require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "resumed ")), &rep), "report %q", line)
+		c.wait(t)
+		outcome := fmt.Sprintf("ErrLost after %v", msec(rep.LostAfter))
+		switch {
+		case rep.NeverLostIn > 0:
+			outcome = fmt.Sprintf("never lost in %v", msec(rep.NeverLostIn))
+		case !rep.Lost:
+			outcome = fmt.Sprintf("%s after %v", errText(rep.Err), msec(rep.LostAfter))
+		}
+		if rep.Granted > 0 {
+			outcome += fmt.Sprintf(", %d nested grants, the last %v after the pause", rep.Granted, msec(rep.LastGranted))
+		}
+		outcomes = append(outcomes, outcome)
+		t.Logf("holder %d: SIGSTOP → other client granted %v, → SIGCONT %v; the holder saw a pause of %v; its nested Lock calls: %s",
+			i, msec(waiters[i].at.Sub(stopped)), msec(resumed), msec(rep.Gap), outcome)
+		require.GreaterOrEqual(t, rep.Gap, resumed-50*time.Millisecond, "the holder saw the whole pause")
+		require.Zero(t, rep.Granted, "nested grants handed to a holder back from a pause, while another client holds the lock")
+		require.True(t, rep.Lost, "the nested Lock after the pause failed with %s, not ErrLost", errText(rep.Err))
+	}
+	for _, g := range grants {
+		mustRelease(t, g)
+	}
+	return outcomes
+}
+
+// zkConnect connects to addr with zk.Connect, asking for timeout, and waits
+// for the session.
+func zkConnect(ctx context.Context, addr string, timeout time.Duration) (*zk.Conn, error) {
+	conn, events, err := zk.Connect([]string{addr}, timeout, zk.WithLogger(quietZK{}), zk.WithLogInfo(false))
+	if err != nil {
+		return nil, err
+	}
+	for conn.State() != zk.StateHasSession { // the state changes before its event is sent
+		select {
+		case <-events:
+		case <-ctx.Done():
+			conn.Close()
+			return nil, fmt.Errorf("no session with %s: %w", addr, ctx.Err())
+		}
+	}
+	return conn, nil
+}
+
 // errText quotes an error's text, or says nil.
 func errText(s string) string {
 	if s == "" {
@@ -168,7 +371,9 @@ func errText(s string) string {
 // it dials the server in holderEnvServer with rwlock.Dial and the session
 // timeout in holderEnvTimeout, and takes the lock at holderEnvPath; the
 // caller prints "held <node>" once it is ready. fail reports an error as
-// name's and exits. opts are the lock's.
+// name's and exits. opts are the lock's. With holderEnvZKConnect set, it
+// connects with go-zookeeper's zk.Connect instead, as an application that
+// never heard of Dial, and tells the lock the timeout (WithSessionTimeout).
 func helperHold(name string, opts ...rwlock.Option) (l *rwlock.RWLock, g *rwlock.Grant, timeout time.Duration, fail func(error)) {
 	fail = func(err error) {
 		fmt.Fprintln(os.Stderr, name+":", err)
@@ -180,7 +385,13 @@ func helperHold(name string, opts ...rwlock.Option) (l *rwlock.RWLock, g *rwlock
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	conn, err := rwlock.Dial(ctx, []string{os.Getenv(holderEnvServer)}, timeout)
+	var conn *zk.Conn
+	if os.Getenv(holderEnvZKConnect) != "" {
+		conn, err = zkConnect(ctx, os.Getenv(holderEnvServer), timeout)
+		opts = append(opts, rwlock.WithSessionTimeout(timeout))
+	} else {
+		conn, err = rwlock.Dial(ctx, []string{os.Getenv(holderEnvServer)}, timeout)
+	}
 	if err != nil {
 		fail(err)
 	}
