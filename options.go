@@ -119,10 +119,15 @@ func WithLogger(l *slog.Logger) Option {
 // never keeps one. The lease clock runs by d as it would by a granted
 // timeout: its keepalives, and a grant lost once the lease by d runs low.
 // Any disconnection of a holder is still a loss, and [Grant.Deadline]
-// promises nothing. If the server granted at least d, a paused holder, or
-// one cut off without go-zookeeper noticing, is told before the server can
-// expire its session. Without this option there, only go-zookeeper's
-// connection state judges a grant.
+// takes no time from d: while a grant is held it reports only a hold
+// limit's end ([WithMaxHold]), and a grant lost by d must stop at once. If
+// the server granted at least d at every handshake of the session (a
+// reconnection to a member with a lower maxSessionTimeout grants less), a
+// paused holder, or one cut off without go-zookeeper noticing, is told
+// before the server can expire its session; in an ensemble, only if d is
+// at least eight ticks of the server, as on a connection made by Dial.
+// Without this option there, only go-zookeeper's connection state judges
+// a grant.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {

@@ -108,13 +108,23 @@ import (
 // upper bound: the judgement, the keepalive pace and the next look use d as
 // they would a granted T. A bound can end a grant, never keep one. The
 // server may have granted less than d, so a disconnection is still a loss,
-// and Grant.Deadline promises nothing. If the server granted at least d,
-// the lease by d ends no later than the real one. So a grant is then lost,
-// with the head start, before the server can expire its session: through a
-// silent partition that go-zookeeper has not noticed, or a pause. The clock
-// is consulted before go-zookeeper's state: a process back from a pause
-// sees its loss even while go-zookeeper still says it has its session (its
-// receive loop has not yet read the server's close).
+// and Deadline knows no time: the session may expire at any moment.
+//
+// If the server granted at least d at every handshake of the session, the
+// lease by d ends no later than the real one. (Each handshake sets the
+// session's timeout anew: a reconnection to a member with a lower
+// maxSessionTimeout grants less.) So a grant is then lost, with the head
+// start, before the server can expire its session: through a silent
+// partition that go-zookeeper has not noticed, or a pause. In an ensemble
+// the margins above need d of at least eight ticks: the keepalives go
+// every d/16, and a tick must be at most d/8. If the server granted a T
+// below d but above 3d/4, a standalone server still cannot expire the
+// session before the grant is lost at 3d/4, but the head start is only
+// T - 3d/4; at 3d/4 or below, nothing is promised.
+//
+// The clock is consulted before go-zookeeper's state: a process back from
+// a pause sees its loss even while go-zookeeper still says it has its
+// session (its receive loop has not yet read the server's close).
 //
 // Without either, the lock has only go-zookeeper's state, and keeps its
 // blind spot: connect with Dial, or pass WithSessionTimeout.
