@@ -31,10 +31,10 @@ import (
 // node, so that the next waiter may go; a holder whose process was stopped
 // across the notice is told as it resumes, and the node goes no sooner
 // than the head start after that. The head start is a quarter of the
-// session timeout the server granted, as for a lost lease, and at most
-// half of d. Where the lock does not know the granted timeout, it is a
-// quarter of d, or of WithSessionTimeout's bound if that is longer. Release
-// after the notice deletes nothing: the node goes as said.
+// session timeout the server granted, as for a lost lease; where the lock
+// does not know it, a quarter of d, or of WithSessionTimeout's bound if
+// that is longer; at most half of d in either case. Release after the
+// notice deletes nothing: the node goes as said.
 func WithMaxHold(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -53,9 +53,9 @@ func (g *Grant) limitHold(end time.Time) {
 	g.holdEnd = end
 	// The head start is the holder's time to stop before its own client
 	// deletes the node. Without a granted timeout it is a quarter of the
-	// limit, as it always was. A bound only ends grants: it may lengthen
-	// the head start, which tells the holder sooner, but never shorten it,
-	// which would tell the holder later than without the bound.
+	// limit. A bound only ends grants: it may lengthen the head start,
+	// which tells the holder sooner, never shorten it, which would tell the
+	// holder later than without the bound.
 	t, granted := g.c.Timeout(g.l.sessionTimeout, g.session)
 	head := zkclient.HeadStart(t)
 	if !granted {
