@@ -117,10 +117,11 @@ import (
 // start, before the server can expire its session: through a silent
 // partition that go-zookeeper has not noticed, or a pause. In an ensemble
 // the margins above need d of at least eight ticks: the keepalives go
-// every d/16, and a tick must be at most d/8. If the server granted a T
-// below d but above 3d/4, a standalone server still cannot expire the
-// session before the grant is lost at 3d/4, but the head start is only
-// T - 3d/4; at 3d/4 or below, nothing is promised.
+// every d/16, and a tick must be at most d/8. If the smallest T the server
+// granted in the session is below d but above 3d/4, a standalone server
+// still cannot expire the session before the grant is lost at 3d/4 of
+// silence, but the head start is only T - 3d/4; at 3d/4 or below, nothing
+// is promised.
 //
 // The clock is consulted before go-zookeeper's state: a process back from
 // a pause sees its loss even while go-zookeeper still says it has its
