@@ -438,10 +438,10 @@ func (a *acquisition) ready(ctx context.Context) (step, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	t := a.c.Timeout(a.l.sessionTimeout, a.session)
-	if t <= 0 && a.c.Conn().State() != zk.StateHasSession {
-		// Without T, a disconnection is a loss: the grant's first Err
-		// would report it. Wait for the session, and prove our place again.
+	t, granted := a.c.Timeout(a.l.sessionTimeout, a.session)
+	if !granted && a.c.Conn().State() != zk.StateHasSession {
+		// Without a granted T, a disconnection is a loss: the grant's first
+		// Err would report it. Wait for the session, and prove our place again.
 		return stepReconnect, nil
 	}
 	if t > 0 && !a.c.Fresh(a.session, t, zkclient.RenewInterval(t)) {

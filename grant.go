@@ -107,9 +107,17 @@ func (g *Grant) Node() string { return g.node }
 // All of this needs the session timeout the server granted, which the lock
 // knows on a connection made by [Dial] (the smallest granted in the
 // session, on any of its connections). On any other connection, any
-// disconnection is a loss, noticed only when go-zookeeper notices: a
-// partition that begins right after a watch notification, or a paused
-// process, can then let another client in before the holder is told.
+// disconnection is a loss, noticed when go-zookeeper notices, and the
+// lease clock runs only with [WithSessionTimeout], by its d as an upper
+// bound: the grant is lost as above with T = d. If the server granted at
+// least d at every handshake of the session, the holder is then told as
+// above, in an ensemble too if d is at least eight ticks. But Deadline
+// takes no time from d, since the server may have granted less: while the
+// grant is held it reports only a hold limit's end, and for a grant lost
+// by d or a disconnection, the moment of the loss. Without d, or if the
+// server granted less at some handshake, a paused process, or a partition
+// that begins right after a watch notification, can let another client in
+// before the holder is told.
 func (g *Grant) Done() <-chan struct{} {
 	g.judge()
 	return g.ctx.Done()

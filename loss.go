@@ -45,7 +45,9 @@ func (g *Grant) lost(cause error) {
 	if g.ctx.Err() == nil {
 		now := time.Now()
 		g.deadline = now
-		if t := g.c.Timeout(g.l.sessionTimeout, g.session); lapsed != nil && t > 0 {
+		// A lease by a bound tells no deadline: the server may have
+		// granted less, and the session may be gone already.
+		if t, granted := g.c.Timeout(g.l.sessionTimeout, g.session); lapsed != nil && !lapsed.Bound && granted {
 			g.deadline = now.Add(max(lapsed.Left-zkclient.RelayAllowance(t), 0))
 		}
 	}
