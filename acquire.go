@@ -327,10 +327,10 @@ func (m *member) prepare(ctx context.Context) (step, error) {
 		return 0, err
 	}
 	c := m.a.c
-	t := c.Timeout(m.l.sessionTimeout, m.session)
-	if t <= 0 && c.Conn().State() != zk.StateHasSession {
-		// Without T, a disconnection is a loss: the grant's first Err
-		// would report it. Wait for the session, and prove our place again.
+	t, granted := c.Timeout(m.l.sessionTimeout, m.session)
+	if !granted && c.Conn().State() != zk.StateHasSession {
+		// Without a granted T, a disconnection is a loss: the grant's first
+		// Err would report it. Wait for the session, and prove our place again.
 		return stepReconnect, nil
 	}
 	if t > 0 && !c.Fresh(m.session, t, zkclient.RenewInterval(t)) {

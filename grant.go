@@ -35,8 +35,8 @@ type Grant struct {
 	mu    sync.Mutex
 	onEnd hooks // guarded by mu
 
-	released bool   // Release or Downgrade has run; guarded by h.ops
-	next     *Grant // the read grant a Downgrade made of this one; guarded by h.ops
+	released bool   // Release or Downgrade has run; guarded by mu
+	next     *Grant // the read grant a Downgrade made of this one; guarded by mu
 }
 
 // newHandle makes a grant of mode on h, nested in parent if not nil. The
@@ -138,20 +138,24 @@ func (g *Grant) Token() int64 { return g.h.token }
 func (g *Grant) Release(ctx context.Context) error {
 	h := g.h
 	h.judge() // a grant the clock has given up is lost, not released
+	if g.parent != nil {
+		return g.releaseNested(ctx)
+	}
 	h.ops.Lock()
-	if next := g.next; next != nil {
+	released, next := g.state()
+	if next != nil {
 		h.ops.Unlock()
 		return next.Release(ctx)
 	}
 	defer h.ops.Unlock()
 	switch {
-	case g.released:
+	case released:
 		return nil
 	case g.ctx.Err() != nil || !h.held():
-		g.released = true // lost: its node is gone, or being deleted
+		g.setReleased(nil) // lost: its node is gone, or being deleted
 		return nil
-	case g.parent != nil || h.leave():
-		g.released = true
+	case h.leave():
+		g.setReleased(nil)
 		g.endAlone(ErrReleased)
 		return nil
 	}
@@ -159,11 +163,40 @@ func (g *Grant) Release(ctx context.Context) error {
 	if err != nil && !errors.Is(err, errFinishing) {
 		return &opError{"release", h.path, err} // still held
 	}
-	g.released = true
+	g.setReleased(nil)
 	if err != nil {
 		return &opError{"release", h.path, err}
 	}
 	return nil
+}
+
+// releaseNested releases a nested grant: it ends, and so does its outer
+// grant's hold on it. No request, and none of the hold's ops: its outer
+// grant's holder may be releasing the node meanwhile.
+func (g *Grant) releaseNested(ctx context.Context) error {
+	_, next := g.state()
+	if next != nil {
+		return next.Release(ctx)
+	}
+	g.setReleased(nil)
+	g.endAlone(ErrReleased)
+	return nil
+}
+
+// state returns whether Release or Downgrade has run, and the read grant
+// a Downgrade made.
+func (g *Grant) state() (released bool, next *Grant) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.released, g.next
+}
+
+// setReleased records that Release or Downgrade has run, and the read
+// grant a Downgrade made, if any.
+func (g *Grant) setReleased(next *Grant) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.released, g.next = true, next
 }
 
 // Downgrade turns a write grant into a read grant without letting go of
@@ -188,23 +221,29 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 		return g, nil
 	}
 	h := g.h
-	h.ops.Lock()
-	defer h.ops.Unlock()
 	fail := func(err error) (*Grant, error) { return nil, &opError{"downgrade", h.path, err} }
-	h.judge() // a grant the clock has given up must not let readers in
-	switch {
-	case g.released || g.ctx.Err() != nil:
-		return fail(g.ended())
-	case ctx.Err() != nil:
-		return fail(ctx.Err())
-	case g.parent != nil:
+	if g.parent != nil {
+		// A write grant nested in another: a read grant nested in the same.
+		h.judge()
+		if released, _ := g.state(); released || g.ctx.Err() != nil {
+			return fail(g.ended())
+		}
 		r, err := h.l.nested(ContextWithGrant(ctx, g.parent), want{mode: Read, block: true})
 		if err != nil {
 			return nil, err
 		}
-		g.released, g.next = true, r
+		g.setReleased(r)
 		g.endAlone(ErrReleased)
 		return r, nil
+	}
+	h.ops.Lock()
+	defer h.ops.Unlock()
+	h.judge() // a grant the clock has given up must not let readers in
+	switch released, _ := g.state(); {
+	case released || g.ctx.Err() != nil:
+		return fail(g.ended())
+	case ctx.Err() != nil:
+		return fail(ctx.Err())
 	}
 	if err := h.markDowngraded(ctx); err != nil {
 		return fail(err)
@@ -212,7 +251,7 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	// The write grant's count passes to the read grant: one handle still.
 	h.forget(g)
 	d := h.grant(Read)
-	g.released, g.next = true, d
+	g.setReleased(d)
 	g.end(ErrReleased)
 	for _, cp := range h.l.caps {
 		cp.changed(h, downgraded)

@@ -2,6 +2,8 @@ package rwlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -79,27 +81,31 @@ func TestLostWhenSessionReplacedBeforeWatching(t *testing.T) {
 	})
 }
 
+// With or without WithSessionTimeout: a timeout given is only a bound, and
+// the server may have granted less.
 func TestDisconnectionWithUnknownTimeoutIsLoss(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newFakeServer()
-		c := s.conn()
-		l := newLock(t, c)
-		g, err := l.Lock(t.Context())
-		require.NoError(t, err)
-		start := time.Now()
-		c.disconnect()
-		<-g.Done()
-		assert.LessOrEqual(t, time.Since(start), zkclient.UnknownTimeoutPoll)
-		assert.ErrorIs(t, g.Err(), ErrLost)
-		assert.ErrorIs(t, g.Err(), zkclient.ErrDisconnected)
+	for _, opts := range [][]Option{nil, {WithSessionTimeout(8 * time.Second)}} {
+		synctest.Test(t, func(t *testing.T) {
+			s := newFakeServer()
+			c := s.conn()
+			l := newLock(t, c, opts...)
+			g, err := l.Lock(t.Context())
+			require.NoError(t, err)
+			start := time.Now()
+			c.disconnect()
+			<-g.Done()
+			assert.LessOrEqual(t, time.Since(start), zkclient.UnknownTimeoutPoll)
+			assert.ErrorIs(t, g.Err(), ErrLost)
+			assert.ErrorIs(t, g.Err(), zkclient.ErrDisconnected)
 
-		// The session lived on: the node is deleted once reconnected.
-		time.Sleep(time.Second)
-		assert.Len(t, s.lockNodes(dir), 1)
-		c.reconnect()
-		l.background.Wait()
-		assert.Empty(t, s.lockNodes(dir))
-	})
+			// The session lived on: the node is deleted once reconnected.
+			time.Sleep(time.Second)
+			assert.Len(t, s.lockNodes(dir), 1)
+			c.reconnect()
+			l.background.Wait()
+			assert.Empty(t, s.lockNodes(dir))
+		})
+	}
 }
 
 // answeredSyncs records when the lease's keepalives were answered.
@@ -199,50 +205,150 @@ func TestLeaseLapsesWhileGoZookeeperSaysConnected(t *testing.T) {
 // Err consults the clock itself: a process paused past its lease sees the
 // loss at its first call after resuming, before the clock's timer could
 // fire. (The timer is stopped here to stand for a process whose goroutines
-// did not run.)
+// did not run.) So do Done, a nested Lock and WithWrite's context; and so
+// does a lock judged by WithSessionTimeout's bound on a connection that
+// does not tell the granted timeout, though go-zookeeper still says it has
+// its session.
 func TestFirstErrAfterAPauseSeesTheLoss(t *testing.T) {
-	for _, check := range []struct {
-		name string
-		lost func(g *Grant) bool
-	}{
-		{"Err", func(g *Grant) bool { return g.Err() != nil }},
-		{"Done", func(g *Grant) bool { return doneClosed(g) }},
-		{"WithWrite's context", nil},
-	} {
-		t.Run(check.name, func(t *testing.T) {
+	for _, told := range []bool{true, false} {
+		for _, check := range []struct {
+			name string
+			lost func(g *Grant) bool
+		}{
+			{"Err", func(g *Grant) bool { return g.Err() != nil }},
+			{"Done", func(g *Grant) bool { return doneClosed(g) }},
+			{"nested Lock", func(g *Grant) bool {
+				ctx := ContextWithGrant(context.Background(), g)
+				n, err := g.h.l.Lock(ctx)
+				if n != nil {
+					n.Release(ctx)
+				}
+				return errors.Is(err, ErrLost)
+			}},
+			{"WithWrite's context", nil},
+		} {
+			name := check.name + "/granted"
+			if !told {
+				name = check.name + "/bound"
+			}
+			t.Run(name, func(t *testing.T) { pausedHolderSeesTheLoss(t, told, check.lost) })
+		}
+	}
+}
+
+// pausedHolderSeesTheLoss is a case of TestFirstErrAfterAPauseSeesTheLoss:
+// told, the connection tells the granted timeout; else the lock is given
+// it with WithSessionTimeout. lost is the first check (nil: WithWrite's
+// context).
+func pausedHolderSeesTheLoss(t *testing.T, told bool, lost func(g *Grant) bool) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 8 * time.Second
+		s := newFakeServer()
+		c := s.conn()
+		var opts []Option
+		if told {
+			c.setGranted(timeout)
+		} else {
+			opts = append(opts, WithSessionTimeout(timeout))
+		}
+		l := newLock(t, c, opts...)
+		// The process is stopped: nothing is sent, and the lease
+		// clock's timer, should it fire, waits at Pause. Resumed,
+		// the holder looks before anything else runs.
+		pause := func() (resume func()) {
+			c.setBefore(func(string, string) error { return zk.ErrNoServer })
+			synctest.Wait()
+			c.freeze()
+			time.Sleep(timeout)
+			return func() { c.setBefore(nil); c.thaw() }
+		}
+		if lost == nil {
+			err := l.WithWrite(t.Context(), func(ctx context.Context) error {
+				resume := pause()
+				defer resume()
+				assert.Error(t, ctx.Err(), "the first check after resuming")
+				assert.ErrorIs(t, context.Cause(ctx), ErrLost)
+				return nil
+			})
+			assert.ErrorIs(t, err, ErrLost)
+			return
+		}
+		g, err := l.Lock(t.Context())
+		require.NoError(t, err)
+		resume := pause()
+		assert.Equal(t, zk.StateHasSession, c.State())
+		assert.True(t, lost(g), "the first check after resuming")
+		resume()
+		assert.ErrorIs(t, g.Err(), ErrLost)
+	})
+}
+
+// On a connection that does not tell the granted timeout (zk.Connect's),
+// the lease clock runs only with WithSessionTimeout(d), and by d: a
+// keepalive every d/16 while a grant is held, and the grant lost once
+// nothing was answered for 3d/4, though go-zookeeper still says it has its
+// session. d is only a bound (the server may have granted less): Deadline
+// promises nothing while the grant is held, and a lost grant's holder must
+// stop at once. Without d the lock has go-zookeeper's state alone: no
+// keepalive, and the silence goes unseen.
+func TestTimeoutNotTold(t *testing.T) {
+	for _, limit := range []time.Duration{0, 8 * time.Second} {
+		t.Run(fmt.Sprintf("limit=%v", limit), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				const timeout = 8 * time.Second
+				const d = 8 * time.Second
 				s := newFakeServer()
 				c := s.conn()
-				c.setGranted(timeout)
-				l := newLock(t, c)
-				// The process is stopped: nothing is sent, and the lease
-				// clock's timer, should it fire, waits at Pause. Resumed,
-				// the holder looks before anything else runs.
-				pause := func() (resume func()) {
-					c.setBefore(func(string, string) error { return zk.ErrNoServer })
-					synctest.Wait()
-					c.freeze()
-					time.Sleep(timeout)
-					return func() { c.setBefore(nil); c.thaw() }
+				var opts []Option
+				if limit > 0 {
+					opts = append(opts, WithSessionTimeout(limit))
 				}
-				if check.lost == nil {
-					err := l.WithWrite(t.Context(), func(ctx context.Context) error {
-						resume := pause()
-						defer resume()
-						assert.Error(t, ctx.Err(), "the first check after resuming")
-						assert.ErrorIs(t, context.Cause(ctx), ErrLost)
-						return nil
-					})
-					assert.ErrorIs(t, err, ErrLost)
-					return
-				}
+				l := newLock(t, c, opts...)
 				g, err := l.Lock(t.Context())
 				require.NoError(t, err)
-				resume := pause()
-				assert.True(t, check.lost(g), "the first check after resuming")
-				resume()
-				assert.ErrorIs(t, g.Err(), ErrLost)
+				answered := recordSyncs(c)
+				time.Sleep(d)
+				_, ok := g.Deadline()
+				assert.False(t, ok, "no deadline from a timeout the server may not have granted")
+				if limit == 0 {
+					assert.Empty(t, answered.times(), "no lease clock without a bound")
+				} else {
+					assert.GreaterOrEqual(t, len(answered.times()), 15, "a keepalive every d/16 while held")
+					assert.LessOrEqual(t, len(answered.times()), 16)
+				}
+
+				partitioned := make(chan struct{})
+				c.setBefore(func(op, p string) error {
+					<-partitioned // sent, never answered
+					return zk.ErrConnectionClosed
+				})
+				synctest.Wait() // a keepalive under way when the partition began has been answered
+				silent := time.Now()
+				if times := answered.times(); len(times) > 0 {
+					silent = times[len(times)-1]
+				}
+				select {
+				case <-g.Done():
+				case <-time.After(d):
+				}
+				lost := time.Now()
+				assert.Equal(t, zk.StateHasSession, c.State())
+				if limit == 0 {
+					assert.NoError(t, g.Err(), "go-zookeeper's blind spot, without a bound")
+				} else {
+					var lapsed *zkclient.LeaseLapsedError
+					require.ErrorAs(t, g.Err(), &lapsed)
+					assert.True(t, lapsed.Bound)
+					assert.LessOrEqual(t, lost.Sub(silent), limit-zkclient.HeadStart(limit))
+					assert.Greater(t, lost.Sub(silent), limit-zkclient.HeadStart(limit)-zkclient.RenewInterval(limit))
+					deadline, ok := g.Deadline()
+					require.True(t, ok)
+					assert.Equal(t, lost, deadline, "stop at once: the session may be gone already")
+				}
+				close(partitioned)
+				c.setBefore(nil)
+				require.NoError(t, g.Release(t.Context()))
+				l.background.Wait()
+				assert.Empty(t, s.lockNodes(dir))
 			})
 		})
 	}

@@ -32,9 +32,10 @@ import (
 // node, so that the next waiter may go. A holder whose process was stopped
 // across the notice is told as it resumes, and the node goes no sooner
 // than the head start after that. The head start is a quarter of the
-// session timeout in effect, as for a lost lease (a quarter of d where the
-// lock does not know the session timeout), and at most half of d. Release
-// after the notice deletes nothing: the node goes as said.
+// session timeout the server granted, as for a lost lease; where the lock
+// does not know it, a quarter of d, or of WithSessionTimeout's bound if
+// that is longer; at most half of d in either case. Release after the
+// notice deletes nothing: the node goes as said.
 func WithMaxHold(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -57,10 +58,16 @@ type limit struct {
 
 func (holdLimit) begin(h *hold) {
 	l := h.l
-	t := h.c.Timeout(l.sessionTimeout, h.session)
+	// The head start is the holder's time to stop before its own client
+	// deletes the node. Without a granted timeout it is a quarter of the
+	// limit. A bound only ends grants: it may lengthen the head start,
+	// which tells the holder sooner, never shorten it, which would tell the
+	// holder later than without the bound.
+	t, granted := h.c.Timeout(l.sessionTimeout, h.session)
 	head := zkclient.HeadStart(t)
-	if t == 0 {
-		head = l.maxHold / 4
+	if !granted {
+		// mutant: bound-shortens-hold-head
+		head = max(head, l.maxHold/4)
 	}
 	lim := &limit{h: h, head: min(head, l.maxHold/2)}
 	end := h.since.Add(l.maxHold)

@@ -15,16 +15,23 @@ import (
 )
 
 // The holder is told a head start before the limit; the node, and with it
-// the next waiter's way, goes at the limit.
+// the next waiter's way, goes at the limit. A bound (WithSessionTimeout on
+// a connection that does not tell the granted timeout) may tell the holder
+// sooner than a quarter of the limit would, never later.
 func TestHoldLimitTellsTheHolderFirst(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		granted time.Duration // the session timeout the lock knows; 0: none
+		bound   time.Duration // WithSessionTimeout's, where the lock knows none; 0: none
 		notice  time.Duration // when the holder is told
 	}{
-		{"timeout known", 8 * time.Second, 8 * time.Second}, // a quarter of 8s before 10s
-		{"timeout unknown", 0, 7500 * time.Millisecond},     // a quarter of 10s
-		{"long session", 40 * time.Second, 5 * time.Second}, // at most half of 10s
+		{"timeout known", 8 * time.Second, 0, 8 * time.Second},                                  // a quarter of 8s before 10s
+		{"timeout unknown", 0, 0, 7500 * time.Millisecond},                                      // a quarter of 10s
+		{"long session", 40 * time.Second, 0, 5 * time.Second},                                  // at most half of 10s
+		{"short bound", 0, 2 * time.Second, 7500 * time.Millisecond},                            // a quarter of 10s, not of 2s
+		{"bound", 0, 16 * time.Second, 6 * time.Second},                                         // a quarter of 16s
+		{"long bound", 0, 40 * time.Second, 5 * time.Second},                                    // at most half of 10s
+		{"timeout known, short cap", 8 * time.Second, 2 * time.Second, 9500 * time.Millisecond}, // a quarter of the cap: the server granted at least it
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -33,7 +40,11 @@ func TestHoldLimitTellsTheHolderFirst(t *testing.T) {
 				c := s.conn()
 				c.setGranted(tc.granted)
 				var rec recorder
-				l := newLock(t, c, WithMaxHold(limit), WithObserver(&rec))
+				opts := []Option{WithMaxHold(limit), WithObserver(&rec)}
+				if tc.bound > 0 {
+					opts = append(opts, WithSessionTimeout(tc.bound))
+				}
+				l := newLock(t, c, opts...)
 				ctx := t.Context()
 				began := time.Now()
 				g, err := l.Lock(ctx)

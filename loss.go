@@ -37,7 +37,9 @@ func (h *hold) lost(cause error) {
 	if h.held() {
 		now := time.Now()
 		h.deadline = now
-		if t := h.c.Timeout(h.l.sessionTimeout, h.session); lapsed != nil && t > 0 {
+		// A lease by a bound tells no deadline: the server may have
+		// granted less, and the session may be gone already.
+		if t, granted := h.c.Timeout(h.l.sessionTimeout, h.session); lapsed != nil && !lapsed.Bound && granted {
 			h.deadline = now.Add(max(lapsed.Left-zkclient.RelayAllowance(t), 0))
 		}
 	}

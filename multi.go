@@ -146,9 +146,7 @@ func ReleaseAll(ctx context.Context, grants ...*Grant) error {
 // holds its node now.
 func (g *Grant) latest() *Grant {
 	for {
-		g.h.ops.Lock()
-		next := g.next
-		g.h.ops.Unlock()
+		_, next := g.state()
 		if next == nil {
 			return g
 		}
@@ -176,7 +174,7 @@ func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left
 			continue
 		}
 		g.h.ops.Lock()
-		if g.next != nil || g.released || g.ctx.Err() != nil || !g.h.last() {
+		if released, next := g.state(); next != nil || released || g.ctx.Err() != nil || !g.h.last() {
 			g.h.ops.Unlock()
 			left = append(left, g)
 			continue
@@ -207,7 +205,7 @@ func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left
 		return append(left, locked...), nil
 	}
 	for _, g := range locked {
-		g.released = true
+		g.setReleased(nil)
 		g.h.end(ErrReleased)
 	}
 	unlock()

@@ -127,9 +127,24 @@ var mutants = []mutant{
 	// link goes, and a lock that knows no T gives its grants up as soon as
 	// go-zookeeper reports the disconnection.)
 	{name: "the state rule: a stopped process", flags: []string{"-sim.nocut"},
-		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
+		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "return 0, false"}}},
 	{name: "the state rule: any fault",
-		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "t := time.Duration(0)"}}},
+		edits: []mutantEdit{{file: "internal/zkclient/lease.go", point: "state-rule", new: "return 0, false"}}},
+	// The rule the lock had on a connection that does not tell the granted
+	// timeout: WithSessionTimeout ignored there, so that only go-zookeeper's
+	// state judges its grants, and a stopped holder resumes still holding.
+	{name: "the bound ignored on a connection that does not tell", edits: []mutantEdit{
+		{file: "internal/zkclient/lease.go", point: "bound-ignored", new: "return 0, false"}}},
+	// The other way round: the bound taken for a timeout the server
+	// granted, so that the lease by it keeps a grant through a
+	// disconnection, though the server may have granted less.
+	{name: "the bound trusted as a granted timeout", edits: []mutantEdit{
+		{file: "internal/zkclient/lease.go", point: "bound-ignored", new: "return limit, limit > 0"}}},
+	// A hold limit's head start by the bound alone: the notice later than
+	// without the bound. No safety rule breaks, so the simulation has
+	// nothing to find; the unit test checks when the holder is told.
+	{name: "a bound shortens a hold limit's head start", run: "TestHoldLimitTellsTheHolderFirst", edits: []mutantEdit{
+		{file: "holdlimit.go", point: "bound-shortens-hold-head", new: "if t == 0 { head = g.l.maxHold / 4 }"}}},
 	{name: "a hold limit's node deleted at the notice, not at the limit", edits: []mutantEdit{
 		{file: "holdlimit.go", point: "delete-at-limit", new: "time.AfterFunc(time.Until(at)*0, func() { finish(h.path, \"\", h.session) })"}}},
 	{name: "a holder told of its hold limit late gets no head start", flags: []string{"-sim.nocut"}, edits: []mutantEdit{

@@ -112,10 +112,22 @@ func WithLogger(l *slog.Logger) Option {
 // the smaller of the two. Where members' maxSessionTimeout differ, or a
 // member may be restarted with a lower one, pass at most the smallest: a
 // handshake whose answer is lost (the connection dies after the server
-// took it) changes the timeout without the lock hearing of it. On any
-// other connection the lock cannot check what the server granted (it may
-// have clamped the timeout asked for), so it trusts no number: any
-// disconnection of a holder counts as a loss, with or without this option.
+// took it) changes the timeout without the lock hearing of it.
+//
+// On any other connection the lock cannot check what the server granted
+// (it may have clamped the timeout asked for), so d only ends grants,
+// never keeps one. The lease clock runs by d as it would by a granted
+// timeout: its keepalives, and a grant lost once the lease by d runs low.
+// Any disconnection of a holder is still a loss, and [Grant.Deadline]
+// takes no time from d: while a grant is held it reports only a hold
+// limit's end ([WithMaxHold]), and a grant lost by d must stop at once. If
+// the server granted at least d at every handshake of the session (a
+// reconnection to a member with a lower maxSessionTimeout grants less), a
+// paused holder, or one cut off without go-zookeeper noticing, is told
+// before the server can expire its session; in an ensemble, only if d is
+// at least eight ticks of the server, as on a connection made by Dial.
+// Without this option there, only go-zookeeper's connection state judges
+// a grant.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {

@@ -41,16 +41,19 @@ import (
 //
 // After every step it checks that no two conflicting grants are held by
 // holders who have not been told of a loss (their Done closed), except a
-// stopped process, which cannot be told anything: its first Err after it
-// resumes must report the loss if a conflicting grant was given, or its
-// session expired, meanwhile. A grant whose session timeout the lock does
-// not know keeps go-zookeeper's blind spot (internal/zkclient/lease.go); it is held to what
-// the lock promises for it: lost within zkclient.UnknownTimeoutPoll of go-zookeeper
-// reporting a disconnection or a new session. Some clients' locks have a
-// hold limit (WithMaxHold, shorter than many holds): as each grant is
-// given, no conflicting grant ended by its limit may still have the limit,
-// or the head start after its holder was told, ahead: its own client
-// deletes its node then (checkLimits). Its timers, like the lease clock's,
+// stopped process, which cannot be told anything: its first look after it
+// resumes (Err, or a nested Lock) must report the loss if a conflicting
+// grant was given, or its session expired, meanwhile. A grant whose
+// session timeout the lock does not know is held to what the lock promises
+// for it (internal/zkclient/lease.go): lost within zkclient.UnknownTimeoutPoll of
+// go-zookeeper reporting a disconnection or a new session. Without a bound
+// (WithSessionTimeout) it keeps go-zookeeper's blind spot; with one, and a
+// server that granted the session at least the bound at every handshake,
+// it is held to everything a grant whose timeout the lock knows is. Some
+// clients' locks have a hold limit (WithMaxHold, shorter than many holds):
+// as each grant is given, no conflicting grant ended by its limit may still
+// have the limit, or the head start after its holder was told, ahead: its
+// own client deletes its node then (checkLimits). Its timers, like the lease clock's,
 // fire in a stopped process only once it resumes. At the end,
 // no node may be left behind, and every call must have returned.
 //
@@ -202,11 +205,12 @@ type simClient struct {
 	conn  *fakeConn
 	zk    *zkClient
 	lock  *RWLock
-	steps []simStep  // what it will do
-	known bool       // its connection tells the lock the session timeout, as Dial's does
-	twin  bool       // a second goroutine of another client's process (coalesce), or a set's member
-	lock2 *RWLock    // the set's second lock (sets)
-	other *simClient // holds the grant of lock2 while c holds a set (sets)
+	steps []simStep     // what it will do
+	known bool          // its connection tells the lock the session timeout, as Dial's does
+	bound time.Duration // WithSessionTimeout's, given to a lock whose connection does not tell; 0: none
+	twin  bool          // a second goroutine of another client's process (coalesce), or a set's member
+	lock2 *RWLock       // the set's second lock (sets)
+	other *simClient    // holds the grant of lock2 while c holds a set (sets)
 
 	// Guarded by net.mu:
 	cancel      context.CancelFunc // cancels the acquisition in progress
@@ -366,6 +370,14 @@ func (s *sim) run() {
 		if known && r.IntN(4) != 0 {
 			opts = append(opts, WithSessionTimeout(ask)) // what the caller asked for: no more than a cap
 		}
+		if !known {
+			// A bound the server may grant (the timeout asked for), or one
+			// below any grant here, or none.
+			if bound := []time.Duration{0, ask, s.timeout / 2}[r.IntN(3)]; bound > 0 {
+				c.bound = bound
+				opts = append(opts, WithSessionTimeout(bound))
+			}
+		}
 		if s.cfg.coalesce {
 			opts = append(opts, WithReadCoalescing())
 		}
@@ -404,7 +416,7 @@ func (s *sim) run() {
 		// A second goroutine in each process, reading: its reads and the
 		// first goroutine's share nodes when they may.
 		for _, c := range s.clients[:nClients] {
-			t := &simClient{id: len(s.clients), conn: c.conn, zk: c.zk, lock: c.lock, known: c.known, twin: true}
+			t := &simClient{id: len(s.clients), conn: c.conn, zk: c.zk, lock: c.lock, known: c.known, bound: c.bound, twin: true}
 			for range 1 + r.IntN(4) {
 				hold := time.Duration(r.IntN(100)) * time.Millisecond
 				if r.IntN(4) == 0 {
@@ -419,7 +431,7 @@ func (s *sim) run() {
 		// Who holds each client's grant of lock2, for the checks; it takes
 		// no steps of its own.
 		for _, c := range s.clients[:nClients] {
-			c.other = &simClient{id: len(s.clients), conn: c.conn, zk: c.zk, lock: c.lock2, known: c.known, twin: true}
+			c.other = &simClient{id: len(s.clients), conn: c.conn, zk: c.zk, lock: c.lock2, known: c.known, bound: c.bound, twin: true}
 			s.clients = append(s.clients, c.other)
 		}
 	}
@@ -1158,9 +1170,9 @@ func (s *sim) freeze(c *simClient) {
 	}
 }
 
-// thaw resumes c's process. Its holder's first look comes first, before
-// go-zookeeper or the lock's timers have run: it must see a loss that
-// happened while the process was stopped.
+// thaw resumes c's process. Its holder's first look (Err, or a nested
+// Lock) comes first, before go-zookeeper or the lock's timers have run: it
+// must see a loss that happened while the process was stopped.
 func (s *sim) thaw(c *simClient) {
 	n := s.net
 	for _, o := range s.clients {
@@ -1169,17 +1181,24 @@ func (s *sim) thaw(c *simClient) {
 		}
 		n.mu.Lock()
 		g, from, failed := o.holding, o.zk.frozenAt, s.failed != ""
+		checked := g != nil && s.protected(o, g)
+		nested := checked && s.rng.IntN(2) == 0
 		n.mu.Unlock()
-		if g != nil && o.known && !failed {
-			err := g.Err()
-			s.logf("c%d resumes; its first Err: %v", o.id, err)
+		if checked && !failed {
+			look, err := "Err", error(nil)
+			if nested {
+				look, err = "nested Lock", s.lockNested(o, g)
+			} else {
+				err = g.Err()
+			}
+			s.logf("c%d resumes; its first %s: %v", o.id, look, err)
 			n.mu.Lock()
 			if why := s.lostDuring(o, g); err == nil && why != "" && s.failed == "" {
-				s.failed = fmt.Sprintf("c%d's process was stopped from %v to %v, and its first Err after resuming is nil, though %s",
-					o.id, at(from), at(time.Now()), why)
+				s.failed = fmt.Sprintf("c%d's process was stopped from %v to %v, and its first %s after resuming succeeded, though %s",
+					o.id, at(from), at(time.Now()), look, why)
 			}
 			n.mu.Unlock()
-			synctest.Wait() // what Err started runs up to its first request
+			synctest.Wait() // what the look started runs up to its first request
 		}
 	}
 	n.mu.Lock()
@@ -1194,6 +1213,34 @@ func (s *sim) thaw(c *simClient) {
 	n.mu.Unlock()
 }
 
+// lockNested takes a grant nested in g, c's grant, as a holder that calls
+// Lock (RLock in a read grant) with a context carrying g; it releases it at
+// once, and returns the call's error.
+func (s *sim) lockNested(c *simClient, g *Grant) error {
+	ctx := ContextWithGrant(context.Background(), g)
+	lock := c.lock.Lock
+	if g.Mode() == Read {
+		lock = c.lock.RLock
+	}
+	ng, err := lock(ctx)
+	if ng != nil {
+		ng.Release(ctx)
+	}
+	return err
+}
+
+// protected reports whether g, held by c, is promised a head start before
+// its session may expire: the lock knows the session timeout the server
+// granted, or judges g by a bound that the server granted at every
+// handshake of g's session so far. Call with net.mu held.
+func (s *sim) protected(c *simClient, g *Grant) bool {
+	if c.known {
+		return true
+	}
+	least, ok := s.net.least[g.h.session]
+	return c.bound > 0 && ok && least >= c.bound
+}
+
 // lostDuring says why g, held by c, was lost while c's process was
 // stopped, if it was: a conflicting grant given, its session expired, or
 // its hold limit's notice came.
@@ -1201,7 +1248,7 @@ func (s *sim) thaw(c *simClient) {
 func (s *sim) lostDuring(c *simClient, g *Grant) string {
 	for _, o := range s.grants[c.stopped:] {
 		if o.client != c.id && !o.void && o.lock == g.h.l.path && (o.mode == Write || g.Mode() == Write && !c.downgrading) {
-			if t, ok := s.net.expired[o.g.h.session]; ok && !s.clients[o.client].known && !t.After(o.at) {
+			if t, ok := s.net.expired[o.g.h.session]; ok && !s.protected(s.clients[o.client], o.g) && !t.After(o.at) {
 				continue // go-zookeeper's blind spot, as in check: proves nothing of c's grant
 			}
 			return fmt.Sprintf("c%d was granted %s at %v", o.client, o.mode, at(o.at))
@@ -1256,8 +1303,8 @@ func (s *sim) check() {
 					c.id, now.Sub(noticed), what)
 				return
 			}
-			if _, expired := s.net.expired[g.h.session]; expired {
-				continue // go-zookeeper's blind spot, which such a grant keeps
+			if _, expired := s.net.expired[g.h.session]; expired && !s.protected(c, g) {
+				continue // go-zookeeper's blind spot, which such a grant keeps without a bound the server granted
 			}
 		}
 		if p := g.h.l.path; g.Mode() == Write && !c.downgrading {
@@ -1300,8 +1347,10 @@ func (s *sim) status(c *simClient) string {
 	cl, g := c.zk, c.holding
 	var b strings.Builder
 	fmt.Fprintf(&b, "c%d holds %s %s (session %d", c.id, g.Mode(), path.Base(g.Node()), g.h.session)
-	if t := g.h.c.Timeout(g.h.l.sessionTimeout, g.h.session); t > 0 {
+	if t, granted := g.h.c.Timeout(g.h.l.sessionTimeout, g.h.session); granted {
 		fmt.Fprintf(&b, ", timeout %v)", t)
+	} else if t > 0 {
+		fmt.Fprintf(&b, ", timeout unknown, judged by the bound %v)", t)
 	} else {
 		b.WriteString(", timeout unknown)")
 	}

@@ -95,9 +95,10 @@ type zkNet struct {
 	tick      time.Duration // the server's tickTime
 	tickPhase time.Duration // where its ticks fall on our clock
 	clients   []*zkClient
-	expired   map[int64]time.Time // sessions the server expired, and when
-	left      map[int64]time.Time // sessions a client left (SessionID changed), and when
-	fast      bool                // keepalives on healthy connections are answered at once (see above)
+	expired   map[int64]time.Time     // sessions the server expired, and when
+	left      map[int64]time.Time     // sessions a client left (SessionID changed), and when
+	least     map[int64]time.Duration // the smallest timeout the server granted each session
+	fast      bool                    // keepalives on healthy connections are answered at once (see above)
 	verbose   bool
 	logf      func(format string, args ...any)
 	onWire    func() // a request waits on the wire for the scheduler
@@ -111,7 +112,7 @@ const (
 
 func newZKNet(s *fakeServer, maxT, tick, tickPhase time.Duration) *zkNet {
 	return &zkNet{s: s, maxT: maxT, tick: tick, tickPhase: tickPhase,
-		expired: map[int64]time.Time{}, left: map[int64]time.Time{},
+		expired: map[int64]time.Time{}, left: map[int64]time.Time{}, least: map[int64]time.Duration{},
 		logf: func(string, ...any) {}, onWire: func() {}}
 }
 
@@ -133,10 +134,14 @@ func (n *zkNet) grant(cl *zkClient, now time.Time) {
 		t = n.maxT
 	}
 	cl.asked, cl.granted = t, t
+	session := cl.c.session.Load()
+	if least, ok := n.least[session]; !ok || t < least {
+		n.least[session] = t
+	}
 	if info := cl.c.info; info != nil {
 		var head [zkclient.AnswerHead]byte
 		binary.BigEndian.PutUint32(head[8:12], uint32(t/time.Millisecond))
-		binary.BigEndian.PutUint64(head[12:20], uint64(cl.c.session.Load()))
+		binary.BigEndian.PutUint64(head[12:20], uint64(session))
 		info.Answered(head[:], now)
 	}
 }

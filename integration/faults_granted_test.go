@@ -247,7 +247,7 @@ func TestHelperGrantedNested(t *testing.T) {
 	if order == "" {
 		return
 	}
-	l, g, timeout, fail := helperHold("nested holder")
+	l, g, _, timeout, fail := helperHold("nested holder")
 	if err := g.Err(); err != nil {
 		fail(err)
 	}

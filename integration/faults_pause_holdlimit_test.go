@@ -47,7 +47,7 @@ func TestHelperPausedOverHold(t *testing.T) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	_, g, _, fail := helperHold("paused over hold", rwlock.WithMaxHold(limit))
+	_, g, _, _, fail := helperHold("paused over hold", rwlock.WithMaxHold(limit))
 	end, ok := g.Deadline()
 	if err := g.Err(); err != nil || !ok {
 		fail(fmt.Errorf("no hold limit: %v, %v", ok, err))

@@ -78,7 +78,7 @@ type connectOptions struct {
 
 // withZKConnect dials with go-zookeeper's own zk.Connect, as an application
 // that never heard of rwlock.Dial does: the session's locks do not know its
-// timeout unless told (WithSessionTimeout).
+// timeout (WithSessionTimeout gives them a bound, no more).
 func withZKConnect() connectOption {
 	return func(o *connectOptions) { o.zkConnect = true }
 }

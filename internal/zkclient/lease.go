@@ -95,16 +95,42 @@ import (
 // session with the leader before it answers). Why the smallest, and the
 // one case of a T the lock does not hear (a lost answer), are in dial.go.
 // On any other connection the lock cannot check what the server granted
-// (go-zookeeper does not expose it), so it does not know T, whatever
-// WithSessionTimeout says.
+// (go-zookeeper does not expose it), so it does not know T.
 //
-// # Without T, and other causes
+// # Without the granted T
 //
-// When the lock does not know T (a connection not made by rwlock.Dial) it
-// cannot compute a lease, and any disconnection of a holder is a loss,
-// checked at every Err and Done and every 20 ms: the safe default of
-// Curator's SUSPENDED rule. It notices a partition only when go-zookeeper
-// does, so it keeps go-zookeeper's blind spot: connect with Dial.
+// On a connection that does not tell T, any disconnection of a holder is
+// a loss, checked at every Err and Done and every 20 ms: the safe default
+// of Curator's SUSPENDED rule. It catches a disconnection only once
+// go-zookeeper has noticed it.
+//
+// With WithSessionTimeout(d), the lease clock runs there too, with d as an
+// upper bound: the judgement, the keepalive pace and the next look use d as
+// they would a granted T. A bound can end a grant, never keep one. The
+// server may have granted less than d, so a disconnection is still a loss,
+// and Deadline knows no time: the session may expire at any moment.
+//
+// If the server granted at least d at every handshake of the session, the
+// lease by d ends no later than the real one. (Each handshake sets the
+// session's timeout anew: a reconnection to a member with a lower
+// maxSessionTimeout grants less.) So a grant is then lost, with the head
+// start, before the server can expire its session: through a silent
+// partition that go-zookeeper has not noticed, or a pause. In an ensemble
+// the margins above need d of at least eight ticks: the keepalives go
+// every d/16, and a tick must be at most d/8. If the smallest T the server
+// granted in the session is below d but above 3d/4, a standalone server
+// still cannot expire the session before the grant is lost at 3d/4 of
+// silence, but the head start is only T - 3d/4; at 3d/4 or below, nothing
+// is promised.
+//
+// The clock is consulted before go-zookeeper's state: a process back from
+// a pause sees its loss even while go-zookeeper still says it has its
+// session (its receive loop has not yet read the server's close).
+//
+// Without either, the lock has only go-zookeeper's state, and keeps its
+// blind spot: connect with Dial, or pass WithSessionTimeout.
+//
+// # Other causes
 //
 // A session found replaced (go-zookeeper opens a new one after an expiry)
 // ends its grants at once. A node deleted by someone else is learnt from
@@ -173,21 +199,26 @@ func (c *Client) leaseEndLocked(session int64, t time.Duration) (time.Time, bool
 	return c.lease.since.Add(t), true
 }
 
-// Timeout returns the session timeout that a holder in session, whose
-// lock caps it at limit (0: no cap), is judged by (see above): the
-// smallest the server granted in the session, no more than limit; 0 if
-// unknown.
-func (c *Client) Timeout(limit time.Duration, session int64) time.Duration {
-	if c.sessions == nil {
-		return 0
+// Timeout returns the session timeout t that the lease clock judges a
+// holder in session by, whose lock caps it at limit (0: no cap), and whether
+// the server granted at least t (see above). On a connection that tells, t
+// is the smallest the server granted in the session, no more than limit,
+// and granted is true. On any other, t is limit, an upper bound that only
+// ends grants, and granted is false. t is 0 when there is neither.
+func (c *Client) Timeout(limit time.Duration, session int64) (t time.Duration, granted bool) {
+	if c.sessions != nil {
+		// mutant: state-rule
+		t = c.sessions.TimeoutOf(session)
 	}
-	// mutant: state-rule
-	t := c.sessions.TimeoutOf(session)
-	// mutant: trust-asked-timeout
-	if limit > 0 && t > limit {
-		t = limit
+	if t > 0 {
+		// mutant: trust-asked-timeout
+		if limit > 0 && t > limit {
+			t = limit
+		}
+		return t, true
 	}
-	return t
+	// mutant: bound-ignored
+	return limit, false
 }
 
 // A Holder is what the lease clock judges: one grant of the lock.
@@ -195,7 +226,8 @@ type Holder interface {
 	// Session is the session that owns the holder's node.
 	Session() int64
 	// Limit caps the session timeout the holder is judged by (the lock's
-	// WithSessionTimeout); 0 for none.
+	// WithSessionTimeout); on a connection that does not tell T, it is the
+	// bound the holder is judged by. 0 for none.
 	Limit() time.Duration
 	// Lost tells the holder it is lost, and why. The clock calls it
 	// holding none of its locks, once for each time it finds the holder
@@ -228,16 +260,22 @@ func (c *Client) Fresh(session int64, t, margin time.Duration) bool {
 // LeaseLapsedError is the cause of a loss when the lease ran out.
 type LeaseLapsedError struct {
 	Silent time.Duration // since the last answered request was sent
-	Left   time.Duration // until the server may expire the session
+	Left   time.Duration // until the server may expire the session; unknown (0) when Bound
+	Bound  bool          // judged by an upper bound, not a granted T: the session may be gone already
 }
 
 func (e *LeaseLapsedError) Error() string {
+	silent := e.Silent.Round(time.Millisecond)
+	if e.Bound {
+		return fmt.Sprintf("no answer from ZooKeeper for %v: the server may expire the session at any moment "+
+			"(it may have granted less than the session timeout given)", silent)
+	}
 	return fmt.Sprintf("no answer from ZooKeeper for %v: the server may expire the session in %v",
-		e.Silent.Round(time.Millisecond), max(e.Left, 0).Round(time.Millisecond))
+		silent, max(e.Left, 0).Round(time.Millisecond))
 }
 
 // ErrDisconnected is the cause of a loss when the connection dropped and
-// the session timeout is unknown.
+// the lock does not know the session timeout the server granted.
 var ErrDisconnected = errors.New("disconnected, and the session timeout is unknown")
 
 // judgeLocked returns why h is lost at now, or nil if it is held as far as
@@ -247,18 +285,25 @@ func (c *Client) judgeLocked(h Holder, now time.Time) error {
 	if c.zk.SessionID() != session {
 		return zk.ErrSessionExpired // go-zookeeper silently made a new session
 	}
-	t := c.Timeout(h.Limit(), session)
-	if t <= 0 {
-		if c.zk.State() != zk.StateHasSession {
-			return ErrDisconnected
+	t, granted := c.Timeout(h.Limit(), session)
+	// The clock first: go-zookeeper's state lags behind a pause or a
+	// silent partition, and the clock does not.
+	if t > 0 {
+		if _, ok := c.leaseEndLocked(session, t); !ok {
+			return &LeaseLapsedError{Bound: !granted} // never renewed in this session: nothing proves it alive
 		}
-		return nil
+		if silent := elapsed(c.lease.since, now); silent >= t-HeadStart(t) {
+			if !granted {
+				return &LeaseLapsedError{Silent: silent, Bound: true}
+			}
+			return &LeaseLapsedError{Silent: silent, Left: t - silent}
+		}
 	}
-	if _, ok := c.leaseEndLocked(session, t); !ok {
-		return &LeaseLapsedError{} // never renewed in this session: nothing proves it alive
-	}
-	if silent := elapsed(c.lease.since, now); silent >= t-HeadStart(t) {
-		return &LeaseLapsedError{Silent: silent, Left: t - silent}
+	// A lease by a bound proves the session alive only if the server
+	// granted at least the bound; it may have granted less, and a
+	// disconnection may be the session's end.
+	if !granted && c.zk.State() != zk.StateHasSession {
+		return ErrDisconnected
 	}
 	return nil
 }
@@ -276,13 +321,15 @@ func (c *Client) Judge(h Holder) {
 
 // Deadline returns the earliest time at which the server may expire h's
 // session as far as the lease knows, counting the worst case of an
-// ensemble (RelayAllowance); ok is false if the lease does not know.
+// ensemble (RelayAllowance); ok is false if the lease does not know. A
+// lease by a bound knows nothing of the sort: the server may have granted
+// less.
 func (c *Client) Deadline(h Holder) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := c.Timeout(h.Limit(), h.Session())
+	t, granted := c.Timeout(h.Limit(), h.Session())
 	end, ok := c.leaseEndLocked(h.Session(), t)
-	if !ok {
+	if !ok || !granted {
 		return time.Time{}, false
 	}
 	return end.Add(-RelayAllowance(t)), true
@@ -331,9 +378,11 @@ func (c *Client) tick() {
 			delete(c.holders, h)
 			continue
 		}
-		t := c.Timeout(h.Limit(), h.Session())
+		t, granted := c.Timeout(h.Limit(), h.Session())
+		if !granted {
+			soonest(now.Add(UnknownTimeoutPoll)) // a disconnection is a loss
+		}
 		if t <= 0 {
-			soonest(now.Add(UnknownTimeoutPoll))
 			continue
 		}
 		minT = minNonZero(minT, t)
