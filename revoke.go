@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 
 	"github.com/go-zookeeper/zk"
 
@@ -250,5 +252,73 @@ func (h *hold) revoke() {
 	case <-st.ch:
 	default:
 		close(st.ch)
+	}
+}
+
+// keep records what read number n of the directory found (a watch and
+// the directory's data, or neither), and returns the nodes its request
+// names.
+func (rv *revocations) keep(w *zkclient.Watch, n, connects uint64, steady bool, dir zkclient.Node) []int32 {
+	var named []int32
+	if w != nil {
+		rev, _ := lockname.ParseRevocation(dir.Data)
+		// mutant: revoke-names-dir
+		named = rev.Names(dir.Stat.Czxid)
+	}
+	rv.mu.Lock()
+	rv.watch, rv.readNo, rv.connects, rv.steady, rv.named = w, n, connects, steady, named
+	rv.mu.Unlock()
+	return named
+}
+
+// revokeBefore revokes the listeners known to have been granted before w,
+// set by read number n, fired: those that listened before that read was
+// sent, and those granted while w was set and unfired.
+func (rv *revocations) revokeBefore(w *zkclient.Watch, n uint64) {
+	rv.revokeIf(func(h *hold, ls listener) bool { return ls.sent < n || h.precedes() == w })
+}
+
+// revoke revokes the listeners whose nodes are named by read number n.
+// Only those that listened before it was sent are judged by its names:
+// their node is in the directory it read, or gone. One that came later may
+// hold a node of a directory made anew since, numbered as a named one was:
+// it reads the data again (see confirm).
+func (rv *revocations) revoke(nodes []int32, n uint64) {
+	if len(nodes) == 0 {
+		return
+	}
+	var later []*hold
+	rv.revokeIf(func(h *hold, ls listener) bool {
+		if !slices.Contains(nodes, ls.seq) {
+			return false
+		}
+		// mutant: revoke-names-later
+		if ls.sent >= n {
+			later = append(later, h)
+			return false
+		}
+		return true
+	})
+	for _, h := range later {
+		n, _ := lockname.Parse(path.Base(h.path))
+		// mutant: revoke-confirm-later
+		go rv.confirm(h, n.Seq)
+	}
+}
+
+func (rv *revocations) revokeIf(hit func(*hold, listener) bool) {
+	rv.mu.Lock()
+	var revoked []*hold
+	for h, ls := range rv.listeners {
+		if hit(h, ls) {
+			revoked = append(revoked, h)
+			delete(rv.listeners, h)
+		}
+	}
+	rv.idleLocked()
+	rv.mu.Unlock()
+	for _, h := range revoked {
+		h.l.debug("revoked", h.path)
+		h.revoke()
 	}
 }
