@@ -224,6 +224,11 @@ func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-
 	if ev, gone := m.ownGone(); gone {
 		return m.ownEvent(ev)
 	}
+	if len(looks) > 1 {
+		m.l.debug("waiting for the run ahead", m.path)
+	} else {
+		m.l.debug("waiting for", m.l.path+"/"+looks[0].node.name)
+	}
 	for _, l := range looks {
 		w.looks = append(w.looks, l)
 		switch r := l.r; {
@@ -235,7 +240,6 @@ func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-
 		case !m.ours(r.Session):
 			return stepRequeue, nil
 		}
-		m.l.debug("waiting for", m.l.path+"/"+l.node.name)
 		// Marks count only on our own nodes: a peer's data is its own
 		// business, and a peer holds its node until it deletes it.
 		if l.node.ours && l.node.mode == Write && lockname.Held(l.r.V.Data) {
