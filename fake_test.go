@@ -21,9 +21,10 @@ import (
 // model the lock uses: nodes with data and stats, sequential and ephemeral
 // children, containers (never reaped), one-shot data and child watches, and
 // sessions that expire or close. Its hooks let a test fail, delay or lose
-// any call to drive exact interleavings. Its connections are up or down at
-// a test's word, except those of the simulation, which follow a model of
-// go-zookeeper's connection (zkNet, below).
+// any call to drive exact interleavings. Its connections are up, down or
+// silent (what the server sends waits) at a test's word, except those of
+// the simulation, which follow a model of go-zookeeper's connection
+// (zkNet, below).
 type fakeServer struct {
 	mu       sync.Mutex
 	nodes    map[string]*fakeNode
@@ -84,6 +85,11 @@ type fakeConn struct {
 	// which the client learns when it reconnects.
 	held []heldEvent // guarded by s.mu
 	dead bool        // guarded by s.mu
+
+	// While silenced (see silence), what the server sends the session
+	// waits in the order it was sent: answers and events. Guarded by s.mu.
+	silenced bool
+	unsent   []func()
 
 	// The simulation's model of go-zookeeper's connection (zkNet below);
 	// nil for the unit tests' connections, which are up or down at once.
@@ -198,8 +204,37 @@ func (c *fakeConn) apply(op, p string, f func() error) error {
 	}
 	c.applied = append(c.applied, op+" "+p)
 	err := f()
+	var answered chan struct{}
+	if c.silenced {
+		answered = make(chan struct{})
+		c.unsent = append(c.unsent, func() { close(answered) })
+	}
 	c.s.mu.Unlock()
+	if answered != nil {
+		<-answered
+	}
 	return err
+}
+
+// silence holds back what the server sends c, until speak: c's requests
+// still reach the server and run, but their answers and c's watch events
+// wait, and then arrive in the order the server sent them (a silent cut
+// that heals before go-zookeeper gives the connection up, or a proxy that
+// holds the server's bytes).
+func (c *fakeConn) silence() {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	c.silenced = true
+}
+
+func (c *fakeConn) speak() {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	c.silenced = false
+	for _, send := range c.unsent {
+		send()
+	}
+	c.unsent = nil
 }
 
 // done runs the after hook.
@@ -411,6 +446,10 @@ func (s *fakeServer) fire(p string, kind watchKind, typ zk.EventType) {
 			}
 			if zk.State(c.state.Load()) != zk.StateHasSession {
 				c.held = append(c.held, heldEvent{ch, ev})
+				continue
+			}
+			if c.silenced {
+				c.unsent = append(c.unsent, func() { ch <- ev; close(ch) })
 				continue
 			}
 			ch <- ev

@@ -66,6 +66,10 @@ var mutants = []mutant{
 	{name: "a writer watches its run ahead with a peer in the queue", run: "TestRunAheadWithAPeer",
 		edits: []mutantEdit{{file: "watch.go", point: "run-with-peers",
 			new: "if a.mode != Write || len(before) == 0 || before[len(before)-1].mode == Write {"}}},
+	// Coalesced reads: a joiner admitted on what its process has heard,
+	// with no sync to order its arrival against the server's changes.
+	{name: "a joiner admitted without its sync", flags: []string{"-sim.coalesce"}, edits: []mutantEdit{
+		{file: "coalesce.go", point: "joiner-without-sync", new: "r := zkclient.Reply[struct{}]{Session: s.a.c.Conn().SessionID()}"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
 	// member's node deleted while the set waits for the others is a hand
 	// deletion, which the simulation does not make: multi_test.go's

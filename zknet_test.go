@@ -188,7 +188,6 @@ type zkClient struct {
 	lastHeard time.Time     // the server's last packet from the session
 	downSince time.Time     // State has not been StateHasSession since
 	notified  time.Time     // the last watch event read
-	known     int64         // the largest zxid of a frame read: every change up to it has been told
 	holdSync  bool          // the next keepalive goes to the scheduler
 }
 
@@ -229,12 +228,11 @@ type zkReq struct {
 // zkFrame is one packet from the server: a response (req), a watch event
 // (ch), the end of the connection (eof), or else a ping reply.
 type zkFrame struct {
-	req  *zkReq
-	err  error
-	ch   chan zk.Event
-	ev   zk.Event
-	eof  bool
-	zxid int64 // the server's last zxid when it sent the frame (0: unknown)
+	req *zkReq
+	err error
+	ch  chan zk.Event
+	ev  zk.Event
+	eof bool
 }
 
 // session opens a modelled session asking for timeout ask, connected to
@@ -381,12 +379,10 @@ func (n *zkNet) apply(r *zkReq, answer bool) {
 	n.touch(cl, time.Now())
 	r.stage = stageApplied
 	var err error
-	var zxid int64
 	if r.setWatches {
 		n.s.mu.Lock()
 		held := cl.c.held
 		cl.c.held = nil
-		zxid = n.s.zxid
 		n.s.mu.Unlock()
 		// go-zookeeper lists the watches to set again from a map (conn.go
 		// 602), and the server fires the missed events in that order, not
@@ -395,12 +391,11 @@ func (n *zkNet) apply(r *zkReq, answer bool) {
 			n.shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
 		}
 		for _, h := range held {
-			n.toClient(cl, tcp, zkFrame{ch: h.ch, ev: h.ev, zxid: zxid})
+			n.toClient(cl, tcp, zkFrame{ch: h.ch, ev: h.ev})
 		}
 	} else {
 		n.s.mu.Lock()
 		err = r.f()
-		zxid = n.s.zxid
 		n.s.mu.Unlock()
 	}
 	if n.verbose && (r.op != "sync" || !answer) {
@@ -411,7 +406,7 @@ func (n *zkNet) apply(r *zkReq, answer bool) {
 		n.logf("c%d %s %s: %v%s", cl.id, r.op, r.path, err, lost)
 	}
 	if answer {
-		n.toClient(cl, tcp, zkFrame{req: r, err: err, zxid: zxid})
+		n.toClient(cl, tcp, zkFrame{req: r, err: err})
 	}
 }
 
@@ -427,7 +422,7 @@ func (n *zkNet) touch(cl *zkClient, t time.Time) {
 // on, it waits for the session's next one.
 func (cl *zkClient) event(ch chan zk.Event, ev zk.Event) {
 	if tcp := cl.tcp; tcp != nil && !tcp.closedByServer {
-		cl.n.toClient(cl, tcp, zkFrame{ch: ch, ev: ev, zxid: cl.n.s.zxid})
+		cl.n.toClient(cl, tcp, zkFrame{ch: ch, ev: ev})
 		return
 	}
 	cl.c.held = append(cl.c.held, heldEvent{ch, ev})
@@ -452,7 +447,6 @@ func (n *zkNet) recv(cl *zkClient, tcp *zkTCP, fr zkFrame) {
 	if now.After(tcp.lastRecv) {
 		tcp.lastRecv = now
 	}
-	cl.known = max(cl.known, fr.zxid)
 	switch {
 	case fr.eof:
 		n.teardown(cl, "the server closed the connection")
