@@ -56,7 +56,10 @@ func WithReadCoalescing() Option {
 // through the leader. The server that answers it has first applied every
 // change the leader committed before it, so the creation of any node that
 // was there when the joiner arrived. A plain read would not do: a follower
-// that lags answers it from an older state. The server sends a session's
+// that lags answers it from an older state. (A sync is no quorum
+// operation: a deposed leader answers it as a read until it sees it has
+// lost its quorum, as lease.go counts. In an ensemble, a joiner may then
+// pass a node created in that moment.) The server sends a session's
 // notifications before any later answer on one connection. go-zookeeper
 // puts each notification in its channel before it reads the next packet.
 // So if the watch has not fired when the answer is in, no node was behind
