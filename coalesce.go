@@ -358,11 +358,15 @@ func (s *sharedRead) sync(sy *joinSync) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	s.syncing = false
+	// mutant: joiner-sync-any-session
 	sy.ok = r.Err == nil && r.Session == s.session
 	if !sy.ok {
 		s.closeLocked() // the connection failed, or the session changed: a node costs less than a doubt
 	}
 	close(sy.done)
+	// The joiners that arrived while sy was under way wait for the next
+	// sync: sy may have reached the server before a node behind N did.
+	// mutant: joiner-on-an-earlier-sync
 	s.sendSyncLocked()
 }
 
@@ -435,6 +439,7 @@ func (s *sharedRead) connected() bool {
 	if n, counted := s.a.c.ConnectCount(); counted {
 		return s.counted && n == s.connects
 	}
+	// mutant: joiner-connect-state
 	return s.a.c.Conn().State() == zk.StateHasSession
 }
 

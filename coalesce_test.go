@@ -551,3 +551,174 @@ func TestCoalescedJoinersShareTheNextSync(t *testing.T) {
 		assert.Empty(t, s.lockNodes(dir))
 	})
 }
+
+// A sync serves only the joiners that arrived before it was sent. Here the
+// first joiner's sync reaches the server; then a writer queues behind the
+// held node and a second joiner arrives, before that sync's answer is
+// read, and the writer's notification waits (a silent cut). The first
+// sync's answer says nothing of the writer: the second joiner must not
+// join on it. Its own sync is answered after the writer's notification,
+// and it makes a node of its own, behind the writer.
+func TestCoalescedJoinerWaitsForASyncSentAfterIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := coalescing(t, c)
+		r1, err := l.RLock(ctx)
+		require.NoError(t, err)
+		var syncs atomic.Int32
+		answer := make(chan struct{})
+		c.setAfter(func(op, _ string, err error) error {
+			if op == "sync" && syncs.Add(1) == 1 {
+				<-answer // the server has run it; its answer is on the way
+			}
+			return err
+		})
+		j1 := start(ctx, l.RLock)
+		synctest.Wait()
+		require.Equal(t, int32(1), syncs.Load(), "the first joiner's sync has reached the server")
+
+		c.silence()
+		t.Cleanup(c.speak)
+		w := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		pending(t, w)
+		j2 := start(ctx, l.RLock)
+		synctest.Wait()
+		close(answer)
+		synctest.Wait()
+		g1 := granted(t, j1)
+		assert.Equal(t, r1.Node(), g1.Node(), "the first joiner arrived before the writer: it joins")
+		pending(t, j2)
+		assert.Len(t, s.lockNodes(dir), 2, "the second joiner waits for a sync of its own")
+
+		c.speak()
+		synctest.Wait()
+		pending(t, j2)
+		assert.Len(t, s.lockNodes(dir), 3, "the second joiner's sync was answered after the writer's notification: a node behind the writer")
+		require.NoError(t, r1.Release(ctx))
+		require.NoError(t, g1.Release(ctx))
+		synctest.Wait()
+		gw := granted(t, w)
+		pending(t, j2)
+		require.NoError(t, gw.Release(ctx))
+		synctest.Wait()
+		g2 := granted(t, j2)
+		assert.NotEqual(t, r1.Node(), g2.Node())
+		require.NoError(t, g2.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// coalescingConnect is coalescing on c as a connection zk.Connect made
+// (asConnect): the lock counts none of its connections.
+func coalescingConnect(t *testing.T, c *fakeConn) *RWLock {
+	t.Helper()
+	l, err := newRWLock(c.asConnect(), dir, WithReadCoalescing())
+	require.NoError(t, err)
+	t.Cleanup(l.background.Wait)
+	t.Cleanup(c.close)
+	g, err := l.Lock(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, g.Release(t.Context()))
+	return l
+}
+
+// On a connection that counts none of its connections (zk.Connect's),
+// readers join while it is up, and a node takes no joiner while it is
+// down: the sync would wait in go-zookeeper's queue, go out on the next
+// connection ahead of the watches set again, and be answered before the
+// events missed meanwhile. The reader makes a node of its own, which
+// queues behind a writer that came during the outage.
+func TestCoalescedConnectConnectionNoJoinWhileDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		c.lateReplay, c.queueWhileDown = true, true
+		l := coalescingConnect(t, c)
+		w0, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		r1 := start(ctx, l.RLock)
+		synctest.Wait()
+		r2 := start(ctx, l.RLock)
+		synctest.Wait()
+		require.Len(t, s.lockNodes(dir), 2, "joined while the connection is up")
+
+		c.disconnect()
+		w1 := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		pending(t, w1)
+		r3 := start(ctx, l.RLock)
+		synctest.Wait()
+		c.reconnect() // what waited goes first
+		synctest.Wait()
+		c.replay() // then the events missed meanwhile
+		synctest.Wait()
+		assert.Len(t, s.lockNodes(dir), 4, "the first writer, the shared node, the second writer, and the third reader's own node")
+
+		require.NoError(t, w0.Release(ctx))
+		synctest.Wait()
+		g1, g2 := granted(t, r1), granted(t, r2)
+		assert.Equal(t, g1.Node(), g2.Node())
+		pending(t, w1)
+		pending(t, r3)
+		require.NoError(t, g1.Release(ctx))
+		require.NoError(t, g2.Release(ctx))
+		synctest.Wait()
+		gw := granted(t, w1)
+		pending(t, r3)
+		require.NoError(t, gw.Release(ctx))
+		synctest.Wait()
+		g3 := granted(t, r3)
+		assert.NotEqual(t, g1.Node(), g3.Node())
+		require.NoError(t, g3.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A sync answered in a session other than the node's proves nothing of
+// the node's watch: the joiner makes a node of its own. (go-zookeeper ends
+// every watch before it opens a new session, so a fired watch would say as
+// much; here the fake moves the session under the sync without a word, to
+// test the rule on its own.)
+func TestCoalescedJoinerSyncInAnotherSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := coalescing(t, c)
+		w, err := newLock(t, s.conn()).Lock(ctx) // the shared node waits: no lease judges it meanwhile
+		require.NoError(t, err)
+		r1 := start(ctx, l.RLock)
+		synctest.Wait()
+
+		session := c.SessionID()
+		restored := make(chan struct{})
+		c.setBefore(func(op, _ string) error {
+			switch op {
+			case "sync":
+				c.session.Store(session + 100) // the answer comes in a session not known to be the node's
+			case "create":
+				<-restored
+			}
+			return nil
+		})
+		r2 := start(ctx, l.RLock)
+		synctest.Wait()
+		c.session.Store(session)
+		close(restored)
+		c.setBefore(nil)
+		synctest.Wait()
+		assert.Len(t, s.lockNodes(dir), 3, "the writer, the shared node, and the joiner's own node")
+
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		g1, g2 := granted(t, r1), granted(t, r2)
+		assert.NotEqual(t, g1.Node(), g2.Node())
+		require.NoError(t, g1.Release(ctx))
+		require.NoError(t, g2.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}

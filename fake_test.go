@@ -76,8 +76,14 @@ type fakeConn struct {
 	// go-zookeeper has for the node and kind by then, a channel set by a
 	// read after the reconnection included (late: the events kept).
 	lateReplay bool
-	late       []lateEvent                  // guarded by s.mu
-	watches    map[watchKey][]chan zk.Event // guarded by s.mu
+	late       []lateEvent // guarded by s.mu
+	// queueWhileDown, if set, makes a call made while the connection is
+	// down wait for the reconnection, as go-zookeeper's queue (sendChan)
+	// does, instead of failing with zk.ErrNoServer: it then goes out
+	// before the watches are set again (see lateReplay).
+	queueWhileDown bool
+	back           chan struct{}                // closed when the connection is back, or closed; guarded by s.mu
+	watches        map[watchKey][]chan zk.Event // guarded by s.mu
 
 	// Events for this session are held back while it is disconnected, as
 	// the server can only send them once the client is back (go-zookeeper
@@ -97,6 +103,8 @@ type fakeConn struct {
 
 	// A unit test stops the process with freeze: Pause waits until thaw.
 	frozen chan struct{} // guarded by hooks
+
+	connect *connectConn // c as zk.Connect's (asConnect); guarded by hooks
 
 	// Hooks, set with setBefore and setAfter: the lock's own goroutines
 	// (its lease's keepalive) may be calling meanwhile.
@@ -121,7 +129,31 @@ var (
 	_ zkclient.Conn     = (*fakeConn)(nil)
 	_ zkclient.Sessions = (*fakeConn)(nil)
 	_ zkclient.Pauser   = (*fakeConn)(nil)
+	_ zkclient.Pauser   = (*connectConn)(nil)
 )
+
+// connectConn is a fake connection as a lock sees one made by zk.Connect
+// rather than Dial: it tells nothing of its sessions (it is no
+// zkclient.Sessions), so the lock neither learns its session timeout nor
+// counts its connections.
+type connectConn struct {
+	zkclient.Conn
+	c *fakeConn
+}
+
+// Pause is zkclient.Pauser's: the process may be stopped all the same.
+func (u *connectConn) Pause() { u.c.Pause() }
+
+// asConnect returns c as a connection made by zk.Connect (connectConn):
+// the same one each time, as the lock keys its clients by connection.
+func (c *fakeConn) asConnect() zkclient.Conn {
+	c.hooks.Lock()
+	defer c.hooks.Unlock()
+	if c.connect == nil {
+		c.connect = &connectConn{Conn: c, c: c}
+	}
+	return c.connect
+}
 
 // The watches the fake server keeps, by node and kind.
 type watchKind int8
@@ -185,12 +217,8 @@ func (c *fakeConn) apply(op, p string, f func() error) error {
 			return err
 		}
 	}
-	switch zk.State(c.state.Load()) {
-	case zk.StateHasSession:
-	case zk.StateDisconnected:
-		return zk.ErrConnectionClosed // closed for good
-	default:
-		return zk.ErrNoServer
+	if err := c.sendable(); err != nil {
+		return err
 	}
 	c.calls.Add(1)
 	c.s.mu.Lock()
@@ -214,6 +242,35 @@ func (c *fakeConn) apply(op, p string, f func() error) error {
 		<-answered
 	}
 	return err
+}
+
+// sendable waits, for a connection with queueWhileDown, until a call can
+// go to the server; it returns why it cannot.
+func (c *fakeConn) sendable() error {
+	for {
+		switch zk.State(c.state.Load()) {
+		case zk.StateHasSession:
+			return nil
+		case zk.StateDisconnected:
+			return zk.ErrConnectionClosed // closed for good
+		}
+		c.s.mu.Lock()
+		back := c.back
+		c.s.mu.Unlock()
+		if !c.queueWhileDown || back == nil {
+			return zk.ErrNoServer
+		}
+		<-back
+	}
+}
+
+// wakeQueuedLocked lets the calls that waited for the connection go (see
+// queueWhileDown); call with s.mu held.
+func (c *fakeConn) wakeQueuedLocked() {
+	if c.back != nil {
+		close(c.back)
+		c.back = nil
+	}
 }
 
 // silence holds back what the server sends c, until speak: c's requests
@@ -590,7 +647,8 @@ func (c *fakeConn) ConnectCount() uint64 { return c.connects.Load() }
 
 // setGranted makes c a connection that tells the lock its session timeout,
 // as one made by Dial does: t from now on, for every session of c. A
-// connection never told stands for one made by zk.Connect.
+// connection never told tells no timeout, but still counts its
+// connections; asConnect's tells nothing, as one made by zk.Connect.
 func (c *fakeConn) setGranted(t time.Duration) { c.granted.Store(int64(t)) }
 
 // TimeoutOf is zkclient.Sessions'.
@@ -663,13 +721,23 @@ func (c *fakeConn) close() {
 	// session's end would not end (apply checks the state).
 	c.state.Store(int32(zk.StateDisconnected))
 	c.endSession(zk.ErrClosing)
+	c.s.mu.Lock()
+	c.wakeQueuedLocked()
+	c.s.mu.Unlock()
 }
 
 // disconnect and reconnect model a connection that drops and comes back:
 // calls fail with zk.ErrNoServer meanwhile, and events wait. If the server
 // expired the session meanwhile, reconnecting tells the client so, and it
 // starts a new session, as go-zookeeper does.
-func (c *fakeConn) disconnect() { c.state.Store(int32(zk.StateConnecting)) }
+func (c *fakeConn) disconnect() {
+	c.s.mu.Lock()
+	if c.back == nil {
+		c.back = make(chan struct{}) // before the state: see sendable
+	}
+	c.s.mu.Unlock()
+	c.state.Store(int32(zk.StateConnecting))
+}
 
 func (c *fakeConn) reconnect() {
 	c.s.mu.Lock()
@@ -678,12 +746,16 @@ func (c *fakeConn) reconnect() {
 	if dead {
 		c.endSession(zk.ErrSessionExpired)
 		c.newSession()
+		c.s.mu.Lock()
+		c.wakeQueuedLocked()
+		c.s.mu.Unlock()
 		return
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	c.connects.Add(1)
 	c.state.Store(int32(zk.StateHasSession))
+	c.wakeQueuedLocked() // they go before the watches are set again, which replay is
 	if c.replayOrder != nil {
 		c.replayOrder(c.held)
 	}

@@ -66,7 +66,9 @@ import (
 // ping cycle (plan), it may cut a client's link right after a watch
 // notification reached it (react), and, with coalesced reads, it may cut
 // a reading process's link from server to client as a writer queues, so
-// that the process does not hear of the writer (sharedReader).
+// that the process does not hear of the writer (sharedReader), or as its
+// sync reaches the server, to be read frame by frame at the heal
+// (sharedSync).
 // TestSimulationCatchesMutants (mutants_test.go) shows that deliberate
 // bugs are found, the rule the lock had before its lease clock among them.
 
@@ -205,7 +207,7 @@ type simClient struct {
 	zk    *zkClient
 	lock  *RWLock
 	steps []simStep  // what it will do
-	known bool       // its connection tells the lock the session timeout, as Dial's does
+	known bool       // its connection is made by Dial: it tells the lock the session timeout, and counts its connections
 	twin  bool       // a second goroutine of another client's process (coalesce), or a set's member
 	lock2 *RWLock    // the set's second lock (sets)
 	other *simClient // holds the grant of lock2 while c holds a set (sets)
@@ -363,9 +365,13 @@ func (s *sim) run() {
 		if maxT > 0 && r.IntN(2) == 0 {
 			ask = 2 * maxT // more than the server grants
 		}
-		known := r.IntN(4) != 0 // a Dial connection; else: any disconnection is a loss
+		known := r.IntN(4) != 0 // a Dial connection; else zk.Connect's: any disconnection is a loss
 		conn := s.net.session(hosts, ask, known)
 		c := &simClient{id: i, conn: conn, zk: conn.cl, known: known}
+		lockConn := zkclient.Conn(conn)
+		if !known {
+			lockConn = conn.asConnect() // it counts no connections either
+		}
 		opts := []Option{WithOwner(fmt.Sprintf("c%d", i)), WithCleanupTimeout(2 * time.Second)}
 		if known && r.IntN(4) != 0 {
 			opts = append(opts, WithSessionTimeout(ask)) // what the caller asked for: no more than a cap
@@ -377,14 +383,14 @@ func (s *sim) run() {
 			// Holds that run past it, sometimes through a fault.
 			opts = append(opts, WithMaxHold(time.Duration(10+r.Int64N(int64(s.timeout/time.Millisecond)))*time.Millisecond))
 		}
-		l, err := newRWLock(conn, dir, opts...)
+		l, err := newRWLock(lockConn, dir, opts...)
 		if err != nil {
 			s.fail("newRWLock: %v", err)
 			return
 		}
 		c.lock = l
 		if s.cfg.sets {
-			if c.lock2, err = newRWLock(conn, dir2, opts...); err != nil {
+			if c.lock2, err = newRWLock(lockConn, dir2, opts...); err != nil {
 				s.fail("newRWLock: %v", err)
 				return
 			}
@@ -919,6 +925,21 @@ func (s *sim) actions() []func() {
 				n.apply(r, true)
 			})
 		}
+		if c := s.sharedSync(r); c != nil && b.silent > 0 && !s.quiet {
+			d := time.Duration(1 + s.rng.Int64N(int64(s.timeout)))
+			actions = append(actions, func() {
+				b.silent--
+				s.logf("c%d's reads share a node: before its sync reaches the server, frames to be read one by one at the heal,", c.id)
+				s.cut(c, false, true, dialTimeout, d)
+				cl.trickle = true
+				n.apply(r, true)
+			})
+		}
+	}
+	for _, cl := range n.clients {
+		if cl.trickling() {
+			actions = append(actions, func() { n.readNext(cl) })
+		}
 	}
 	if b.lowers > 0 && !s.quiet && s.rng.IntN(20) == 0 {
 		actions = append(actions, func() {
@@ -974,6 +995,26 @@ func (s *sim) sharedReader(r *zkReq) *simClient {
 	for _, c := range s.clients {
 		cl := c.zk
 		if cl != r.cl && c.holding != nil && c.holding.Mode() == Read && !cl.cut() && !cl.frozen && cl.tcp != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+// sharedSync returns, when r is a sync, a client of its process that
+// holds a coalesced read: the sync may be a joiner's. Cutting the link
+// from server to client as it reaches the server holds its answer back;
+// a writer may queue meanwhile, and another reader of the process arrive
+// after it. At the heal, that reader must not be let in by the earlier
+// sync's answer, read before the writer's notification. Call with net.mu
+// held.
+func (s *sim) sharedSync(r *zkReq) *simClient {
+	if !s.cfg.coalesce || r.op != "sync" {
+		return nil
+	}
+	for _, c := range s.clients {
+		cl := c.zk
+		if cl == r.cl && c.holding != nil && c.holding.Mode() == Read && !cl.cut() && !cl.frozen {
 			return c
 		}
 	}
@@ -1067,7 +1108,7 @@ func (s *sim) plan(c *simClient) {
 type simBudget struct {
 	resets, cancels, cuts, freezes int
 	planned                        int // see plan
-	silent                         int // silent cuts under a coalesced reader as a writer queues (see sharedReader)
+	silent                         int // silent cuts under a coalesced reader as a writer queues or a sync goes (see sharedReader, sharedSync)
 	lowers                         int // restarts of the server with a lower maxSessionTimeout
 }
 

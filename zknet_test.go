@@ -65,8 +65,11 @@ import (
 //     sendChan.
 //   - The network: each direction of a client's link is up or cut. TCP
 //     keeps what a cut loses and delivers it at the heal if the connection
-//     still lives. Packets otherwise take no time: requests wait on the
-//     wire only as long as the scheduler lets them.
+//     still lives: all at once, or, at the scheduler's word, one frame per
+//     step, so that what an answer wakes runs before the next frame is
+//     read (recvLoop hands an answer over and reads on). Packets otherwise
+//     take no time: requests wait on the wire only as long as the
+//     scheduler lets them.
 //   - A stopped process (SIGSTOP) runs nothing: go-zookeeper's loops
 //     neither ping nor read (what arrives waits in its socket), and the
 //     lock's lease timer and requests wait at Pause (zkclient; its other timers,
@@ -177,6 +180,10 @@ type zkClient struct {
 	c2s, s2c  bool // the link gets packets through in that direction
 	dialFails zkDial
 	healAt    time.Time // when a cut link heals
+	// At the heal, the frames that waited are read one per step of the
+	// scheduler (readNext), not all at once: the goroutines an answer
+	// wakes run before go-zookeeper reads the next frame.
+	trickle bool
 
 	frozen   bool // the process is stopped
 	frozenAt time.Time
@@ -471,6 +478,25 @@ func (n *zkNet) flush(cl *zkClient, tcp *zkTCP) {
 		tcp.s2c = tcp.s2c[1:]
 		n.recv(cl, tcp, fr)
 	}
+	cl.trickle = false
+}
+
+// trickling reports whether cl has a frame to read one at a time (see
+// zkClient.trickle).
+func (cl *zkClient) trickling() bool {
+	tcp := cl.tcp
+	return cl.trickle && tcp != nil && len(tcp.s2c) > 0 && cl.s2c && !cl.frozen
+}
+
+// readNext reads the next of the frames that waited (see zkClient.trickle).
+func (n *zkNet) readNext(cl *zkClient) {
+	tcp := cl.tcp
+	fr := tcp.s2c[0]
+	tcp.s2c = tcp.s2c[1:]
+	n.recv(cl, tcp, fr)
+	if cl.tcp != tcp || len(tcp.s2c) == 0 {
+		cl.trickle = false
+	}
 }
 
 // ping is one tick of sendLoop's ticker, at t.
@@ -509,7 +535,7 @@ func (n *zkNet) advance(now time.Time) {
 // teardown: go-zookeeper gives up the connection (loop, 486-500).
 func (n *zkNet) teardown(cl *zkClient, why string) {
 	tcp := cl.tcp
-	cl.tcp = nil
+	cl.tcp, cl.trickle = nil, false
 	tcp.closedByClient = true
 	for _, fr := range tcp.s2c {
 		if fr.ch != nil { // never read: setWatches has it fired again
@@ -649,7 +675,7 @@ func (n *zkNet) heal(cl *zkClient) {
 			}
 		}
 		tcp.c2sPing = false
-		if !cl.frozen {
+		if !cl.frozen && !cl.trickle {
 			n.flush(cl, tcp)
 		}
 	}
