@@ -16,18 +16,25 @@ import (
 // WithReadCoalescing makes the blocking shared acquisitions of this RWLock
 // (RLock, WithRead, ReadGroup, ReadBatch; not TryRLock) that run at the
 // same time share one read node, as long as that keeps the queue's order:
-// 64 goroutines reading at once cost one node and four requests instead of
-// 64 nodes and 192 requests.
+// 64 goroutines reading at once make one node instead of 64 (BENCHMARKS.md,
+// W7, has what a burst costs).
 //
 // A reader joins the shared node, waiting or held, only while nothing has
 // queued behind that node since its listing, as a sync sent after the
 // reader arrived proves (one sync for all the readers that arrive
 // together); otherwise it makes a new node, which later readers may join.
-// So a writer that queued behind a shared node never waits for a reader
-// that arrived after the writer's node, even if this process has not heard
-// of that node yet. While the sync goes unanswered (a silent cut) the
-// reader waits: it gets the node's loss (ErrLost) if the node is lost
-// meanwhile, or makes a node of its own once the connection fails.
+// So, on a standalone server, a writer that queued behind a shared node
+// never waits for a reader that arrived after the writer's node was
+// created, even if this process has not heard of that node yet. In an
+// ensemble the same holds, with two exceptions, both on a leader: a reader
+// whose session is on the leader may pass a writer's node that the leader
+// had committed but not yet applied when the reader's sync reached it (a
+// follower may have told the writer of its node already); and a reader
+// answered by a deposed leader, before it sees it has lost its quorum, may
+// pass a node the new leader created. While the sync goes unanswered (a
+// silent cut) the reader waits: it gets the node's loss (ErrLost) if the
+// node is lost meanwhile, or makes a node of its own once the connection
+// fails. docs/guarantees.md tells what a connection not made by Dial adds.
 //
 // Each reader gets a grant of its own: its Release is its own (and later
 // calls return nil), its Done closes when the shared node is lost, and
@@ -52,21 +59,33 @@ func WithReadCoalescing() Option {
 //	    after it).
 //
 // Every node created behind N after that listing fires the watch: a child
-// watch fires on any change of the directory's children. A sync goes
-// through the leader. The server that answers it has first applied every
-// change the leader committed before it, so the creation of any node that
-// was there when the joiner arrived. A plain read would not do: a follower
-// that lags answers it from an older state. (A sync is no quorum
-// operation: a deposed leader answers it as a read until it sees it has
-// lost its quorum, as lease.go counts. In an ensemble, a joiner may then
-// pass a node created in that moment.) The server sends a session's
-// notifications before any later answer on one connection. go-zookeeper
-// puts each notification in its channel before it reads the next packet.
-// So if the watch has not fired when the answer is in, no node was behind
-// N when the joiner arrived. A writer W that queued behind N never waits
-// for a reader that arrived after W's node, whether or not this process
-// had heard of W by then (a silent cut holds notifications back for up to
-// 2T/3).
+// watch fires on any change of the directory's children. The server sends
+// a session's notifications before any later answer on one connection.
+// go-zookeeper puts each notification in its channel before it reads the
+// next packet. So if the watch has not fired when the sync's answer is in,
+// the server that answered had applied no node behind N.
+//
+// The sync makes that server at least as new as the joiner's arrival. A
+// standalone server runs its requests in the order they come: a node
+// created before the sync came is applied before the sync is answered. In
+// an ensemble, a follower passes the sync to the leader, and answers it
+// once it has applied every change the leader had committed by then, so
+// every node created before the joiner arrived. A plain read would not do:
+// a follower that lags answers it from an older state. So a writer W that
+// queued behind N never waits for a reader that arrived after W's node,
+// whether or not this process had heard of W by then (a silent cut holds
+// notifications back for up to 2T/3).
+//
+// Two cases escape in an ensemble, both on a leader. A sync sent to the
+// leader itself is run as a plain read (ZooKeeper's CommitProcessor, with
+// matchSyncs false in LeaderZooKeeperServer): it may be answered before
+// the leader applies a change it has committed. A follower may have
+// applied that create, and told its writer, already. So a joiner whose
+// session is on the leader may pass a node for as long as the leader takes
+// to apply it. And a sync is no quorum operation: a deposed leader answers
+// it as a read until it sees it has lost its quorum, as lease.go counts. A
+// joiner answered by it may pass a node that the new leader created
+// meanwhile.
 //
 // N's maker needs no sync: N was created after it arrived, and every node
 // behind N was created after N. A reader that arrives before N's first
