@@ -24,8 +24,9 @@ import (
 )
 
 // A burst of 64 goroutines of one process, each RLock then Release on an
-// uncontended coalescing lock, costs one node: at most 6 requests by the
-// server's count (192 without the option).
+// uncontended coalescing lock, costs one node: its create, its listing,
+// one sync for the joiners and its deletion, by the server's count (192
+// without the option).
 func TestCoalescedBurstRequests(t *testing.T) {
 	zk := zkserver.StartStandalone(t)
 	c := connect(t, zk.ConnectString(), 0)
@@ -63,9 +64,13 @@ func TestCoalescedBurstRequests(t *testing.T) {
 		n := requestCount(t, zk, burst)
 		total += n
 		most = max(most, n)
-		assert.LessOrEqual(t, n, int64(6), "requests for a burst of 64 readers")
 	}
 	t.Logf("requests per burst of 64 readers: %.2f on average over %d bursts, at most %d", float64(total)/bursts, bursts, most)
+	// 4 a burst. The server also counts go-zookeeper's pings and the
+	// lease's keepalives, and a reader that the Go scheduler runs only
+	// after the joiners' sync went waits for a second one: two in all may
+	// come on top.
+	assert.LessOrEqual(t, total, int64(4*bursts+2), "requests for %d bursts of 64 readers", bursts)
 	assert.Empty(t, lockNodes(t, c.conn, path))
 }
 
