@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -15,13 +16,25 @@ import (
 // WithReadCoalescing makes the blocking shared acquisitions of this RWLock
 // (RLock, WithRead, ReadGroup, ReadBatch; not TryRLock) that run at the
 // same time share one read node, as long as that keeps the queue's order:
-// 64 goroutines reading at once cost one node and three requests instead of
-// 64 nodes and 192 requests.
+// 64 goroutines reading at once make one node instead of 64 (BENCHMARKS.md,
+// W7, has what a burst costs).
 //
 // A reader joins the shared node, waiting or held, only while nothing has
-// queued behind that node since its listing; otherwise it makes a new node,
-// which later readers may join. So a writer that queued behind a shared
-// node never waits for a reader that arrived after the writer's node.
+// queued behind that node since its listing, as a sync sent after the
+// reader arrived proves (one sync for all the readers that arrive
+// together); otherwise it makes a new node, which later readers may join.
+// So, on a standalone server, a writer that queued behind a shared node
+// never waits for a reader that arrived after the writer's node was
+// created, even if this process has not heard of that node yet. In an
+// ensemble the same holds, with two exceptions, both on a leader: a reader
+// whose session is on the leader may pass a writer's node that the leader
+// had committed but not yet applied when the reader's sync reached it (a
+// follower may have told the writer of its node already); and a reader
+// answered by a deposed leader, before it sees it has lost its quorum, may
+// pass a node the new leader created. While the sync goes unanswered (a
+// silent cut) the reader waits: it gets the node's loss (ErrLost) if the
+// node is lost meanwhile, or makes a node of its own once the connection
+// fails. docs/guarantees.md tells what a connection not made by Dial adds.
 //
 // Each reader gets a grant of its own: its Release is its own (and later
 // calls return nil), its Done closes when the shared node is lost, and
@@ -35,29 +48,68 @@ func WithReadCoalescing() Option {
 	return func(o *options) { o.coalesce = true }
 }
 
-// The fairness argument. A shared node N takes a joiner only if
+// The fairness argument. A shared node N takes a reader that did not make
+// it (a joiner) only if
 //
 //	(1) the listing of N's acquisition that first showed N showed no lock
 //	    node after N, and set a child watch on the directory; and
-//	(2) that watch has not fired (as of the last packet go-zookeeper
-//	    read: Watch.FiredNow) when the joiner arrives, or, for a joiner
-//	    that arrived before that listing, when the listing's verdict is in.
+//	(2) a sync sent after the joiner arrived was answered in N's session,
+//	    on the connection that set the watch (see connected), and the
+//	    watch had not fired when the answer came (Watch.FiredNow, read
+//	    after it).
 //
-// Every node created after that listing fires the watch (a child watch
-// fires on any change of the directory's children, and ZooKeeper sends
-// our session the event before it answers any later request of ours, as
-// long as the connection lasts: see connected, which is part of (2)). So
-// when a joiner is admitted, every lock node behind N was created after
-// the joiner's arrival, up to the time the event takes to reach us: a
-// writer W that queued behind N never waits for a reader that arrived
-// after W's node. A reader that joins N is behind whatever N is behind,
-// exactly as a node of its own made at that moment would be, and ahead of
-// nothing that queued before it. Once the watch has fired, or a later
-// listing shows a node after N, or N's acquisition was queued again, N
-// takes no more joiners, for good: a change that is not a node behind N
-// (a deletion that clears N's way, a foreign child) closes it too, which
-// costs a node, never fairness. A node that was lost, released or never
-// granted takes nobody.
+// Every node created behind N after that listing fires the watch: a child
+// watch fires on any change of the directory's children. The server sends
+// a session's notifications before any later answer on one connection.
+// go-zookeeper puts each notification in its channel before it reads the
+// next packet. So if the watch has not fired when the sync's answer is in,
+// the server that answered had applied no node behind N.
+//
+// The sync makes that server at least as new as the joiner's arrival. A
+// standalone server runs its requests in the order they come: a node
+// created before the sync came is applied before the sync is answered. In
+// an ensemble, a follower passes the sync to the leader, and answers it
+// once it has applied every change the leader had committed by then, so
+// every node created before the joiner arrived. A plain read would not do:
+// a follower that lags answers it from an older state. So a writer W that
+// queued behind N never waits for a reader that arrived after W's node,
+// whether or not this process had heard of W by then (a silent cut holds
+// notifications back for up to 2T/3).
+//
+// Two cases escape in an ensemble, both on a leader. A sync sent to the
+// leader itself is run as a plain read (ZooKeeper's CommitProcessor, with
+// matchSyncs false in LeaderZooKeeperServer): it may be answered before
+// the leader applies a change it has committed. A follower may have
+// applied that create, and told its writer, already. So a joiner whose
+// session is on the leader may pass a node for as long as the leader takes
+// to apply it. And a sync is no quorum operation: a deposed leader answers
+// it as a read until it sees it has lost its quorum, as lease.go counts. A
+// joiner answered by it may pass a node that the new leader created
+// meanwhile.
+//
+// N's maker needs no sync: N was created after it arrived, and every node
+// behind N was created after N. A reader that arrives before N's first
+// listing is judged needs one all the same: that listing may come from a
+// follower that lags.
+//
+// One sync serves every joiner that arrived before it was sent. A joiner
+// that arrives while one is under way waits for the next, sent when that
+// one's answer is in. The first is sent once the first listing is judged,
+// so the readers that arrive as N is made share it: a burst costs N's
+// create, its listing, one sync and N's deletion.
+//
+// A joiner waits for its sync. If its context ends, it leaves. If N is lost
+// meanwhile (its lease runs out while a silent cut holds the answer back,
+// say), the joiner gets N's loss. If the sync fails or proves nothing (the
+// connection changed, the watch fired), the joiner makes a node of its own.
+//
+// A reader that joins N is behind whatever N is behind, exactly as a node
+// of its own made at that moment would be, and ahead of nothing that
+// queued before it. Once the watch has fired, or a later listing shows a
+// node after N, or N's acquisition was queued again, N takes no more
+// joiners, for good: a change that is not a node behind N (a deletion that
+// clears N's way, a foreign child) closes it too, which costs a node, never
+// fairness. A node that was lost, released or never granted takes nobody.
 //
 // Holding on: a node with joiners lives while any of them holds it, and
 // takes joiners only while nothing has queued behind it, so once a writer
@@ -95,7 +147,6 @@ type sharedRead struct {
 	l      *RWLock
 	a      *acquisition
 	cancel context.CancelFunc
-	listed chan struct{} // closed when the first listing of the node is judged, or the acquisition ended
 	done   chan struct{} // closed when the acquisition ended: root or err is set
 
 	connects uint64 // the connection's count of connections before the node's create
@@ -103,9 +154,12 @@ type sharedRead struct {
 
 	// guarded by co.mu
 	node     string          // its full path, once listed
-	verdict  bool            // listed is closed
+	session  int64           // the session that owns it, once listed
+	verdict  bool            // its first listing is judged, or the acquisition ended
 	dir      *zkclient.Watch // the child watch of the listing that first showed the node
 	open     bool            // joiners are admitted (see the fairness argument)
+	next     *joinSync       // the sync that joiners arriving now wait for, not sent yet; nil for none
+	syncing  bool            // a sync is under way
 	finished bool            // the acquisition ended
 	root     *Grant          // its grant
 	err      error           // or why it failed
@@ -113,15 +167,24 @@ type sharedRead struct {
 	holding  int             // readers holding a grant nested in root
 }
 
+// joinSync is one sync for the joiners that arrived before it was sent
+// (see the fairness argument).
+type joinSync struct {
+	done     chan struct{} // closed when it is answered, or will never be sent
+	ok       bool          // answered, in the node's session; guarded by co.mu
+	requests atomic.Int64  // its requests, for the first joiner's event
+}
+
 // readShared is RLock (and WithRead, ReadGroup, ReadBatch) on a lock with
 // WithReadCoalescing: one acquisition of the caller, with its own event.
 func (l *RWLock) readShared(ctx context.Context, w want) (*Grant, error) {
 	start := time.Now()
 	l.starting(ctx, w, start)
-	g, a, err := l.coalesce.read(ctx, l)
+	g, a, syncs, err := l.coalesce.read(ctx, l)
 	if a == nil {
-		a = &acquisition{l: l, want: w} // a joiner's event: no request of its own
+		a = &acquisition{l: l, want: w} // a joiner's event: only the syncs it opened
 	}
+	a.requests.Add(syncs)
 	l.acquired(ctx, a, start, err)
 	if err != nil {
 		return nil, errorf("rwlock: %s %s: %w", verb(w), l.path, err)
@@ -131,21 +194,34 @@ func (l *RWLock) readShared(ctx context.Context, w want) (*Grant, error) {
 
 // read returns a grant nested in a shared node, joined or made. a is the
 // node's acquisition if this caller made it and the acquisition ended
-// (for the caller's event), else nil.
-func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, a *acquisition, err error) {
+// (for the caller's event), else nil. syncs counts the requests of the
+// syncs that this caller was the first to wait for, which it reports.
+func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, a *acquisition, syncs int64, err error) {
+	var opened []*joinSync
+	defer func() {
+		for _, sy := range opened {
+			syncs += sy.requests.Load()
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
-		s, made := co.enter(ctx, l)
+		s, sy, first := co.enter(ctx, l)
+		made := sy == nil
+		if first {
+			opened = append(opened, sy)
+		}
 		if !made {
-			select {
-			case <-s.listed:
-			case <-ctx.Done():
-				return nil, nil, s.leave(ctx, true)
-			}
-			if !s.admits() {
-				s.leave(ctx, false) // not fair to join any more: a node of our own
+			lost, err := s.await(ctx, sy)
+			switch {
+			case err != nil:
+				return nil, nil, 0, s.leave(ctx, true)
+			case lost != nil:
+				s.leave(ctx, false)
+				return nil, nil, 0, lost
+			case !s.admits(sy):
+				s.leave(ctx, false) // not proven fair to join: a node of our own
 				continue
 			}
 		}
@@ -156,20 +232,21 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, a *acquisit
 		if ctx.Err() != nil {
 			// As a cancelled RLock promises: the context's error, even if
 			// the grant came at the same moment.
-			return nil, nil, s.leave(ctx, true)
+			return nil, nil, 0, s.leave(ctx, true)
 		}
 		if made {
 			a = s.a
 		}
 		g, err := s.take()
-		return g, a, err
+		return g, a, 0, err
 	}
 }
 
 // enter joins the current node if it may take joiners (or its first
-// listing is not judged yet), and otherwise makes a new one; made reports
-// the latter.
-func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, made bool) {
+// listing is not judged yet), and returns the sync the joiner waits for,
+// and whether it is the first to wait for it; otherwise it makes a new
+// node, and returns no sync.
+func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, sy *joinSync, first bool) {
 	co.mu.Lock()
 	s = co.cur
 	co.mu.Unlock()
@@ -180,11 +257,11 @@ func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, made 
 	defer co.mu.Unlock()
 	if s = co.cur; s != nil && (!s.verdict || s.joinableLocked()) {
 		s.waiting++
-		return s, false
+		sy, first = s.nextSyncLocked()
+		return s, sy, first
 	}
 	s = &sharedRead{
-		co: co, l: l, waiting: 1,
-		listed: make(chan struct{}), done: make(chan struct{}),
+		co: co, l: l, waiting: 1, done: make(chan struct{}),
 		a: &acquisition{l: l, c: zkclient.For(l.conn), want: want{mode: Read, block: true}, guid: lockname.NewGUID()},
 	}
 	s.a.share = s
@@ -194,7 +271,7 @@ func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, made 
 	sctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	l.background.Add(1)
 	go s.run(sctx)
-	return s, true
+	return s, nil, false
 }
 
 // run is the node's acquisition, on a goroutine of its own.
@@ -209,12 +286,12 @@ func (s *sharedRead) run(ctx context.Context) {
 	co := s.co
 	co.mu.Lock()
 	s.finished, s.root, s.err = true, g, err
-	s.judgedLocked()
 	orphan := g != nil && s.waiting+s.holding == 0 // every reader left as it was granted
 	if err != nil || orphan {
 		s.closeLocked()
 		s.forgetLocked()
 	}
+	s.judgedLocked()
 	co.mu.Unlock()
 	if orphan {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cleanupTimeout)
@@ -234,7 +311,7 @@ func (s *sharedRead) listedBy(a *acquisition) {
 	defer co.mu.Unlock()
 	if s.node != a.path { // the first listing, or one of a new node
 		s.forgetLocked()
-		s.node = a.path
+		s.node, s.session = a.path, a.session
 		if s.waiting+s.holding > 0 {
 			co.live[s.node] = s
 		}
@@ -251,12 +328,65 @@ func (s *sharedRead) listedBy(a *acquisition) {
 	}
 }
 
-// judgedLocked closes listed, once.
+// judgedLocked records the first listing's verdict (or the end of the
+// acquisition): the joiners' first sync may go.
 func (s *sharedRead) judgedLocked() {
-	if !s.verdict {
-		s.verdict = true
-		close(s.listed)
+	s.verdict = true
+	s.sendSyncLocked()
+}
+
+// nextSyncLocked returns the sync for a joiner arriving now: the next one,
+// sent after this moment, and whether the joiner is the first to wait for
+// it. It goes at once if it may.
+func (s *sharedRead) nextSyncLocked() (sy *joinSync, first bool) {
+	if s.next == nil {
+		s.next, first = &joinSync{done: make(chan struct{})}, true
 	}
+	sy = s.next
+	s.sendSyncLocked()
+	return sy, first
+}
+
+// sendSyncLocked sends the next sync, if joiners wait for it, the first
+// listing is judged, and no other sync is under way (whose answer sends
+// it). A node that takes no joiners sends none, nor one that a sync could
+// not serve: it closes, and its joiners make nodes of their own.
+func (s *sharedRead) sendSyncLocked() {
+	if s.next == nil || !s.verdict || s.syncing {
+		return
+	}
+	// A sync sent while the connection is down waits in go-zookeeper's
+	// queue, and goes out ahead of the watches set again: see connected.
+	if !s.open || !s.connected() || !s.a.c.RefIfLive() { // RefIfLive: the Client went with the node
+		s.closeLocked()
+		return
+	}
+	sy := s.next
+	s.next, s.syncing = nil, true
+	s.l.background.Add(1)
+	go s.sync(sy)
+}
+
+// sync sends sy and records its answer; the next sync follows it.
+func (s *sharedRead) sync(sy *joinSync) {
+	defer s.l.background.Done()
+	defer s.a.c.Unref()
+	// mutant: joiner-without-sync
+	r := s.a.c.Sync(&tally{Context: context.Background(), n: &sy.requests})
+	co := s.co
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	s.syncing = false
+	// mutant: joiner-sync-any-session
+	sy.ok = r.Err == nil && r.Session == s.session
+	if !sy.ok {
+		s.closeLocked() // the connection failed, or the session changed: a node costs less than a doubt
+	}
+	close(sy.done)
+	// The joiners that arrived while sy was under way wait for the next
+	// sync: sy may have reached the server before a node behind N did.
+	// mutant: joiner-on-an-earlier-sync
+	s.sendSyncLocked()
 }
 
 // forgetLocked takes the node out of co.live: no reader is left.
@@ -266,11 +396,16 @@ func (s *sharedRead) forgetLocked() {
 	}
 }
 
-// closeLocked stops the node taking joiners.
+// closeLocked stops the node taking joiners. The sync not sent yet never
+// will be: the joiners that wait for it make nodes of their own.
 func (s *sharedRead) closeLocked() {
 	s.open = false
 	if s.co.cur == s {
 		s.co.cur = nil
+	}
+	if s.next != nil {
+		close(s.next.done)
+		s.next = nil
 	}
 }
 
@@ -312,26 +447,56 @@ func (s *sharedRead) joinableLocked() bool {
 // connected reports whether the connection is still the one that made
 // the node's create and listing. The watch's event comes before any later
 // answer only on one connection: after a reconnection, go-zookeeper sets
-// its watches again with a request that answers sent earlier may overtake,
+// its watches again with a request that requests queued earlier overtake,
 // and the server tells of the changes missed meanwhile only then. A
 // connection made by Dial counts its connections, so a node takes no
-// joiner after a reconnection; on any other, a node takes none while the
-// connection is down, but a reader that arrives right after a
-// reconnection, before the missed events, may join.
+// joiner after a reconnection. On any other, a node takes none while the
+// connection is down; but a joiner whose sync was queued in the instant
+// the connection went, or as it came back, may be answered before the
+// missed events, and join.
 func (s *sharedRead) connected() bool {
 	if n, counted := s.a.c.ConnectCount(); counted {
 		return s.counted && n == s.connects
 	}
+	// mutant: joiner-connect-state
 	return s.a.c.Conn().State() == zk.StateHasSession
 }
 
-// admits reports whether a reader that came before the first listing's
-// verdict may stay.
-func (s *sharedRead) admits() bool {
-	s.refresh()
+// await waits for sy, a joiner's sync. It returns the node's loss if the
+// node was lost first, or ctx's error if ctx ended first.
+func (s *sharedRead) await(ctx context.Context, sy *joinSync) (lost, err error) {
+	for {
+		co := s.co
+		co.mu.Lock()
+		finished, root, failed := s.finished, s.root, s.err
+		co.mu.Unlock()
+		ended, gone := s.done, (<-chan struct{})(nil)
+		switch {
+		case failed != nil:
+			return failed, nil
+		case finished:
+			ended = nil
+			gone = root.ctx.Done() // closed by the lease clock, among others
+		}
+		select {
+		case <-sy.done:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ended:
+		case <-gone:
+			return context.Cause(root.ctx), nil
+		}
+	}
+}
+
+// admits reports whether a joiner whose sync sy is answered may stay (see
+// the fairness argument).
+func (s *sharedRead) admits(sy *joinSync) bool {
+	s.refresh() // after the answer: FiredNow sees any event that came before it
 	s.co.mu.Lock()
 	defer s.co.mu.Unlock()
-	return s.joinableLocked()
+	return sy.ok && s.joinableLocked()
 }
 
 // leave takes a waiting reader away: its context ended (cancelled), or
