@@ -7,21 +7,31 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-zookeeper/zk"
-
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // WithReadCoalescing makes the blocking shared acquisitions of this RWLock
 // (RLock, WithRead, ReadGroup, ReadBatch; not TryRLock) that run at the
 // same time share one read node, as long as that keeps the queue's order:
-// 64 goroutines reading at once cost one node and three requests instead of
-// 64 nodes and 192 requests.
+// 64 goroutines reading at once make one node instead of 64 (BENCHMARKS.md,
+// W7, has what a burst costs).
 //
 // A reader joins the shared node, waiting or held, only while nothing has
-// queued behind that node since its listing; otherwise it makes a new node,
-// which later readers may join. So a writer that queued behind a shared
-// node never waits for a reader that arrived after the writer's node.
+// queued behind that node since its listing, as a sync sent after the
+// reader arrived proves (one sync for all the readers that arrive
+// together); otherwise it makes a new node, which later readers may join.
+// So, on a standalone server, a writer that queued behind a shared node
+// never waits for a reader that arrived after the writer's node was
+// created, even if this process has not heard of that node yet. In an
+// ensemble the same holds, with two exceptions, both on a leader: a reader
+// whose session is on the leader may pass a writer's node that the leader
+// had committed but not yet applied when the reader's sync reached it (a
+// follower may have told the writer of its node already); and a reader
+// answered by a deposed leader, before it sees it has lost its quorum, may
+// pass a node the new leader created. While the sync goes unanswered (a
+// silent cut) the reader waits: it gets the node's loss (ErrLost) if the
+// node is lost meanwhile, or makes a node of its own once the connection
+// fails. docs/guarantees.md tells what a connection not made by Dial adds.
 //
 // Each reader gets a grant of its own: its Release is its own (and later
 // calls return nil), its Done closes when the shared node is lost, and
@@ -34,35 +44,6 @@ import (
 func WithReadCoalescing() Option {
 	return func(o *options) { o.coalesce = true }
 }
-
-// The fairness argument. A shared node N takes a joiner only if
-//
-//	(1) the listing of N's acquisition that first showed N showed no lock
-//	    node after N, and set a child watch on the directory; and
-//	(2) that watch has not fired (as of the last packet go-zookeeper
-//	    read: Watch.FiredNow) when the joiner arrives, or, for a joiner
-//	    that arrived before that listing, when the listing's verdict is in.
-//
-// Every node created after that listing fires the watch (a child watch
-// fires on any change of the directory's children, and ZooKeeper sends
-// our session the event before it answers any later request of ours, as
-// long as the connection lasts: see connected, which is part of (2)). So
-// when a joiner is admitted, every lock node behind N was created after
-// the joiner's arrival, up to the time the event takes to reach us: a
-// writer W that queued behind N never waits for a reader that arrived
-// after W's node. A reader that joins N is behind whatever N is behind,
-// exactly as a node of its own made at that moment would be, and ahead of
-// nothing that queued before it. Once the watch has fired, or a later
-// listing shows a node after N, or N's acquisition was queued again, N
-// takes no more joiners, for good: a change that is not a node behind N
-// (a deletion that clears N's way, a foreign child) closes it too, which
-// costs a node, never fairness. A node that was lost, released or never
-// granted takes nobody.
-//
-// Holding on: a node with joiners lives while any of them holds it, and
-// takes joiners only while nothing has queued behind it, so once a writer
-// queues, the readers of N are a fixed set, and N goes when the last of
-// them releases: a stream of readers cannot starve the writer.
 
 // coalescer is a lock's shared read node, if any (only with
 // WithReadCoalescing).
@@ -100,7 +81,6 @@ type sharedRead struct {
 	l      *RWLock
 	a      *acquisition // of one member
 	cancel context.CancelFunc
-	listed chan struct{} // closed when the first listing of the node is judged, or the acquisition ended
 	done   chan struct{} // closed when the acquisition ended: hold or err is set
 
 	connects uint64 // the connection's count of connections before the node's create
@@ -108,14 +88,17 @@ type sharedRead struct {
 
 	// guarded by co.mu
 	node     string          // its full path, once listed
-	verdict  bool            // listed is closed
+	session  int64           // the session that owns it, once listed
+	verdict  bool            // its first listing is judged, or the acquisition ended
 	dir      *zkclient.Watch // the child watch of the listing that first showed the node
 	open     bool            // joiners are admitted (see the fairness argument)
+	next     *joinSync       // the sync that joiners arriving now wait for, not sent yet; nil for none
+	syncing  bool            // a sync is under way
 	finished bool            // the acquisition ended
 	hold     *hold           // its hold, once granted
 	err      error           // or why it failed
 	waiting  int             // readers waiting for the grant
-	grants   []*Grant        // made at the grant for the readers waiting then
+	grants   []*Grant        // made at the grant for the readers waiting then, until they take them
 }
 
 // readShared is RLock (and WithRead, ReadGroup, ReadBatch) on a lock with
@@ -124,10 +107,11 @@ func (l *RWLock) readShared(ctx context.Context) (*Grant, error) {
 	w := want{mode: Read, block: true}
 	start := time.Now()
 	l.starting(ctx, w, start)
-	g, m, err := l.coalesce.read(ctx, l)
+	g, m, syncs, err := l.coalesce.read(ctx, l)
 	if m == nil {
-		m = &member{l: l, want: w} // a joiner's event: no request of its own
+		m = &member{l: l, want: w} // a joiner's event: only the syncs it opened
 	}
+	m.requests.Add(syncs)
 	l.acquired(ctx, m, start, err)
 	if err != nil {
 		return nil, &opError{verb(w), l.path, err}
@@ -137,21 +121,34 @@ func (l *RWLock) readShared(ctx context.Context) (*Grant, error) {
 
 // read returns a grant on a shared node, joined or made. m is the node's
 // member if this caller made it and its acquisition ended (for the
-// caller's event), else nil.
-func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, err error) {
+// caller's event), else nil. syncs counts the requests of the syncs that
+// this caller was the first to wait for, which it reports.
+func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, syncs int64, err error) {
+	var opened []*joinSync
+	defer func() {
+		for _, sy := range opened {
+			syncs += sy.requests.Load()
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
-		s, made := co.enter(ctx, l)
+		s, sy, first := co.enter(ctx, l)
+		made := sy == nil
+		if first {
+			opened = append(opened, sy)
+		}
 		if !made {
-			select {
-			case <-s.listed:
-			case <-ctx.Done():
-				return nil, nil, s.leave(ctx, true)
-			}
-			if !s.admits() {
-				s.leave(ctx, false) // not fair to join any more: a node of our own
+			lost, err := s.await(ctx, sy)
+			switch {
+			case err != nil:
+				return nil, nil, 0, s.leave(ctx, true)
+			case lost != nil:
+				s.leave(ctx, false)
+				return nil, nil, 0, lost
+			case !s.admits(sy):
+				s.leave(ctx, false) // not proven fair to join: a node of our own
 				continue
 			}
 		}
@@ -162,7 +159,7 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, 
 		if ctx.Err() != nil {
 			// As a cancelled RLock promises: the context's error, even if
 			// the grant came at the same moment.
-			return nil, nil, s.leave(ctx, true)
+			return nil, nil, 0, s.leave(ctx, true)
 		}
 		g, again, err := s.take()
 		if again {
@@ -171,14 +168,15 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, 
 		if made {
 			m = s.a.members[0]
 		}
-		return g, m, err
+		return g, m, 0, err
 	}
 }
 
 // enter joins the current node if it may take joiners (or its first
-// listing is not judged yet), and otherwise makes a new one; made reports
-// the latter.
-func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, made bool) {
+// listing is not judged yet), and returns the sync the joiner waits for,
+// and whether it is the first to wait for it; otherwise it makes a new
+// node, and returns no sync.
+func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, sy *joinSync, first bool) {
 	co.mu.Lock()
 	s = co.cur
 	co.mu.Unlock()
@@ -189,11 +187,11 @@ func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, made 
 	defer co.mu.Unlock()
 	if s = co.cur; s != nil && (!s.verdict || s.joinableLocked()) {
 		s.waiting++
-		return s, false
+		sy, first = s.nextSyncLocked()
+		return s, sy, first
 	}
 	s = &sharedRead{
-		co: co, l: l, waiting: 1,
-		listed: make(chan struct{}), done: make(chan struct{}),
+		co: co, l: l, waiting: 1, done: make(chan struct{}),
 		a: newAcquisition(Request{l, Read}),
 	}
 	s.a.members[0].listed = s.listedBy
@@ -203,7 +201,7 @@ func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, made 
 	sctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	l.background.Add(1)
 	go s.run(sctx)
-	return s, true
+	return s, nil, false
 }
 
 // run is the node's acquisition, on a goroutine of its own. At the grant,
@@ -218,7 +216,6 @@ func (s *sharedRead) run(ctx context.Context) {
 	co := s.co
 	co.mu.Lock()
 	s.finished, s.err = true, err
-	s.judgedLocked()
 	var h *hold
 	if err == nil {
 		h = holds[0]
@@ -239,6 +236,7 @@ func (s *sharedRead) run(ctx context.Context) {
 		s.closeLocked()
 		s.forgetLocked()
 	}
+	s.judgedLocked()
 	co.mu.Unlock()
 	switch {
 	case orphan:
@@ -267,7 +265,7 @@ func (s *sharedRead) listedBy(m *member) {
 	defer co.mu.Unlock()
 	if s.node != m.path { // the first listing, or one of a new node
 		s.forgetLocked()
-		s.node = m.path
+		s.node, s.session = m.path, m.session
 		if s.waiting > 0 {
 			co.live[s.node] = s
 		}
@@ -284,14 +282,6 @@ func (s *sharedRead) listedBy(m *member) {
 	}
 }
 
-// judgedLocked closes listed, once.
-func (s *sharedRead) judgedLocked() {
-	if !s.verdict {
-		s.verdict = true
-		close(s.listed)
-	}
-}
-
 // forgetLocked takes the node out of co.live: no reader is left.
 func (s *sharedRead) forgetLocked() {
 	if s.node != "" && s.co.live[s.node] == s {
@@ -299,72 +289,17 @@ func (s *sharedRead) forgetLocked() {
 	}
 }
 
-// closeLocked stops the node taking joiners.
+// closeLocked stops the node taking joiners. The sync not sent yet never
+// will be: the joiners that wait for it make nodes of their own.
 func (s *sharedRead) closeLocked() {
 	s.open = false
 	if s.co.cur == s {
 		s.co.cur = nil
 	}
-}
-
-// refresh brings what the node knows up to date, outside co.mu: the watch
-// takes an event go-zookeeper has read already, and the lease clock judges
-// the hold (either may end the hold, whose hooks must not run under
-// co.mu).
-func (s *sharedRead) refresh() {
-	s.co.mu.Lock()
-	dir, h := s.dir, s.hold
-	s.co.mu.Unlock()
-	if dir != nil {
-		dir.FiredNow()
+	if s.next != nil {
+		close(s.next.done)
+		s.next = nil
 	}
-	if h != nil {
-		h.judge()
-	}
-}
-
-// joinableLocked is the rule (see the fairness argument), once the first
-// listing is judged.
-func (s *sharedRead) joinableLocked() bool {
-	if !s.open || s.dir == nil || s.err != nil {
-		return false
-	}
-	select {
-	case <-s.dir.Fired():
-		s.closeLocked()
-		return false
-	default:
-	}
-	if s.hold != nil && (!s.hold.held() || s.hold.isReleasing()) || !s.connected() {
-		s.closeLocked() // lost or going: never joined; or see connected
-		return false
-	}
-	return true
-}
-
-// connected reports whether the connection is still the one that made
-// the node's create and listing. The watch's event comes before any later
-// answer only on one connection: after a reconnection, go-zookeeper sets
-// its watches again with a request that answers sent earlier may overtake,
-// and the server tells of the changes missed meanwhile only then. A
-// connection made by Dial counts its connections, so a node takes no
-// joiner after a reconnection; on any other, a node takes none while the
-// connection is down, but a reader that arrives right after a
-// reconnection, before the missed events, may join.
-func (s *sharedRead) connected() bool {
-	if n, counted := s.a.c.ConnectCount(); counted {
-		return s.counted && n == s.connects
-	}
-	return s.a.c.Conn().State() == zk.StateHasSession
-}
-
-// admits reports whether a reader that came before the first listing's
-// verdict may stay.
-func (s *sharedRead) admits() bool {
-	s.refresh()
-	s.co.mu.Lock()
-	defer s.co.mu.Unlock()
-	return s.joinableLocked()
 }
 
 // leave takes a waiting reader away: its context ended (cancelled), or it
@@ -380,8 +315,8 @@ func (s *sharedRead) leave(ctx context.Context, cancelled bool) error {
 	s.waiting--
 	finished := s.finished
 	var mine *Grant
-	if finished && len(s.grants) > 0 {
-		mine, s.grants = s.grants[len(s.grants)-1], s.grants[:len(s.grants)-1]
+	if n := len(s.grants); finished && n > 0 {
+		mine, s.grants = s.grants[n-1], s.grants[:n-1]
 	}
 	last := !finished && s.waiting == 0
 	if last {

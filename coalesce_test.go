@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,13 +37,25 @@ func countCreates(c *fakeConn) *atomic.Int64 {
 	return &n
 }
 
+// A burst of readers that arrive as the node is made costs its create, its
+// listing, one sync for all the joiners, and its deletion.
 func TestCoalescedBurstOneNode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
 		c := s.conn()
 		var rec recorder
 		l := coalescing(t, c, WithObserver(&rec))
-		creates := countCreates(c)
+		var creates atomic.Int64
+		listing := make(chan struct{})
+		c.setBefore(func(op, p string) error {
+			switch {
+			case op == "create" && strings.HasPrefix(p, dir+"/"):
+				creates.Add(1)
+			case op == "children" && p == dir:
+				<-listing // until every reader has arrived
+			}
+			return nil
+		})
 		before, first := c.calls.Load(), c.appliedCount()
 
 		const n = 64
@@ -62,9 +75,11 @@ func TestCoalescedBurstOneNode(t *testing.T) {
 				return g.Release(ctx)
 			})
 		}
+		synctest.Wait()
+		close(listing)
 		require.NoError(t, eg.Wait())
 		assert.Equal(t, int64(1), creates.Load(), "one node")
-		assert.Equal(t, int64(3+c.overtaken(first)), c.calls.Load()-before, "create, list, delete")
+		assert.Equal(t, int64(4+c.overtaken(first)), c.calls.Load()-before, "create, list, sync, delete")
 		for _, node := range nodes {
 			assert.Equal(t, nodes[0], node)
 		}
@@ -78,7 +93,7 @@ func TestCoalescedBurstOneNode(t *testing.T) {
 			assert.Equal(t, "granted", e.Outcome)
 			requests += e.Requests
 		}
-		assert.Equal(t, 2+c.overtaken(first), requests, "the node's create and listing, once")
+		assert.Equal(t, 3+c.overtaken(first), requests, "the node's create and listing, and the joiners' sync, once")
 	})
 }
 
@@ -408,6 +423,302 @@ func TestCoalescedNoJoinAfterReconnection(t *testing.T) {
 		for _, r := range []<-chan result{r1, r2, r3} {
 			require.NoError(t, granted(t, r).Release(ctx))
 		}
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A reader that arrives while what the server sends this process is held
+// back (a silent cut) waits for its sync: a writer that queued behind the
+// held node before the reader arrived, unheard of here, goes first, and
+// the reader makes a node of its own behind it once the answers come.
+func TestCoalescedJoinerWaitsForItsSync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := coalescing(t, c)
+		r1, err := l.RLock(ctx)
+		require.NoError(t, err)
+
+		c.silence()
+		t.Cleanup(c.speak)
+		w := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		pending(t, w)
+		r2 := start(ctx, l.RLock)
+		synctest.Wait()
+		pending(t, r2)
+		assert.Len(t, s.lockNodes(dir), 2, "no node of its own yet: it waits for its sync")
+
+		c.speak()
+		synctest.Wait()
+		pending(t, r2)
+		assert.Len(t, s.lockNodes(dir), 3, "the writer's event came before the sync's answer: a node behind the writer")
+		require.NoError(t, r1.Release(ctx))
+		synctest.Wait()
+		gw := granted(t, w)
+		pending(t, r2)
+		require.NoError(t, gw.Release(ctx))
+		synctest.Wait()
+		g2 := granted(t, r2)
+		assert.NotEqual(t, r1.Node(), g2.Node())
+		require.NoError(t, g2.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A reader waiting for its sync gets the node's loss when the node's
+// lease runs out first: a silent cut holds the sync's answer, and the
+// lease's keepalives', back. (The lock's session timeout is well under the
+// one the server granted, so that the lease ends before go-zookeeper would
+// give the connection up, 2/3 of the granted one after its last packet.)
+func TestCoalescedJoinerGetsTheLossWhileItsSyncWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 4 * time.Second
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		c.setGranted(3 * timeout)
+		l := coalescing(t, c, WithSessionTimeout(timeout))
+		r1, err := l.RLock(ctx)
+		require.NoError(t, err)
+
+		c.silence()
+		t.Cleanup(c.speak)
+		w := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		r2 := start(ctx, l.RLock)
+		time.Sleep(timeout / 2)
+		synctest.Wait()
+		pending(t, r2)
+		pending(t, w)
+		require.NoError(t, r1.Err(), "half the session timeout: still held")
+
+		time.Sleep(timeout / 2)
+		synctest.Wait()
+		require.ErrorIs(t, r1.Err(), ErrLost)
+		select {
+		case r := <-r2:
+			require.ErrorIs(t, r.err, ErrLost, "the joiner gets the node's loss")
+		default:
+			t.Fatal("the joiner still waits after the node's loss")
+		}
+
+		c.speak()
+		require.NoError(t, r1.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, w).Release(ctx))
+		synctest.Wait()
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// Joiners that arrive while a sync is under way wait for the next one,
+// sent when its answer is in: one sync for all of them.
+func TestCoalescedJoinersShareTheNextSync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := coalescing(t, c)
+		r1, err := l.RLock(ctx)
+		require.NoError(t, err)
+		var syncs atomic.Int32
+		gate := make(chan struct{})
+		c.setBefore(func(op, p string) error {
+			if op == "sync" && syncs.Add(1) == 1 {
+				<-gate
+			}
+			return nil
+		})
+		first := start(ctx, l.RLock)
+		synctest.Wait()
+		var later []<-chan result
+		for range 8 {
+			later = append(later, start(ctx, l.RLock))
+		}
+		synctest.Wait()
+		assert.Equal(t, int32(1), syncs.Load(), "the later joiners wait for the first sync's answer")
+		close(gate)
+		synctest.Wait()
+		assert.Equal(t, int32(2), syncs.Load(), "one more sync for all of them")
+		for _, r := range append(later, first) {
+			g := granted(t, r)
+			assert.Equal(t, r1.Node(), g.Node())
+			require.NoError(t, g.Release(ctx))
+		}
+		require.NoError(t, r1.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A sync serves only the joiners that arrived before it was sent. Here the
+// first joiner's sync reaches the server; then a writer queues behind the
+// held node and a second joiner arrives, before that sync's answer is
+// read, and the writer's notification waits (a silent cut). The first
+// sync's answer says nothing of the writer: the second joiner must not
+// join on it. Its own sync is answered after the writer's notification,
+// and it makes a node of its own, behind the writer.
+func TestCoalescedJoinerWaitsForASyncSentAfterIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := coalescing(t, c)
+		r1, err := l.RLock(ctx)
+		require.NoError(t, err)
+		var syncs atomic.Int32
+		answer := make(chan struct{})
+		c.setAfter(func(op, _ string, err error) error {
+			if op == "sync" && syncs.Add(1) == 1 {
+				<-answer // the server has run it; its answer is on the way
+			}
+			return err
+		})
+		j1 := start(ctx, l.RLock)
+		synctest.Wait()
+		require.Equal(t, int32(1), syncs.Load(), "the first joiner's sync has reached the server")
+
+		c.silence()
+		t.Cleanup(c.speak)
+		w := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		pending(t, w)
+		j2 := start(ctx, l.RLock)
+		synctest.Wait()
+		close(answer)
+		synctest.Wait()
+		g1 := granted(t, j1)
+		assert.Equal(t, r1.Node(), g1.Node(), "the first joiner arrived before the writer: it joins")
+		pending(t, j2)
+		assert.Len(t, s.lockNodes(dir), 2, "the second joiner waits for a sync of its own")
+
+		c.speak()
+		synctest.Wait()
+		pending(t, j2)
+		assert.Len(t, s.lockNodes(dir), 3, "the second joiner's sync was answered after the writer's notification: a node behind the writer")
+		require.NoError(t, r1.Release(ctx))
+		require.NoError(t, g1.Release(ctx))
+		synctest.Wait()
+		gw := granted(t, w)
+		pending(t, j2)
+		require.NoError(t, gw.Release(ctx))
+		synctest.Wait()
+		g2 := granted(t, j2)
+		assert.NotEqual(t, r1.Node(), g2.Node())
+		require.NoError(t, g2.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// coalescingConnect is coalescing on c as a connection zk.Connect made
+// (asConnect): the lock counts none of its connections.
+func coalescingConnect(t *testing.T, c *fakeConn) *RWLock {
+	t.Helper()
+	l, err := newRWLock(c.asConnect(), dir, WithReadCoalescing())
+	require.NoError(t, err)
+	t.Cleanup(l.background.Wait)
+	t.Cleanup(c.close)
+	g, err := l.Lock(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, g.Release(t.Context()))
+	return l
+}
+
+// On a connection that counts none of its connections (zk.Connect's),
+// readers join while it is up, and a node takes no joiner while it is
+// down: the sync would wait in go-zookeeper's queue, go out on the next
+// connection ahead of the watches set again, and be answered before the
+// events missed meanwhile. The reader makes a node of its own, which
+// queues behind a writer that came during the outage.
+func TestCoalescedConnectConnectionNoJoinWhileDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		c.lateReplay, c.queueWhileDown = true, true
+		l := coalescingConnect(t, c)
+		w0, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		r1 := start(ctx, l.RLock)
+		synctest.Wait()
+		r2 := start(ctx, l.RLock)
+		synctest.Wait()
+		require.Len(t, s.lockNodes(dir), 2, "joined while the connection is up")
+
+		c.disconnect()
+		w1 := start(ctx, newLock(t, s.conn()).Lock)
+		synctest.Wait()
+		pending(t, w1)
+		r3 := start(ctx, l.RLock)
+		synctest.Wait()
+		c.reconnect() // what waited goes first
+		synctest.Wait()
+		c.replay() // then the events missed meanwhile
+		synctest.Wait()
+		assert.Len(t, s.lockNodes(dir), 4, "the first writer, the shared node, the second writer, and the third reader's own node")
+
+		require.NoError(t, w0.Release(ctx))
+		synctest.Wait()
+		g1, g2 := granted(t, r1), granted(t, r2)
+		assert.Equal(t, g1.Node(), g2.Node())
+		pending(t, w1)
+		pending(t, r3)
+		require.NoError(t, g1.Release(ctx))
+		require.NoError(t, g2.Release(ctx))
+		synctest.Wait()
+		gw := granted(t, w1)
+		pending(t, r3)
+		require.NoError(t, gw.Release(ctx))
+		synctest.Wait()
+		g3 := granted(t, r3)
+		assert.NotEqual(t, g1.Node(), g3.Node())
+		require.NoError(t, g3.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A sync answered in a session other than the node's proves nothing of
+// the node's watch: the joiner makes a node of its own. (go-zookeeper ends
+// every watch before it opens a new session, so a fired watch would say as
+// much; here the fake moves the session under the sync without a word, to
+// test the rule on its own.)
+func TestCoalescedJoinerSyncInAnotherSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := coalescing(t, c)
+		w, err := newLock(t, s.conn()).Lock(ctx) // the shared node waits: no lease judges it meanwhile
+		require.NoError(t, err)
+		r1 := start(ctx, l.RLock)
+		synctest.Wait()
+
+		session := c.SessionID()
+		restored := make(chan struct{})
+		c.setBefore(func(op, _ string) error {
+			switch op {
+			case "sync":
+				c.session.Store(session + 100) // the answer comes in a session not known to be the node's
+			case "create":
+				<-restored
+			}
+			return nil
+		})
+		r2 := start(ctx, l.RLock)
+		synctest.Wait()
+		c.session.Store(session)
+		close(restored)
+		c.setBefore(nil)
+		synctest.Wait()
+		assert.Len(t, s.lockNodes(dir), 3, "the writer, the shared node, and the joiner's own node")
+
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		g1, g2 := granted(t, r1), granted(t, r2)
+		assert.NotEqual(t, g1.Node(), g2.Node())
+		require.NoError(t, g1.Release(ctx))
+		require.NoError(t, g2.Release(ctx))
 		assert.Empty(t, s.lockNodes(dir))
 	})
 }

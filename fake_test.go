@@ -21,9 +21,10 @@ import (
 // model the lock uses: nodes with data and stats, sequential and ephemeral
 // children, containers (never reaped), one-shot data and child watches, and
 // sessions that expire or close. Its hooks let a test fail, delay or lose
-// any call to drive exact interleavings. Its connections are up or down at
-// a test's word, except those of the simulation, which follow a model of
-// go-zookeeper's connection (zkNet, below).
+// any call to drive exact interleavings. Its connections are up, down or
+// silent (what the server sends waits) at a test's word, except those of
+// the simulation, which follow a model of go-zookeeper's connection
+// (zkNet, below).
 type fakeServer struct {
 	mu       sync.Mutex
 	nodes    map[string]*fakeNode
@@ -75,8 +76,14 @@ type fakeConn struct {
 	// go-zookeeper has for the node and kind by then, a channel set by a
 	// read after the reconnection included (late: the events kept).
 	lateReplay bool
-	late       []lateEvent                  // guarded by s.mu
-	watches    map[watchKey][]chan zk.Event // guarded by s.mu
+	late       []lateEvent // guarded by s.mu
+	// queueWhileDown, if set, makes a call made while the connection is
+	// down wait for the reconnection, as go-zookeeper's queue (sendChan)
+	// does, instead of failing with zk.ErrNoServer: it then goes out
+	// before the watches are set again (see lateReplay).
+	queueWhileDown bool
+	back           chan struct{}                // closed when the connection is back, or closed; guarded by s.mu
+	watches        map[watchKey][]chan zk.Event // guarded by s.mu
 
 	// Events for this session are held back while it is disconnected, as
 	// the server can only send them once the client is back (go-zookeeper
@@ -85,12 +92,19 @@ type fakeConn struct {
 	held []heldEvent // guarded by s.mu
 	dead bool        // guarded by s.mu
 
+	// While silenced (see silence), what the server sends the session
+	// waits in the order it was sent: answers and events. Guarded by s.mu.
+	silenced bool
+	unsent   []func()
+
 	// The simulation's model of go-zookeeper's connection (zkNet below);
 	// nil for the unit tests' connections, which are up or down at once.
 	cl *zkClient
 
 	// A unit test stops the process with freeze: Pause waits until thaw.
 	frozen chan struct{} // guarded by hooks
+
+	connect *connectConn // c as zk.Connect's (asConnect); guarded by hooks
 
 	// Hooks, set with setBefore and setAfter: the lock's own goroutines
 	// (its lease's keepalive) may be calling meanwhile.
@@ -115,7 +129,31 @@ var (
 	_ zkclient.Conn     = (*fakeConn)(nil)
 	_ zkclient.Sessions = (*fakeConn)(nil)
 	_ zkclient.Pauser   = (*fakeConn)(nil)
+	_ zkclient.Pauser   = (*connectConn)(nil)
 )
+
+// connectConn is a fake connection as a lock sees one made by zk.Connect
+// rather than Dial: it tells nothing of its sessions (it is no
+// zkclient.Sessions), so the lock neither learns its session timeout nor
+// counts its connections.
+type connectConn struct {
+	zkclient.Conn
+	c *fakeConn
+}
+
+// Pause is zkclient.Pauser's: the process may be stopped all the same.
+func (u *connectConn) Pause() { u.c.Pause() }
+
+// asConnect returns c as a connection made by zk.Connect (connectConn):
+// the same one each time, as the lock keys its clients by connection.
+func (c *fakeConn) asConnect() zkclient.Conn {
+	c.hooks.Lock()
+	defer c.hooks.Unlock()
+	if c.connect == nil {
+		c.connect = &connectConn{Conn: c, c: c}
+	}
+	return c.connect
+}
 
 // The watches the fake server keeps, by node and kind.
 type watchKind int8
@@ -179,12 +217,8 @@ func (c *fakeConn) apply(op, p string, f func() error) error {
 			return err
 		}
 	}
-	switch zk.State(c.state.Load()) {
-	case zk.StateHasSession:
-	case zk.StateDisconnected:
-		return zk.ErrConnectionClosed // closed for good
-	default:
-		return zk.ErrNoServer
+	if err := c.sendable(); err != nil {
+		return err
 	}
 	c.calls.Add(1)
 	c.s.mu.Lock()
@@ -198,8 +232,66 @@ func (c *fakeConn) apply(op, p string, f func() error) error {
 	}
 	c.applied = append(c.applied, op+" "+p)
 	err := f()
+	var answered chan struct{}
+	if c.silenced {
+		answered = make(chan struct{})
+		c.unsent = append(c.unsent, func() { close(answered) })
+	}
 	c.s.mu.Unlock()
+	if answered != nil {
+		<-answered
+	}
 	return err
+}
+
+// sendable waits, for a connection with queueWhileDown, until a call can
+// go to the server; it returns why it cannot.
+func (c *fakeConn) sendable() error {
+	for {
+		switch zk.State(c.state.Load()) {
+		case zk.StateHasSession:
+			return nil
+		case zk.StateDisconnected:
+			return zk.ErrConnectionClosed // closed for good
+		}
+		c.s.mu.Lock()
+		back := c.back
+		c.s.mu.Unlock()
+		if !c.queueWhileDown || back == nil {
+			return zk.ErrNoServer
+		}
+		<-back
+	}
+}
+
+// wakeQueuedLocked lets the calls that waited for the connection go (see
+// queueWhileDown); call with s.mu held.
+func (c *fakeConn) wakeQueuedLocked() {
+	if c.back != nil {
+		close(c.back)
+		c.back = nil
+	}
+}
+
+// silence holds back what the server sends c, until speak: c's requests
+// still reach the server and run, but their answers and c's watch events
+// wait, and then arrive in the order the server sent them (a silent cut
+// that heals before go-zookeeper gives the connection up, or a proxy that
+// holds the server's bytes).
+func (c *fakeConn) silence() {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	c.silenced = true
+}
+
+func (c *fakeConn) speak() {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	c.silenced = false
+	for _, send := range c.unsent {
+		send()
+	}
+	c.unsent = nil
 }
 
 // done runs the after hook.
@@ -413,6 +505,10 @@ func (s *fakeServer) fire(p string, kind watchKind, typ zk.EventType) {
 				c.held = append(c.held, heldEvent{ch, ev})
 				continue
 			}
+			if c.silenced {
+				c.unsent = append(c.unsent, func() { ch <- ev; close(ch) })
+				continue
+			}
 			ch <- ev
 			close(ch)
 		}
@@ -551,7 +647,8 @@ func (c *fakeConn) ConnectCount() uint64 { return c.connects.Load() }
 
 // setGranted makes c a connection that tells the lock its session timeout,
 // as one made by Dial does: t from now on, for every session of c. A
-// connection never told stands for one made by zk.Connect.
+// connection never told tells no timeout, but still counts its
+// connections; asConnect's tells nothing, as one made by zk.Connect.
 func (c *fakeConn) setGranted(t time.Duration) { c.granted.Store(int64(t)) }
 
 // TimeoutOf is zkclient.Sessions'.
@@ -624,13 +721,23 @@ func (c *fakeConn) close() {
 	// session's end would not end (apply checks the state).
 	c.state.Store(int32(zk.StateDisconnected))
 	c.endSession(zk.ErrClosing)
+	c.s.mu.Lock()
+	c.wakeQueuedLocked()
+	c.s.mu.Unlock()
 }
 
 // disconnect and reconnect model a connection that drops and comes back:
 // calls fail with zk.ErrNoServer meanwhile, and events wait. If the server
 // expired the session meanwhile, reconnecting tells the client so, and it
 // starts a new session, as go-zookeeper does.
-func (c *fakeConn) disconnect() { c.state.Store(int32(zk.StateConnecting)) }
+func (c *fakeConn) disconnect() {
+	c.s.mu.Lock()
+	if c.back == nil {
+		c.back = make(chan struct{}) // before the state: see sendable
+	}
+	c.s.mu.Unlock()
+	c.state.Store(int32(zk.StateConnecting))
+}
 
 func (c *fakeConn) reconnect() {
 	c.s.mu.Lock()
@@ -639,12 +746,16 @@ func (c *fakeConn) reconnect() {
 	if dead {
 		c.endSession(zk.ErrSessionExpired)
 		c.newSession()
+		c.s.mu.Lock()
+		c.wakeQueuedLocked()
+		c.s.mu.Unlock()
 		return
 	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	c.connects.Add(1)
 	c.state.Store(int32(zk.StateHasSession))
+	c.wakeQueuedLocked() // they go before the watches are set again, which replay is
 	if c.replayOrder != nil {
 		c.replayOrder(c.held)
 	}

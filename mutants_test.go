@@ -72,6 +72,22 @@ var mutants = []mutant{
 	{name: "a writer watches its run ahead with a peer in the queue", run: "TestRunAheadWithAPeer",
 		edits: []mutantEdit{{file: "watch.go", point: "run-with-peers",
 			new: "if m.mode != Write || len(before) == 0 || before[len(before)-1].mode == Write {"}}},
+	// Coalesced reads: a joiner admitted on what its process has heard,
+	// with no sync to order its arrival against the server's changes.
+	{name: "a joiner admitted without its sync", flags: []string{"-sim.coalesce"}, edits: []mutantEdit{
+		{file: "join.go", point: "joiner-without-sync", new: "r := zkclient.Reply[struct{}]{Session: s.a.c.Conn().SessionID()}"}}},
+	// A joiner that arrives while a sync is under way let in by its
+	// answer: that sync may have reached the server before a writer's node.
+	{name: "a joiner admitted by a sync sent before it arrived", run: "TestCoalescedJoinerWaitsForASyncSentAfterIt", edits: []mutantEdit{
+		{file: "join.go", point: "joiner-on-an-earlier-sync", new: joinerOnAnEarlierSync}}},
+	{name: "a joiner admitted by a sync sent before it arrived, in the simulation", flags: []string{"-sim.coalesce"}, edits: []mutantEdit{
+		{file: "join.go", point: "joiner-on-an-earlier-sync", new: joinerOnAnEarlierSync}}},
+	// The session check is the rule's last line (go-zookeeper ends every
+	// watch before a new session): only a unit test reaches it.
+	{name: "a joiner admitted by a sync answered in another session", run: "TestCoalescedJoinerSyncInAnotherSession", edits: []mutantEdit{
+		{file: "join.go", point: "joiner-sync-any-session", new: "sy.ok = r.Err == nil"}}},
+	{name: "a joiner admitted while a connection zk.Connect made is down", run: "TestCoalescedConnectConnectionNoJoinWhileDown", edits: []mutantEdit{
+		{file: "join.go", point: "joiner-connect-state", new: "_ = zk.StateHasSession; return true"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
 	// member's node deleted while the set waits for the others is a hand
 	// deletion, which the simulation does not make: multi_test.go's
@@ -152,6 +168,10 @@ var mutants = []mutant{
 	{name: "a resumed holder waits for the hold timer", flags: []string{"-sim.nocut"},
 		edits: []mutantEdit{{file: "holdlimit.go", point: "judge-ignores-hold-limit", new: "if false {"}}},
 }
+
+// joinerOnAnEarlierSync lets the joiners waiting for the next sync in on
+// the answer to the one under way.
+const joinerOnAnEarlierSync = "if nx := s.next; nx != nil { nx.ok, s.next = sy.ok, nil; close(nx.done) }; s.sendSyncLocked()"
 
 // apply makes e's change in src, or says why it cannot.
 func (e mutantEdit) apply(src string) (string, error) {

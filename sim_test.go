@@ -66,10 +66,14 @@ import (
 //
 // The scheduler aims some faults: at a holder that means to hold past its
 // session, it may plan the schedules at the worst moment of the
-// ping cycle (plan), and it may cut a client's link right after a watch
-// notification reached it (react). TestSimulationCatchesMutants
-// (mutants_test.go) shows that deliberate bugs are found, the rule the
-// lock had before its lease clock among them.
+// ping cycle (plan), it may cut a client's link right after a watch
+// notification reached it (react), and, with coalesced reads, it may cut
+// a reading process's link from server to client as a writer queues, so
+// that the process does not hear of the writer (sharedReader), or as its
+// sync reaches the server, to be read frame by frame at the heal
+// (sharedSync).
+// TestSimulationCatchesMutants (mutants_test.go) shows that deliberate
+// bugs are found, the rule the lock had before its lease clock among them.
 
 var (
 	simSchedules = flag.Int("sim.schedules", 2000, "number of schedules TestSimulation runs")
@@ -104,9 +108,9 @@ func TestSimulationSets(t *testing.T) {
 // client's process has a second goroutine that only reads, so that reads
 // of one process share nodes, under every fault. Besides mutual exclusion
 // and no node left behind, it checks the join rule's promise: no reader
-// joins a node behind which a writer's node had been created when the
-// reader arrived, as far as its process could know (the server had told
-// it of a later change: see zkClient.known).
+// joins a node behind which a writer's node had been created, on the
+// server, when the reader arrived, even if its process had not been told
+// yet (a link cut from server to client holds the notification back).
 func TestSimulationCoalesced(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: true}
 	simulate(t, cfg, *simCoalesced)
@@ -206,7 +210,7 @@ type simClient struct {
 	zk    *zkClient
 	lock  *RWLock
 	steps []simStep     // what it will do
-	known bool          // its connection tells the lock the session timeout, as Dial's does
+	known bool          // its connection is made by Dial: it tells the lock the session timeout, and counts its connections
 	bound time.Duration // WithSessionTimeout's, given to a lock whose connection does not tell; 0: none
 	twin  bool          // a second goroutine of another client's process (coalesce), or a set's member
 	lock2 *RWLock       // the set's second lock (sets)
@@ -282,12 +286,12 @@ type sim struct {
 	joins   []simJoin
 }
 
-// simJoin is a coalesced read granted: the node it holds, and what its
-// process had been told of when the read began.
+// simJoin is a coalesced read granted: the node it holds, and the
+// server's zxid when the read began and when it was granted.
 type simJoin struct {
 	client  int
 	node    string
-	known   int64 // zkClient.known when the read began
+	arrived int64 // the server's zxid when the read began
 	granted int64 // the server's zxid when it was granted
 }
 
@@ -355,6 +359,9 @@ func (s *sim) run() {
 	if s.cfg.noFreeze {
 		s.budget.freezes = 0
 	}
+	if s.cfg.coalesce && !s.cfg.noCut {
+		s.budget.silent = r.IntN(3)
+	}
 	setup.Create("/app", nil, 0, nil)
 	nClients := 2 + r.IntN(3)
 	for i := range nClients {
@@ -363,9 +370,13 @@ func (s *sim) run() {
 		if maxT > 0 && r.IntN(2) == 0 {
 			ask = 2 * maxT // more than the server grants
 		}
-		known := r.IntN(4) != 0 // a Dial connection; else: any disconnection is a loss
+		known := r.IntN(4) != 0 // a Dial connection; else zk.Connect's: any disconnection is a loss
 		conn := s.net.session(hosts, ask, known)
 		c := &simClient{id: i, conn: conn, zk: conn.cl, known: known}
+		lockConn := zkclient.Conn(conn)
+		if !known {
+			lockConn = conn.asConnect() // it counts no connections either
+		}
 		opts := []Option{WithOwner(fmt.Sprintf("c%d", i)), WithCleanupTimeout(2 * time.Second)}
 		if known && r.IntN(4) != 0 {
 			opts = append(opts, WithSessionTimeout(ask)) // what the caller asked for: no more than a cap
@@ -385,14 +396,14 @@ func (s *sim) run() {
 			// Holds that run past it, sometimes through a fault.
 			opts = append(opts, WithMaxHold(time.Duration(10+r.Int64N(int64(s.timeout/time.Millisecond)))*time.Millisecond))
 		}
-		l, err := newRWLock(conn, dir, opts...)
+		l, err := newRWLock(lockConn, dir, opts...)
 		if err != nil {
 			s.fail("newRWLock: %v", err)
 			return
 		}
 		c.lock = l
 		if s.cfg.sets {
-			if c.lock2, err = newRWLock(conn, dir2, opts...); err != nil {
+			if c.lock2, err = newRWLock(lockConn, dir2, opts...); err != nil {
 				s.fail("newRWLock: %v", err)
 				return
 			}
@@ -474,13 +485,11 @@ func (s *sim) run() {
 
 // checkJoins checks the join rule's promise (see coalesce.go) over the
 // coalesced reads granted: no writer waits for a reader of a node N that
-// arrived after the writer's node was created behind N, as far as the
-// reader's process could know: a reader holds N only if, when it began,
-// its process had not been told of any writer's node behind N that was
-// still there when the reader was granted. The server tells a session of
-// the changes in order, and of a change before any frame it sends later;
-// so "told" is: it had read a frame that the server sent after the
-// writer's node was created.
+// arrived after the writer's node was created behind N. A reader holds N
+// only if, when it began, the server had created no writer's node behind
+// N that was still there when the reader was granted. What the reader's
+// process had been told by then does not matter: the promise is about
+// the server's order.
 func (s *sim) checkJoins() {
 	if !s.cfg.coalesce {
 		return
@@ -495,14 +504,14 @@ func (s *sim) checkJoins() {
 		}
 		for p, czxid := range czxids {
 			w, ok := parseNode(path.Base(p))
-			if !ok || path.Dir(p) != dir || w.mode != Write || !lockname.Precedes(n.seq, w.seq) || czxid > j.known {
+			if !ok || path.Dir(p) != dir || w.mode != Write || !lockname.Precedes(n.seq, w.seq) || czxid > j.arrived {
 				continue
 			}
 			if dzxid, gone := dzxids[p]; gone && dzxid <= j.granted {
 				continue // it had given up (or held and released) before the reader held N
 			}
-			s.fail("c%d joined %s though its process had been told of writer %s behind it (created at zxid %d, deleted at %d; the reader began knowing %d, granted at %d)",
-				j.client, path.Base(j.node), path.Base(p), czxid, dzxids[p], j.known, j.granted)
+			s.fail("c%d joined %s though writer %s had queued behind it (created at zxid %d, deleted at %d; the reader began at %d, was granted at %d)",
+				j.client, path.Base(j.node), path.Base(p), czxid, dzxids[p], j.arrived, j.granted)
 			return
 		}
 	}
@@ -550,9 +559,9 @@ func (s *sim) client(c *simClient) {
 		c.cancel = cancel
 		n.mu.Unlock()
 		w := want{mode: step.mode, block: !step.try}
-		n.mu.Lock()
-		known := c.zk.known
-		n.mu.Unlock()
+		s.server.mu.Lock()
+		arrived := s.server.zxid
+		s.server.mu.Unlock()
 		var g, g2 *Grant
 		var err error
 		start := time.Now()
@@ -606,7 +615,7 @@ func (s *sim) client(c *simClient) {
 		}
 		if s.cfg.coalesce && w.mode == Read && w.block {
 			s.server.mu.Lock()
-			s.joins = append(s.joins, simJoin{c.id, g.Node(), known, s.server.zxid})
+			s.joins = append(s.joins, simJoin{c.id, g.Node(), arrived, s.server.zxid})
 			s.server.mu.Unlock()
 		}
 		n.mu.Unlock()
@@ -939,6 +948,30 @@ func (s *sim) actions() []func() {
 		default:
 			actions = append(actions, func() { n.apply(r, true) })
 		}
+		if c := s.sharedReader(r); c != nil && b.silent > 0 && !s.quiet {
+			d := time.Duration(1 + s.rng.Int64N(int64(s.timeout)))
+			actions = append(actions, func() {
+				b.silent--
+				s.logf("c%d's reads share a node: before %s %s reaches the server,", c.id, r.op, r.path)
+				s.cut(c, false, true, dialTimeout, d)
+				n.apply(r, true)
+			})
+		}
+		if c := s.sharedSync(r); c != nil && b.silent > 0 && !s.quiet {
+			d := time.Duration(1 + s.rng.Int64N(int64(s.timeout)))
+			actions = append(actions, func() {
+				b.silent--
+				s.logf("c%d's reads share a node: before its sync reaches the server, frames to be read one by one at the heal,", c.id)
+				s.cut(c, false, true, dialTimeout, d)
+				cl.trickle = true
+				n.apply(r, true)
+			})
+		}
+	}
+	for _, cl := range n.clients {
+		if cl.trickling() {
+			actions = append(actions, func() { n.readNext(cl) })
+		}
 	}
 	if b.lowers > 0 && !s.quiet && s.rng.IntN(20) == 0 {
 		actions = append(actions, func() {
@@ -980,6 +1013,44 @@ func (s *sim) actions() []func() {
 		}
 	}
 	return actions
+}
+
+// sharedReader returns, when r is the create of a writer's node, a client
+// of another process that holds a coalesced read: cutting its link from
+// server to client as the writer queues holds the notification back (a
+// silent cut), and a reader of that process that arrives meanwhile must
+// not join the node the writer waits for. Call with net.mu held.
+func (s *sim) sharedReader(r *zkReq) *simClient {
+	if !s.cfg.coalesce || r.op != "create" || !strings.Contains(r.path, "-"+Write.String()+"-") {
+		return nil
+	}
+	for _, c := range s.clients {
+		cl := c.zk
+		if cl != r.cl && c.holding != nil && c.holding.Mode() == Read && !cl.cut() && !cl.frozen && cl.tcp != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+// sharedSync returns, when r is a sync, a client of its process that
+// holds a coalesced read: the sync may be a joiner's. Cutting the link
+// from server to client as it reaches the server holds its answer back;
+// a writer may queue meanwhile, and another reader of the process arrive
+// after it. At the heal, that reader must not be let in by the earlier
+// sync's answer, read before the writer's notification. Call with net.mu
+// held.
+func (s *sim) sharedSync(r *zkReq) *simClient {
+	if !s.cfg.coalesce || r.op != "sync" {
+		return nil
+	}
+	for _, c := range s.clients {
+		cl := c.zk
+		if cl == r.cl && c.holding != nil && c.holding.Mode() == Read && !cl.cut() && !cl.frozen {
+			return c
+		}
+	}
+	return nil
 }
 
 // plan considers, once per grant, a planned fault for a holder that means
@@ -1069,6 +1140,7 @@ func (s *sim) plan(c *simClient) {
 type simBudget struct {
 	resets, cancels, cuts, freezes int
 	planned                        int // see plan
+	silent                         int // silent cuts under a coalesced reader as a writer queues or a sync goes (see sharedReader, sharedSync)
 	lowers                         int // restarts of the server with a lower maxSessionTimeout
 }
 

@@ -65,8 +65,11 @@ import (
 //     sendChan.
 //   - The network: each direction of a client's link is up or cut. TCP
 //     keeps what a cut loses and delivers it at the heal if the connection
-//     still lives. Packets otherwise take no time: requests wait on the
-//     wire only as long as the scheduler lets them.
+//     still lives: all at once, or, at the scheduler's word, one frame per
+//     step, so that what an answer wakes runs before the next frame is
+//     read (recvLoop hands an answer over and reads on). Packets otherwise
+//     take no time: requests wait on the wire only as long as the
+//     scheduler lets them.
 //   - A stopped process (SIGSTOP) runs nothing: go-zookeeper's loops
 //     neither ping nor read (what arrives waits in its socket), and the
 //     lock's lease timer and requests wait at Pause (zkclient; its other timers,
@@ -182,6 +185,10 @@ type zkClient struct {
 	c2s, s2c  bool // the link gets packets through in that direction
 	dialFails zkDial
 	healAt    time.Time // when a cut link heals
+	// At the heal, the frames that waited are read one per step of the
+	// scheduler (readNext), not all at once: the goroutines an answer
+	// wakes run before go-zookeeper reads the next frame.
+	trickle bool
 
 	frozen   bool // the process is stopped
 	frozenAt time.Time
@@ -193,7 +200,6 @@ type zkClient struct {
 	lastHeard time.Time     // the server's last packet from the session
 	downSince time.Time     // State has not been StateHasSession since
 	notified  time.Time     // the last watch event read
-	known     int64         // the largest zxid of a frame read: every change up to it has been told
 	holdSync  bool          // the next keepalive goes to the scheduler
 }
 
@@ -234,12 +240,11 @@ type zkReq struct {
 // zkFrame is one packet from the server: a response (req), a watch event
 // (ch), the end of the connection (eof), or else a ping reply.
 type zkFrame struct {
-	req  *zkReq
-	err  error
-	ch   chan zk.Event
-	ev   zk.Event
-	eof  bool
-	zxid int64 // the server's last zxid when it sent the frame (0: unknown)
+	req *zkReq
+	err error
+	ch  chan zk.Event
+	ev  zk.Event
+	eof bool
 }
 
 // session opens a modelled session asking for timeout ask, connected to
@@ -386,12 +391,10 @@ func (n *zkNet) apply(r *zkReq, answer bool) {
 	n.touch(cl, time.Now())
 	r.stage = stageApplied
 	var err error
-	var zxid int64
 	if r.setWatches {
 		n.s.mu.Lock()
 		held := cl.c.held
 		cl.c.held = nil
-		zxid = n.s.zxid
 		n.s.mu.Unlock()
 		// go-zookeeper lists the watches to set again from a map (conn.go
 		// 602), and the server fires the missed events in that order, not
@@ -400,12 +403,11 @@ func (n *zkNet) apply(r *zkReq, answer bool) {
 			n.shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
 		}
 		for _, h := range held {
-			n.toClient(cl, tcp, zkFrame{ch: h.ch, ev: h.ev, zxid: zxid})
+			n.toClient(cl, tcp, zkFrame{ch: h.ch, ev: h.ev})
 		}
 	} else {
 		n.s.mu.Lock()
 		err = r.f()
-		zxid = n.s.zxid
 		n.s.mu.Unlock()
 	}
 	if n.verbose && (r.op != "sync" || !answer) {
@@ -416,7 +418,7 @@ func (n *zkNet) apply(r *zkReq, answer bool) {
 		n.logf("c%d %s %s: %v%s", cl.id, r.op, r.path, err, lost)
 	}
 	if answer {
-		n.toClient(cl, tcp, zkFrame{req: r, err: err, zxid: zxid})
+		n.toClient(cl, tcp, zkFrame{req: r, err: err})
 	}
 }
 
@@ -432,7 +434,7 @@ func (n *zkNet) touch(cl *zkClient, t time.Time) {
 // on, it waits for the session's next one.
 func (cl *zkClient) event(ch chan zk.Event, ev zk.Event) {
 	if tcp := cl.tcp; tcp != nil && !tcp.closedByServer {
-		cl.n.toClient(cl, tcp, zkFrame{ch: ch, ev: ev, zxid: cl.n.s.zxid})
+		cl.n.toClient(cl, tcp, zkFrame{ch: ch, ev: ev})
 		return
 	}
 	cl.c.held = append(cl.c.held, heldEvent{ch, ev})
@@ -457,7 +459,6 @@ func (n *zkNet) recv(cl *zkClient, tcp *zkTCP, fr zkFrame) {
 	if now.After(tcp.lastRecv) {
 		tcp.lastRecv = now
 	}
-	cl.known = max(cl.known, fr.zxid)
 	switch {
 	case fr.eof:
 		n.teardown(cl, "the server closed the connection")
@@ -481,6 +482,25 @@ func (n *zkNet) flush(cl *zkClient, tcp *zkTCP) {
 		fr := tcp.s2c[0]
 		tcp.s2c = tcp.s2c[1:]
 		n.recv(cl, tcp, fr)
+	}
+	cl.trickle = false
+}
+
+// trickling reports whether cl has a frame to read one at a time (see
+// zkClient.trickle).
+func (cl *zkClient) trickling() bool {
+	tcp := cl.tcp
+	return cl.trickle && tcp != nil && len(tcp.s2c) > 0 && cl.s2c && !cl.frozen
+}
+
+// readNext reads the next of the frames that waited (see zkClient.trickle).
+func (n *zkNet) readNext(cl *zkClient) {
+	tcp := cl.tcp
+	fr := tcp.s2c[0]
+	tcp.s2c = tcp.s2c[1:]
+	n.recv(cl, tcp, fr)
+	if cl.tcp != tcp || len(tcp.s2c) == 0 {
+		cl.trickle = false
 	}
 }
 
@@ -520,7 +540,7 @@ func (n *zkNet) advance(now time.Time) {
 // teardown: go-zookeeper gives up the connection (loop, 486-500).
 func (n *zkNet) teardown(cl *zkClient, why string) {
 	tcp := cl.tcp
-	cl.tcp = nil
+	cl.tcp, cl.trickle = nil, false
 	tcp.closedByClient = true
 	for _, fr := range tcp.s2c {
 		if fr.ch != nil { // never read: setWatches has it fired again
@@ -660,7 +680,7 @@ func (n *zkNet) heal(cl *zkClient) {
 			}
 		}
 		tcp.c2sPing = false
-		if !cl.frozen {
+		if !cl.frozen && !cl.trickle {
 			n.flush(cl, tcp)
 		}
 	}

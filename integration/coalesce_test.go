@@ -24,8 +24,9 @@ import (
 )
 
 // A burst of 64 goroutines of one process, each RLock then Release on an
-// uncontended coalescing lock, costs one node: at most 6 requests by the
-// server's count (192 without the option).
+// uncontended coalescing lock, costs one node: its create, its listing,
+// one sync for the joiners and its deletion, by the server's count (192
+// without the option).
 func TestCoalescedBurstRequests(t *testing.T) {
 	zk := zkserver.StartStandalone(t)
 	c := connect(t, zk.ConnectString(), 0)
@@ -63,9 +64,13 @@ func TestCoalescedBurstRequests(t *testing.T) {
 		n := requestCount(t, zk, burst)
 		total += n
 		most = max(most, n)
-		assert.LessOrEqual(t, n, int64(6), "requests for a burst of 64 readers")
 	}
 	t.Logf("requests per burst of 64 readers: %.2f on average over %d bursts, at most %d", float64(total)/bursts, bursts, most)
+	// 4 a burst. The server also counts go-zookeeper's pings and the
+	// lease's keepalives, and a reader that the Go scheduler runs only
+	// after the joiners' sync went waits for a second one: two in all may
+	// come on top.
+	assert.LessOrEqual(t, total, int64(4*bursts+2), "requests for %d bursts of 64 readers", bursts)
 	assert.Empty(t, lockNodes(t, c.conn, path))
 }
 
@@ -171,20 +176,22 @@ func TestCoalescedFairnessUnderStress(t *testing.T) {
 
 	// A writer W waits for every reader of every node before its own. A
 	// reader that joined such a node must have arrived before W's node was
-	// there: before its ctime (a millisecond's rounding), give or take the
-	// time the server takes to commit the create and tell our session
-	// (the join rule can only know of W's node from that event). Lateness
-	// is how long after W's ctime a reader joined a node ahead of W.
+	// there: before its ctime, by the server's clock, which is this
+	// machine's (a millisecond's rounding). The joiner's sync, sent after
+	// it arrived, orders its arrival against W's create, whether or not
+	// this process had heard of W by then. Lateness is how long after W's
+	// ctime a reader joined a node ahead of W.
 	seq := func(node string) int64 {
 		n, err := strconv.ParseInt(node[len(node)-10:], 10, 64)
 		require.NoError(t, err, node)
 		return n
 	}
-	// The time the server takes to commit a writer's create and tell this
-	// process: 5-14 ms on an idle machine, 128 ms once under the race
-	// detector on two busy cores. Without the join rule, readers keep
-	// joining a node ahead of a queued writer for as long as they come.
-	const allowance = time.Second
+	// Judged by the notification alone, as before the sync, the join rule
+	// let readers in until the event came: 5-14 ms after the create on an
+	// idle machine, 128 ms under the race detector on two busy cores.
+	// Without the join rule, readers keep joining a node ahead of a queued
+	// writer for as long as they come. The allowance is the clocks' reading.
+	const allowance = time.Millisecond
 	// For each writer, the latest arrival among the readers of the nodes
 	// ahead of it: joins in node order, with a running maximum.
 	type arrival struct {
@@ -400,4 +407,114 @@ func coalescedFaultTrial(t *testing.T, addr string, timeout time.Duration, fault
 	require.NoError(t, err, "the lock works on the new session")
 	mustRelease(t, g)
 	waitNodes(t, other.conn, path, 5*time.Second)
+}
+
+// A reader that arrives while its process hears nothing from the server (a
+// silent cut) does not join the held shared node ahead of a remote writer
+// that queued behind it 300 ms before: it waits for its sync, which the cut
+// holds back. While the server's bytes are held back for less than
+// go-zookeeper's read timeout ("hold"), the sync's answer comes after the
+// writer's notification, and the reader makes a node behind the writer.
+// Cut past it ("blackhole"), the connection fails and the node's lease
+// runs out: the reader gets ErrLost, or makes a node of its own, which
+// queues behind the writer once the client has a session again. Which
+// comes first depends on the timeouts: go-zookeeper gives the connection
+// up 2T/3 after its last packet, before the lease ends; with
+// WithSessionTimeout well under T ("lease first") the lease ends first.
+func TestCoalescedReaderWaitsBehindAWriterItHasNotHeardOf(t *testing.T) {
+	const timeout = 4 * time.Second
+	srv := faultServer(t, 1) // its own: the session's expiry is timed
+
+	// unheard sets the scene: a shared node held (r1) by a client behind
+	// a proxy; the cut; a writer of another client queued behind the node;
+	// 300 ms later, a reader of the first client (r2).
+	type unheard struct {
+		p     *faultproxy.Proxy
+		other *client
+		path  string
+		r1    *rwlock.Grant
+		w, r2 *acquisition
+	}
+	setup := func(t *testing.T, cut func(*faultproxy.Proxy), t1 time.Duration, opts ...rwlock.Option) unheard {
+		u := unheard{p: proxied(t, srv.Addr(0)), other: connect(t, srv.Addr(0), timeout), path: zktest.LockPath(t, "/it")}
+		l := connect(t, u.p.Addr(), t1).lock(t, u.path, append(opts, rwlock.WithReadCoalescing())...)
+		ctx := testContext(t)
+		var err error
+		u.r1, err = l.RLock(ctx)
+		require.NoError(t, err)
+
+		cut(u.p)
+		u.w = goAcquire(t, ctx, u.other.lock(t, u.path).Lock)
+		waitNodeCount(t, u.other.conn, u.path, 2, 5*time.Second)
+		time.Sleep(300 * time.Millisecond) // the scenario: the reader comes 300 ms after the writer's node
+		u.r2 = goAcquire(t, ctx, l.RLock)
+		return u
+	}
+
+	t.Run("hold", func(t *testing.T) {
+		u := setup(t, func(p *faultproxy.Proxy) { p.Hold(true) }, timeout)
+		time.Sleep(200 * time.Millisecond) // the scenario: the reader's sync waits in the proxy meanwhile
+		u.r2.stillWaiting(t, "a writer queued behind the held node before the reader came")
+		u.p.Hold(false)
+		require.NoError(t, u.r1.Err(), "held back for less than the lease allows")
+		mustRelease(t, u.r1)
+		gw := u.w.granted(t, 10*time.Second)
+		u.r2.stillWaiting(t, "the writer queued before the reader and holds the lock")
+		writerReleased := time.Now()
+		mustRelease(t, gw)
+		g2 := u.r2.granted(t, 10*time.Second)
+		defer mustRelease(t, g2)
+		assert.NotEqual(t, u.r1.Node(), g2.Node(), "a node of its own")
+		assert.True(t, u.r2.at.After(writerReleased), "granted after the writer")
+	})
+
+	t.Run("blackhole", func(t *testing.T) {
+		u := setup(t, func(p *faultproxy.Proxy) { p.Blackhole() }, timeout)
+		select {
+		case <-u.r1.Done():
+		case <-time.After(timeout):
+			t.Fatal("the held node's lease never ran out")
+		}
+		require.ErrorIs(t, u.r1.Err(), rwlock.ErrLost)
+		gw := u.w.granted(t, timeout+2*faultTick+5*time.Second) // once the server expired the session
+		if u.r2.returned() {
+			require.Error(t, u.r2.err, "the reader was granted before the writer, which queued first")
+			require.ErrorIs(t, u.r2.err, rwlock.ErrLost)
+		}
+		heal(u.p)
+		if !u.r2.returned() {
+			// Its own node, made once the client has a new session, queues
+			// behind the writer.
+			waitNodeCount(t, u.other.conn, u.path, 2, 15*time.Second)
+			u.r2.stillWaiting(t, "the writer queued before the reader and holds the lock")
+		}
+		mustRelease(t, gw)
+		g2, err := u.r2.wait(t)
+		if err != nil {
+			require.ErrorIs(t, err, rwlock.ErrLost)
+			t.Logf("the reader got the node's loss, %v after the fault's writer was granted", msec(u.r2.at.Sub(u.w.at)))
+			return
+		}
+		defer mustRelease(t, g2)
+		assert.NotEqual(t, u.r1.Node(), g2.Node(), "a node of its own")
+		t.Logf("the reader made a node of its own, granted %v after the writer", msec(u.r2.at.Sub(u.w.at)))
+	})
+	t.Run("lease first", func(t *testing.T) {
+		const long, lease = 3 * timeout / 2, timeout / 2
+		u := setup(t, func(p *faultproxy.Proxy) { p.Blackhole() }, long, rwlock.WithSessionTimeout(lease))
+		g2, err := u.r2.waitWithin(t, lease)
+		if err == nil {
+			mustRelease(t, g2)
+			t.Fatal("the reader was granted before the writer, which queued first")
+		}
+		require.ErrorIs(t, err, rwlock.ErrLost, "the reader gets the node's loss at the lease's end")
+		select {
+		case <-u.r1.Done(): // closed as the node's loss reaches its readers
+		case <-time.After(time.Second):
+			t.Fatal("the node's holder was not told of the loss the joiner got")
+		}
+		require.ErrorIs(t, u.r1.Err(), rwlock.ErrLost)
+		mustRelease(t, u.w.granted(t, long+2*faultTick+5*time.Second)) // once the server expired the session
+		heal(u.p)
+	})
 }

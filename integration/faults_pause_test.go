@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
@@ -303,13 +304,15 @@ func report(prefix string, v any) {
 // (SIGSTOP) until their sessions have expired and the other client has
 // been granted every lock, then continued (SIGCONT); each at once calls
 // Lock with a context carrying its grant, in a loop. No call may return a
-// nested grant, and the first to fail must fail for the lease by the
-// timeout told: the lock does not know what the server granted, but that
-// lease ends the grant, and every check consults it before go-zookeeper's
-// state, which says "has session" until its receive loop reads the
-// server's close. (Had go-zookeeper noticed first, its state alone would
-// have failed the call, with another cause, and the round would prove
-// nothing of the lease; it is counted.) Rounds run with GOMAXPROCS=1 (the
+// nested grant, and the first must fail with ErrLost. The lock does not
+// know what the server granted, but the lease by the timeout told ends
+// the grant, and every check consults it before go-zookeeper's state,
+// which says "has session" until its receive loop reads the server's
+// close. Some rounds end otherwise: go-zookeeper noticed first, or the
+// notification of the node's deletion, which the server may send as it
+// expires the session, woke the node watch first. Those prove nothing of
+// the lease, so at least one round of each run must end by it (without
+// the lease by the timeout told, none does). Rounds run with GOMAXPROCS=1 (the
 // goroutine that wins after SIGCONT is the scheduler's pick) and with every
 // CPU. No request is in flight across a reconnection (the lost grant's
 // node went with its session), so it runs under the race detector.
@@ -319,7 +322,7 @@ func TestPausedHolderOnZKConnect(t *testing.T) {
 	for _, procs := range []int{1, runtime.NumCPU()} {
 		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
 			var outcomes []string
-			var rounds, noticed int
+			var rounds, noticed, byLease int
 			for first := 0; first < *connectRounds; first += connectBatch {
 				t.Run(fmt.Sprintf("rounds%d-%d", first, min(first+connectBatch, *connectRounds)-1), func(t *testing.T) {
 					for _, r := range pauseConnectHolders(t, srv.Addr(0), timeout, procs, min(connectBatch, *connectRounds-first)) {
@@ -328,11 +331,16 @@ func TestPausedHolderOnZKConnect(t *testing.T) {
 						if r.state != zk.StateHasSession.String() {
 							noticed++
 						}
+						if r.bound {
+							byLease++
+						}
 					}
 				})
 			}
 			t.Logf("after SIGCONT: %s", strings.Join(outcomes, "; "))
 			t.Logf("go-zookeeper had seen the session's end before the holder's first call after the pause in %d of %d rounds", noticed, rounds)
+			t.Logf("%d of %d rounds ended by the lease by the timeout told", byLease, rounds)
+			assert.Positive(t, byLease, "no round ended by the lease by the timeout told")
 		})
 	}
 }
@@ -341,6 +349,7 @@ func TestPausedHolderOnZKConnect(t *testing.T) {
 type connectRound struct {
 	outcome string // its nested Lock calls after the pause
 	state   string // go-zookeeper's state as the first of them began
+	bound   bool   // the first failed for the lease by the timeout told
 }
 
 // pauseConnectHolders is one batch of TestPausedHolderOnZKConnect: n holder
@@ -419,14 +428,12 @@ func pauseConnectHolders(t *testing.T, addr string, timeout time.Duration, procs
 		if pause > 0 {
 			outcome += fmt.Sprintf(" (%d stalls of its own before the pause)", pause)
 		}
-		rounds = append(rounds, connectRound{outcome: outcome, state: gap.State})
+		rounds = append(rounds, connectRound{outcome: outcome, state: gap.State, bound: rep.Lost && rep.Bound})
 		t.Logf("holder %d: SIGSTOP → other client granted %v, → SIGCONT %v; the holder saw a pause of %v; "+
 			"go-zookeeper said %s at its first call after it; its nested Lock calls: %s",
 			i, msec(waiters[i].at.Sub(stopped[i])), msec(continued[i].Sub(stopped[i])), msec(gap.To.Sub(gap.From)), gap.State, outcome)
 		require.Zero(t, granted, "nested grants handed to a holder back from a pause, while another client holds the lock")
 		require.True(t, rep.Lost, "the nested Lock after the pause failed with %s, not ErrLost", errText(rep.Err))
-		require.True(t, rep.Bound, "the nested Lock after the pause failed with %s, not for the lease by the timeout told "+
-			"(go-zookeeper said %s as the holder's first call after the pause began)", errText(rep.Err), gap.State)
 	}
 	for _, g := range grants {
 		mustRelease(t, g)

@@ -348,7 +348,9 @@ func (c *Client) Multi(ctx context.Context, ops []any, sending chan struct{}, la
 }
 
 // Sync is the lease's keepalive: the cheapest request that a follower must
-// pass on to the leader (see lease.go).
+// pass on to the leader (see lease.go). For the same reason it orders a
+// moment of ours against the server's changes: the lock's coalesced
+// readers wait for one (see the lock's coalesce.go).
 func (c *Client) Sync(ctx context.Context) Reply[struct{}] {
 	return request(ctx, c, true, func() (struct{}, error) {
 		_, err := c.zk.Sync("/")
