@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,7 +65,7 @@ func (co *coalescer) readers(path string) int {
 	var n int
 	var h *hold
 	if s != nil {
-		n, h = s.waiting, s.hold
+		n, h = len(s.seats), s.hold
 	}
 	co.mu.Unlock()
 	if h != nil {
@@ -97,9 +98,12 @@ type sharedRead struct {
 	finished bool            // the acquisition ended
 	hold     *hold           // its hold, once granted
 	err      error           // or why it failed
-	waiting  int             // readers waiting for the grant
-	grants   []*Grant        // made at the grant for the readers waiting then, until they take them
+	seats    []*seat         // the readers waiting for the grant
 }
+
+// A seat is one reader's place on a shared node while it waits: at the
+// grant, each reader waiting then gets its grant there.
+type seat struct{ g *Grant }
 
 // readShared is RLock (and WithRead, ReadGroup, ReadBatch) on a lock with
 // WithReadCoalescing: one acquisition of the caller, with its own event.
@@ -134,7 +138,7 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, 
 		if err := ctx.Err(); err != nil {
 			return nil, nil, 0, err
 		}
-		s, sy, first := co.enter(ctx, l)
+		s, me, sy, first := co.enter(ctx, l)
 		made := sy == nil
 		if first {
 			opened = append(opened, sy)
@@ -143,12 +147,12 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, 
 			lost, err := s.await(ctx, sy)
 			switch {
 			case err != nil:
-				return nil, nil, 0, s.leave(ctx, true)
+				return nil, nil, 0, s.leave(ctx, me, true)
 			case lost != nil:
-				s.leave(ctx, false)
+				s.leave(ctx, me, false)
 				return nil, nil, 0, lost
 			case !s.admits(sy):
-				s.leave(ctx, false) // not proven fair to join: a node of our own
+				s.leave(ctx, me, false) // not proven fair to join: a node of our own
 				continue
 			}
 		}
@@ -159,9 +163,9 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, 
 		if ctx.Err() != nil {
 			// As a cancelled RLock promises: the context's error, even if
 			// the grant came at the same moment.
-			return nil, nil, 0, s.leave(ctx, true)
+			return nil, nil, 0, s.leave(ctx, me, true)
 		}
-		g, again, err := s.take()
+		g, again, err := s.take(me)
 		if again {
 			continue // the node is going as we came: a node of our own
 		}
@@ -176,7 +180,7 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, 
 // listing is not judged yet), and returns the sync the joiner waits for,
 // and whether it is the first to wait for it; otherwise it makes a new
 // node, and returns no sync.
-func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, sy *joinSync, first bool) {
+func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, me *seat, sy *joinSync, first bool) {
 	co.mu.Lock()
 	s = co.cur
 	co.mu.Unlock()
@@ -185,13 +189,14 @@ func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, sy *j
 	}
 	co.mu.Lock()
 	defer co.mu.Unlock()
+	me = &seat{}
 	if s = co.cur; s != nil && (!s.verdict || s.joinableLocked()) {
-		s.waiting++
+		s.seats = append(s.seats, me)
 		sy, first = s.nextSyncLocked()
-		return s, sy, first
+		return s, me, sy, first
 	}
 	s = &sharedRead{
-		co: co, l: l, waiting: 1, done: make(chan struct{}),
+		co: co, l: l, seats: []*seat{me}, done: make(chan struct{}),
 		a: newAcquisition(Request{l, Read}),
 	}
 	s.a.members[0].listed = s.listedBy
@@ -201,7 +206,7 @@ func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, sy *j
 	sctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	l.background.Add(1)
 	go s.run(sctx)
-	return s, nil, false
+	return s, me, nil, false
 }
 
 // run is the node's acquisition, on a goroutine of its own. At the grant,
@@ -220,18 +225,15 @@ func (s *sharedRead) run(ctx context.Context) {
 	if err == nil {
 		h = holds[0]
 		s.hold = h
-		if s.waiting > 0 {
-			s.grants = append(s.grants, h.grant(Read))
-		}
-		for len(s.grants) < s.waiting {
-			g, ok := h.join()
-			if !ok {
+		for i, me := range s.seats {
+			if i == 0 {
+				me.g = h.grant(Read) // the hold's first grant, counted as it was made
+			} else if me.g, _ = h.join(); me.g == nil {
 				break // lost already: the others take the loss
 			}
-			s.grants = append(s.grants, g)
 		}
 	}
-	orphan := h != nil && s.waiting == 0 // every reader left as it was granted
+	orphan := h != nil && len(s.seats) == 0 // every reader left as it was granted
 	if err != nil || orphan {
 		s.closeLocked()
 		s.forgetLocked()
@@ -266,7 +268,7 @@ func (s *sharedRead) listedBy(m *member) {
 	if s.node != m.path { // the first listing, or one of a new node
 		s.forgetLocked()
 		s.node, s.session = m.path, m.session
-		if s.waiting > 0 {
+		if len(s.seats) > 0 {
 			co.live[s.node] = s
 		}
 	}
@@ -307,18 +309,14 @@ func (s *sharedRead) closeLocked() {
 // before the grant cancels the acquisition, whose node goes as any
 // cancelled acquisition's; a cancelled reader then waits for that, as a
 // cancelled RLock leaves no node behind. After the grant, the reader
-// releases the grant made for it. It returns ctx's error for a cancelled
-// reader.
-func (s *sharedRead) leave(ctx context.Context, cancelled bool) error {
+// releases the grant made for it, if one was. It returns ctx's error for a
+// cancelled reader.
+func (s *sharedRead) leave(ctx context.Context, me *seat, cancelled bool) error {
 	co := s.co
 	co.mu.Lock()
-	s.waiting--
+	s.unseatLocked(me)
 	finished := s.finished
-	var mine *Grant
-	if n := len(s.grants); finished && n > 0 {
-		mine, s.grants = s.grants[n-1], s.grants[:n-1]
-	}
-	last := !finished && s.waiting == 0
+	last := !finished && len(s.seats) == 0
 	if last {
 		s.closeLocked()
 		s.forgetLocked()
@@ -332,34 +330,36 @@ func (s *sharedRead) leave(ctx context.Context, cancelled bool) error {
 	switch {
 	case last && cancelled:
 		<-s.done // the node is deleted, or its deletion handed to the background
-	case mine != nil:
+	case me.g != nil:
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cleanupTimeout)
 		defer cancel()
-		if rerr := mine.Release(rctx); rerr != nil && err != nil {
+		if rerr := me.g.Release(rctx); rerr != nil && err != nil {
 			err = fmt.Errorf("%w (and: %w)", err, rerr)
 		}
 	}
 	return err
 }
 
+// unseatLocked takes me from the waiting readers.
+func (s *sharedRead) unseatLocked(me *seat) {
+	s.seats = slices.DeleteFunc(s.seats, func(x *seat) bool { return x == me })
+}
+
 // take turns a waiting reader into the holder of a grant on the node, once
 // the acquisition ended: the grant made for it at the grant, or, for a
-// reader that joined the node held, a new one. again reports a node that
-// is going as the reader came: it makes a node of its own.
-func (s *sharedRead) take() (g *Grant, again bool, err error) {
+// reader that came later, a new one. again reports a node that is going as
+// the reader came: it makes a node of its own.
+func (s *sharedRead) take(me *seat) (g *Grant, again bool, err error) {
 	co := s.co
 	co.mu.Lock()
-	s.waiting--
+	s.unseatLocked(me)
 	if s.err != nil {
 		co.mu.Unlock()
 		return nil, false, s.err
 	}
-	if n := len(s.grants); n > 0 {
-		g, s.grants = s.grants[n-1], s.grants[:n-1]
-	}
 	h := s.hold
 	co.mu.Unlock()
-	if g == nil {
+	if g = me.g; g == nil {
 		var ok bool
 		if g, ok = h.join(); !ok {
 			if err := h.ended(); err != nil && !errors.Is(err, ErrReleased) {

@@ -2,6 +2,7 @@ package rwlock
 
 import (
 	"context"
+	"errors"
 
 	"github.com/go-zookeeper/zk"
 
@@ -168,7 +169,10 @@ func (s *sharedRead) await(ctx context.Context, sy *joinSync) (lost, err error) 
 			return nil, ctx.Err()
 		case <-ended:
 		case <-gone:
-			return h.ended(), nil
+			if err := h.ended(); !errors.Is(err, ErrReleased) {
+				return err, nil
+			}
+			return nil, nil // released by its last reader as this one came: admits says no
 		}
 	}
 }
