@@ -160,7 +160,7 @@ var mutants = []mutant{
 	// without the bound. No safety rule breaks, so the simulation has
 	// nothing to find; the unit test checks when the holder is told.
 	{name: "a bound shortens a hold limit's head start", run: "TestHoldLimitTellsTheHolderFirst", edits: []mutantEdit{
-		{file: "holdlimit.go", point: "bound-shortens-hold-head", new: "if t == 0 { head = g.l.maxHold / 4 }"}}},
+		{file: "holdlimit.go", point: "bound-shortens-hold-head", new: "if t == 0 { head = l.maxHold / 4 }"}}},
 	{name: "a hold limit's node deleted at the notice, not at the limit", edits: []mutantEdit{
 		{file: "holdlimit.go", point: "delete-at-limit", new: "time.AfterFunc(time.Until(at)*0, func() { finish(h.path, \"\", h.session) })"}}},
 	{name: "a holder told of its hold limit late gets no head start", flags: []string{"-sim.nocut"}, edits: []mutantEdit{
