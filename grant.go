@@ -6,11 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/go-zookeeper/zk"
-
-	"github.com/zkrwlock/rwlock/internal/lockname"
-	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // A Grant is one hold on the lock, shared or exclusive, from the moment an
@@ -260,36 +255,6 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	return d, nil
 }
 
-// markDowngraded writes the downgrade mark into the node's data, waiting
-// for the answer up to the cleanup timeout (see Downgrade). On success the
-// hold reads. The caller holds ops.
-func (h *hold) markDowngraded(ctx context.Context) error {
-	l := h.l
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(zkclient.WithCounter(ctx, &h.requests)), l.cleanupTimeout)
-	defer cancel()
-	r := h.c.Set(sctx, h.path, append(lockname.Data(l.owner, l.maxHold, lockname.MarkDowngraded), h.lines...))
-	switch {
-	case errors.Is(r.Err, zk.ErrNoNode):
-		h.lost(h.whyDeleted())
-		return h.ended()
-	case zkclient.SessionGone(r.Err):
-		h.lost(r.Err)
-		return h.ended()
-	case zkclient.ConnectionLoss(r.Err) || sctx.Err() != nil:
-		h.lost(fmt.Errorf("%w: outcome of the downgrade unknown: %w", errMayLive, r.Err))
-		return h.ended()
-	case r.Err != nil:
-		return r.Err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.held() {
-		return context.Cause(h.ctx) // lost while we marked it
-	}
-	h.mode = Read
-	return nil
-}
-
 // ended returns why a grant is no longer held.
 func (g *Grant) ended() error {
 	if g.ctx.Err() != nil {
@@ -353,4 +318,56 @@ func (g *Grant) forget(key any) {
 	g.mu.Lock()
 	delete(g.onEnd, key)
 	g.mu.Unlock()
+}
+
+type grantKey struct{}
+
+// ContextWithGrant returns a copy of ctx that carries g. Lock and RLock on
+// the same lock path and connection, called with such a context, return a
+// nested grant of g at once, without a new node: a read grant inside a
+// write or read grant, or a write grant inside a write grant. A write grant
+// inside a read grant fails with ErrUpgrade, because two readers upgrading
+// at once would wait for each other forever. Releasing a nested grant
+// leaves g held; when g ends, so do the grants nested in it, and theirs.
+//
+// The contexts that WithRead, WithWrite and ReadGroup hand to their
+// functions already carry their grant.
+func ContextWithGrant(ctx context.Context, g *Grant) context.Context {
+	return context.WithValue(ctx, grantKey{}, g)
+}
+
+// carried returns the grant ctx carries, if any.
+func carried(ctx context.Context) *Grant {
+	g, _ := ctx.Value(grantKey{}).(*Grant)
+	return g
+}
+
+// nested returns a grant nested in the one ctx carries, when that is a
+// grant of this lock (same path, same connection); nil, nil when it is not.
+func (l *RWLock) nested(ctx context.Context, w want) (*Grant, error) {
+	outer := carried(ctx)
+	if outer == nil || outer.h.l.path != l.path || outer.h.l.conn != l.conn {
+		return nil, nil
+	}
+	outer.h.judge() // as Err does: a holder back from a pause may have lost it
+	var err error
+	switch {
+	case outer.ctx.Err() != nil:
+		err = fmt.Errorf("the grant in the context has ended: %w", context.Cause(outer.ctx))
+	case w.mode == Write && outer.mode == Read:
+		err = fmt.Errorf("%w (%s)", ErrUpgrade, outer.h.path)
+	}
+	if err != nil {
+		return nil, &opError{verb(w), l.path, err}
+	}
+	return nestIn(outer, w.mode), nil
+}
+
+// nestIn makes a grant of mode nested in outer: it holds outer's node, and
+// ends when outer does (at once if outer has ended), on the goroutine that
+// ends outer, so that its own hooks run in time too.
+func nestIn(outer *Grant, mode Mode) *Grant {
+	g := newHandle(outer.h, mode, outer)
+	outer.whenEndedAs(g, g.end)
+	return g
 }

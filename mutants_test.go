@@ -44,9 +44,9 @@ var mutants = []mutant{
 		{file: "nodename.go", point: "self-duplicate", new: "case false:"},
 		{file: "nodename.go", point: "duplicate", new: "if false {"}}},
 	{name: "a token taken from any listing", edits: []mutantEdit{
-		{file: "token.go", point: "token-any-listing", new: "case creates == creates:"}}},
+		{file: "list.go", point: "token-any-listing", new: "case creates == creates:"}}},
 	{name: "a reader's token taken from a listing that shows a later writer", edits: []mutantEdit{
-		{file: "token.go", point: "reader-token-any-listing", new: "case m.mode == Read:"}}},
+		{file: "list.go", point: "reader-token-any-listing", new: "case m.mode == Read:"}}},
 	{name: "readers ignore writers", edits: []mutantEdit{
 		{file: "reader.go", point: "readers-ignore-writers", new: "if n := before[i]; false && n.mode == Write && !downgraded(n.name) {"}}},
 	{name: "a waiter that gives up marks its node held", edits: []mutantEdit{

@@ -1,6 +1,14 @@
 package rwlock
 
-import "github.com/zkrwlock/rwlock/internal/lockname"
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/zkrwlock/rwlock/internal/lockname"
+	"github.com/zkrwlock/rwlock/internal/zkclient"
+)
 
 // writeBlocker is the write predicate: a writer holds the lock when no node
 // at all precedes it, and otherwise waits for its IMMEDIATE predecessor, so
@@ -25,4 +33,34 @@ func releaseMark(m *member) lockname.Mark {
 		return lockname.MarkHeld
 	}
 	return lockname.Unmarked
+}
+
+// markDowngraded writes the downgrade mark into the node's data, waiting
+// for the answer up to the cleanup timeout (see Downgrade). On success the
+// hold reads. The caller holds ops.
+func (h *hold) markDowngraded(ctx context.Context) error {
+	l := h.l
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(zkclient.WithCounter(ctx, &h.requests)), l.cleanupTimeout)
+	defer cancel()
+	r := h.c.Set(sctx, h.path, append(lockname.Data(l.owner, l.maxHold, lockname.MarkDowngraded), h.lines...))
+	switch {
+	case errors.Is(r.Err, zk.ErrNoNode):
+		h.lost(h.whyDeleted())
+		return h.ended()
+	case zkclient.SessionGone(r.Err):
+		h.lost(r.Err)
+		return h.ended()
+	case zkclient.ConnectionLoss(r.Err) || sctx.Err() != nil:
+		h.lost(fmt.Errorf("%w: outcome of the downgrade unknown: %w", errMayLive, r.Err))
+		return h.ended()
+	case r.Err != nil:
+		return r.Err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.held() {
+		return context.Cause(h.ctx) // lost while we marked it
+	}
+	h.mode = Read
+	return nil
 }
