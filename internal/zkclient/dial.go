@@ -43,8 +43,17 @@ func Connect(servers []string, timeout time.Duration, opts ...func(*zk.Conn)) (*
 }
 
 // Handshakes is what a connection made by Connect learns of its sessions
-// from the server's answers to its handshakes. The zero value is ready.
-//
+// from the server's answers to its handshakes. It keeps the smallest
+// session timeout the server granted in each session, and tells its
+// listeners of every answer. The zero value is ready.
+type Handshakes struct {
+	last     atomic.Pointer[sessionTimeout]
+	connects atomic.Uint64 // handshakes answered with a session: one per connection
+
+	mu        sync.Mutex
+	listeners map[*func(session int64, sent time.Time)]struct{} // told of each answer; guarded by mu
+}
+
 // Why read the wire, and why take the smallest T? On each connection,
 // go-zookeeper asks the server for the timeout it was last granted. Each
 // server clamps that to its own range, from minSessionTimeout to
@@ -64,25 +73,17 @@ func Connect(servers []string, timeout time.Duration, opts ...func(*zk.Conn)) (*
 // Every one of those is a T the client was answered with. So the lock uses
 // the smallest T answered in the session. The answer is read on the
 // goroutine that dials, before go-zookeeper reports the session and before
-// it starts the loops that answer requests. So any request
-// answered on a connection is judged with that connection's T. The lock
-// does not use go-zookeeper's own log line of the answer. An application
-// may silence or replace the logger.
+// it starts the loops that answer requests. So any request answered on a
+// connection is judged with that connection's T. The lock does not use
+// go-zookeeper's own log line of the answer, since an application may
+// silence or replace the logger.
 //
 // The server may take a handshake whose answer never arrives, when the
 // connection dies in between. That changes T unheard. WithSessionTimeout
 // at or below the smallest maxSessionTimeout of any member covers it.
 //
-// An answer with the session also renews the lease. The server touched
-// the session after the handshake was sent, and through it the leader
-// did too.
-type Handshakes struct {
-	last     atomic.Pointer[sessionTimeout]
-	connects atomic.Uint64 // handshakes answered with a session: one per connection
-
-	mu        sync.Mutex
-	listeners map[*func(session int64, sent time.Time)]struct{} // told of each answer; guarded by mu
-}
+// An answer with the session also renews the lease, as lease.go says
+// under "Which T".
 
 // sessionTimeout is the smallest timeout the server granted in a session.
 type sessionTimeout struct {

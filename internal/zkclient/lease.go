@@ -108,9 +108,10 @@ import (
 // An answered handshake renews the lease too. The server touched the
 // session after the handshake was sent. A follower revalidates the session
 // with the leader before it answers. So through a follower, the leader too
-// touched the session after the handshake was sent. Handshakes, in
-// dial.go, says why the lock takes the smallest T. It also covers the one
-// case of a T the lock does not hear, an answer that is lost.
+// touched the session after the handshake was sent. The comment after
+// Handshakes, in dial.go, says why the lock takes the smallest T. It also
+// covers the one case of a T the lock does not hear, an answer that is
+// lost.
 //
 // On any other connection, go-zookeeper does not expose what the server
 // granted. So the lock cannot check it, and it does not know T.
@@ -171,8 +172,8 @@ func HeadStart(t time.Duration) time.Duration {
 // RelayAllowance is how much earlier than the lease's end the leader may
 // expire a session. That happens when the session's server lost touch
 // with the leader at the worst moment. It is at most a tick plus the
-// keepalive interval, for a session of eight ticks or more. The proof
-// above gives the steps.
+// keepalive interval, for a session of eight ticks or more. The proof in
+// lease.go gives the steps.
 func RelayAllowance(t time.Duration) time.Duration { return t/8 + RenewInterval(t) }
 
 // retryUnanswered is how soon a keepalive that was not answered is tried

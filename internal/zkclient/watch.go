@@ -41,15 +41,12 @@ type watchKey struct {
 // that set it. When a session expires, go-zookeeper ends each of its
 // watches with an EventNotWatching. A caller of the new session must not
 // take that for the end of its own.
-//
-// go-zookeeper sends the watch's one event into raw and closes it. A
-// goroutine relays the event to fired and to the subscribers. FiredNow
-// also takes it from raw if it is there. Say a caller has just seen a
-// later event or answer of the session. FiredNow then tells it whether
-// this watch fired before, without a request and without waiting for the
-// relay. That holds because go-zookeeper puts each event in its channel
-// before it reads the next packet.
 type Watch struct {
+	// go-zookeeper sends the watch's one event into raw and closes it. A
+	// goroutine relays the event to fired and to the subscribers. FiredNow
+	// also takes the event from raw if it is there, without waiting for
+	// the relay.
+
 	mu      sync.Mutex
 	pending bool                         // the request that sets it is under way
 	ready   chan struct{}                // closed when it is settled, set or not
@@ -70,6 +67,10 @@ func (w *Watch) Event() zk.Event { return w.event }
 
 // FiredNow reports whether the watch has fired, as of the last packet
 // go-zookeeper has read. It publishes the event if the watch has fired.
+// Say a caller has just seen a later event or answer of the session.
+// FiredNow then tells it whether this watch fired before, without a
+// request and without waiting. That holds because go-zookeeper puts each
+// event in its channel before it reads the next packet.
 func (w *Watch) FiredNow() bool {
 	w.mu.Lock()
 	if w.done {
