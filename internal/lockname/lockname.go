@@ -110,10 +110,9 @@ type Marker struct {
 	SeenBy uint8  // the families (Bit) whose nodes that peer counts in its queue, as declared (see __lock__)
 }
 
-// Markers lists every family's markers. Where one marker ends with
-// another, the longer comes first. So read__lock__ comes before __lock__,
-// and rlock- and wlock- come before lock-. A Node's Marker is an index in
-// Markers.
+// Markers lists every family's markers. Where one ends with another,
+// the longer comes first: read__lock__ before __lock__, rlock- and wlock-
+// before lock-. A Node's Marker is an index in Markers.
 var Markers = [...]Marker{
 	{"read-", false, Native, true, guarded | bare, "unprotected read-/write- names", Native.Bit() | KazooPatterns.Bit()},
 	{"write-", true, Native, true, guarded | bare, "unprotected read-/write- names", Native.Bit() | KazooPatterns.Bit()},
@@ -252,8 +251,7 @@ func NewGUID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// GUID returns the guid of a protected name, which is _c_, then 32
-// lowercase hex digits, then a "-".
+// GUID returns the guid of a protected name, _c_ + 32 lowercase hex + "-".
 func GUID(name string) (string, bool) {
 	const end = len(protectedPrefix) + guidLen
 	if len(name) <= end || name[end] != '-' || !strings.HasPrefix(name, protectedPrefix) {
@@ -294,9 +292,9 @@ func isUUID(s string) bool {
 }
 
 // ParseSeq accepts exactly what Java's String.format("%010d", n) produces
-// for an int32 n. That is ten digits, or a minus sign and nine digits. A
-// negative n with |n| >= 1e9 gets ten digits after its sign. Anything
-// else, even a number in another spelling, is not a lock node's.
+// for an int32 n. That is ten digits, or a minus sign and nine digits, or
+// ten when |n| >= 1e9. Anything else, even a number in another spelling,
+// is not a lock node's.
 func ParseSeq(s string) (int32, bool) {
 	neg := strings.HasPrefix(s, "-")
 	digits := s
