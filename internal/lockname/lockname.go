@@ -127,8 +127,8 @@ var Markers = [...]Marker{
 	// see read- and write- too. Made without, as kazoo's default is, they
 	// do not. Their nodes look the same either way. Taking them all to see
 	// ours would let a default kazoo lock in beside our holder, unseen.
-	// So only a path that declares the patterns counts on it, with
-	// KazooPatterns. On any other path, a kazoo node is a blind peer's,
+	// So only a path that declares the patterns, as KazooPatterns does,
+	// counts on it. On any other path, a kazoo node is a blind peer's,
 	// refused and announced to holders. A wrong guess then costs a
 	// refusal, never two holders.
 	{"__rlock__", false, Kazoo, true, guarded | hex32, "kazoo ReadLock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit()},

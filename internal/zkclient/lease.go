@@ -156,10 +156,10 @@ import (
 // # Other causes
 //
 // After an expiry, go-zookeeper opens a new session. A session found
-// replaced that way ends its grants at once. A node deleted by someone
-// else is learnt from the watch on it, which fires when the next waiter's
-// does. So no client can promise a head start for that cause.
-// The fencing token, Grant.Token, is the defence.
+// replaced that way ends its grants at once. A node deleted by someone else
+// is learnt from the watch on it, which fires when the next waiter's does.
+// So no client can promise a head start for that cause. The fencing token,
+// Grant.Token, is the defence.
 
 // HeadStart returns how long before its session may expire a grant is
 // declared lost, for a session timeout t. It is a quarter of t. See
