@@ -12,10 +12,11 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// One acquisition makes one node per lock asked for: one for Lock, RLock,
-// TryLock and TryRLock, one per lock for LockAll. It is a small state
-// machine. Each step makes its requests and returns the next step. Every
-// failure after a node may exist deletes it before the call returns.
+// One acquisition makes one node per lock asked for. Lock, RLock, TryLock
+// and TryRLock ask for one lock, and LockAll for several. The acquisition
+// is a small state machine. Each step makes its requests and returns the
+// next step. Every failure after a node may exist deletes it before the
+// call returns.
 //
 //	create ──▶ list ──▶ wait ──▶ ready ──▶ grant
 //	  ▲         ▲ │      │
@@ -24,38 +25,36 @@ import (
 //	  └─── requeue               requeue: the session was replaced, and our
 //	                             nodes went with it: new ones
 //
-// Only making nodes is the acquisition's: one create for one lock, one
-// multi for several. Each lock's node then lists, waits and proves its
-// place on its own (a member; see watch.go). A member that would make a
-// node again stops, and the acquisition makes every member's node again,
-// after deleting what is left of the old ones.
+// Only making nodes is the acquisition's job. It sends one create for one
+// lock, and one multi for several. Each lock's node then lists, waits and
+// proves its place on its own, as a member (see watch.go). A member that
+// would make a node again stops. The acquisition then deletes what is left
+// of the old nodes, and makes every member's node again.
 //
-// No grant without a node. A grant is returned only when one of two
-// proofs shows that our node existed at a moment when nothing before it
-// was in our way:
+// No grant without a node. A grant is returned only when one of two proofs
+// shows that our node existed at a moment when nothing before it was in our
+// way.
 //
-//   - a listing that shows our node and no blocker before it (a listing
-//     sees one consistent state of the directory);
-//   - while waiting, a data watch on our own node, set after the create and
-//     not fired when the event or answer that cleared our way arrived (see
-//     confirmOwn).
+//   - A listing shows our node and no blocker before it. A listing sees one
+//     consistent state of the directory.
+//   - While we waited, a data watch on our own node had not fired when the
+//     event or answer that cleared our way arrived. The watch was set after
+//     the create (see own.go).
 //
-// What clears our way is read off the snapshot of our first listing. It
-// holds every node that can ever precede ours, since numbers only grow. A
-// node leaves it only when shown gone, or when a node after it shows that
-// it held (see watch.go). Anything else lists again before the grant.
+// What clears our way is read off the snapshot of our first listing (see
+// watch.go). Anything else lists again before the grant.
 //
-// Why several locks cannot deadlock: in every directory, sequence numbers
-// follow the order in which the leader applied the creates, so a node of
-// an earlier multi precedes a node of a later one. A member waits only for
-// nodes before its own: nodes of earlier multis. So every wait points from
-// a later multi to an earlier one, and a cycle of waits would need a multi
-// earlier than itself. This holds for callers that take all their locks in
-// one call. A caller that holds a grant and asks for more can deadlock, as
-// can peers that take the same paths one by one.
+// Why several locks cannot deadlock. In every directory, sequence numbers
+// follow the order in which the leader applied the creates. So a node of an
+// earlier multi precedes a node of a later one. A member waits only for
+// nodes before its own, which are nodes of earlier multis. So every wait
+// points from a later multi to an earlier one. A cycle of waits would need
+// a multi earlier than itself. This holds for callers that take all their
+// locks in one call. A caller that holds a grant and asks for more can
+// deadlock. So can peers that take the same paths one by one.
 
-// run takes the steps until every member is granted, and returns their
-// holds in the order asked; or it fails, with no node left behind.
+// run takes the steps until every member is granted. It returns their holds
+// in the order asked. If it fails, it leaves no node behind.
 func (a *acquisition) run(ctx context.Context) ([]*hold, error) {
 	for _, m := range a.members {
 		if err := m.l.checkDeletable(m.counting(ctx), a.c); err != nil {
@@ -83,9 +82,10 @@ func (a *acquisition) run(ctx context.Context) ([]*hold, error) {
 	}
 }
 
-// advance runs every member's steps from next until each has nothing in
-// its way (stepGrant), or one must make a node again (the acquisition makes
-// them all again), or one fails: the others then stop where they are.
+// advance runs every member's steps from next. It returns once each member
+// has nothing in its way (stepGrant), or once one must make a node again.
+// The acquisition then makes them all again. If one member fails, the
+// others stop where they are.
 func (a *acquisition) advance(ctx context.Context, next []step) ([]step, error) {
 	a.connects, a.connectsKnown = a.c.ConnectCount()
 	if len(a.members) == 1 { // on the caller's goroutine
@@ -137,21 +137,22 @@ func (a *acquisition) again(next step) []step {
 	return a.all(next)
 }
 
-// ready checks that every member, with nothing in its way, can be granted,
-// and grants them: it returns their holds. Otherwise it returns the
-// members' next steps: after a reconnection, all of them prove their place
+// ready checks that every member, with nothing in its way, can be granted.
+// Then it grants them and returns their holds. Otherwise it returns the
+// members' next steps. After a reconnection, all of them prove their place
 // again.
 //
-// Each member's proof was for the moment its own way cleared, which may be
-// long before the last member's did: its node may have been deleted by hand
-// since, and the lock given to the writer behind it. Its watches tell
-// without a request, as confirmOwn's do: the data watch on its own node if
-// it waited, else the child watch of the listing that proved it, which any
-// change of the directory fires. Events come in the order of the changes,
-// so if neither has fired as of the last packet read, its node outlived the
-// change that cleared the last member's way. Where one has fired, or the
-// connection was made anew since the proofs began, the member reads its
-// node. A lone member's proof is of this moment: it needs none of this.
+// Each member's proof was for the moment its own way cleared. That may be
+// long before the last member's way cleared. Its node may have been deleted
+// by hand since, and the lock given to the writer behind it. Its watch
+// tells without a request, as confirmOwn's does. That is the data watch on
+// its own node if it waited. Else it is the child watch of the listing that
+// proved it, which any change of the directory fires. Events come in the
+// order of the changes (see own.go). So if the watch has not fired as of
+// the last packet read, its node outlived the change that cleared the last
+// member's way. The member reads its node where the watch has fired, or
+// where the connection was made anew since the proofs began. A lone
+// member's proof is of this moment, so it needs none of this.
 func (a *acquisition) ready(ctx context.Context) ([]*hold, []step, error) {
 	for _, m := range a.members {
 		next, err := m.prepare(m.counting(ctx))
@@ -176,8 +177,9 @@ func (a *acquisition) ready(ctx context.Context) ([]*hold, []step, error) {
 	return a.grant(ctx)
 }
 
-// confirm reads, for a set, the nodes of the members whose proof is older
-// than the last member's, unless their watches vouch for them (see ready).
+// confirm is ready's check for a set. It reads the nodes of the members
+// whose proof is older than the last member's, unless their watches vouch
+// for them (see ready).
 func (a *acquisition) confirm(ctx context.Context) ([]step, error) {
 	n, known := a.c.ConnectCount()
 	reconnected := !known || !a.connectsKnown || n != a.connects
@@ -208,9 +210,9 @@ func (a *acquisition) confirm(ctx context.Context) ([]step, error) {
 	return nil, nil
 }
 
-// grant makes every member's hold, with one token: the smallest a member
-// knows (see token). A member already known lost fails the acquisition:
-// every hold is released.
+// grant makes every member's hold, with one token. The token is the
+// smallest a member knows (see token). A member already known lost fails
+// the acquisition, and every hold is released.
 func (a *acquisition) grant(ctx context.Context) ([]*hold, []step, error) {
 	var tok int64
 	for _, m := range a.members {
@@ -237,8 +239,8 @@ func (a *acquisition) grant(ctx context.Context) ([]*hold, []step, error) {
 	return holds, nil, nil
 }
 
-// abort deletes every node the acquisition made, in one multi when it can,
-// and returns cause joined with a failed deletion's error.
+// abort deletes every node the acquisition made, in one multi when it can.
+// It returns cause, joined with a failed deletion's error.
 func (a *acquisition) abort(ctx context.Context, cause error) error {
 	if zkclient.SessionGone(cause) {
 		return cause // the nodes went with the session
@@ -246,7 +248,7 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 	if len(a.members) > 1 && a.deleteAll(a.members[0].counting(ctx)) {
 		return cause
 	}
-	// A node is not known, or the multi failed: each member deletes its
+	// A node is not known, or the multi failed. Each member deletes its
 	// own, as a lone member does.
 	errs := make([]error, len(a.members))
 	var wg sync.WaitGroup
@@ -263,7 +265,7 @@ func (a *acquisition) abort(ctx context.Context, cause error) error {
 }
 
 // deleteAll deletes every member's node in one multi, if every node is
-// known; it reports whether they are gone.
+// known. It reports whether they are gone.
 func (a *acquisition) deleteAll(ctx context.Context) bool {
 	var ops []any
 	for _, m := range a.members {
@@ -286,9 +288,9 @@ func (a *acquisition) deleteAll(ctx context.Context) bool {
 }
 
 // proceed takes a member's steps from next until nothing is in its way
-// (stepGrant), or an error. It stops where the member would make a node
-// (stepCreate, stepRequeue): the acquisition makes the nodes of all its
-// members together.
+// (stepGrant), or until an error. It stops at stepCreate and stepRequeue,
+// where the member would make a node. The acquisition makes the nodes of
+// all its members together.
 func (m *member) proceed(ctx context.Context, next step) (step, error) {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -316,12 +318,12 @@ func (m *member) proceed(ctx context.Context, next step) (step, error) {
 	}
 }
 
-// prepare checks, once nothing is in our way, that the grant can be made,
-// unless ctx ended meanwhile: then, as a cancelled call promises, the node
-// goes and ctx's error returns. A grant starts with more than its head
-// start to run on the lease: after a long wait, one sync renews it first.
-// If that fails, the member goes on as after any failed request: its place
-// in the queue is kept, and a later listing proves it again.
+// prepare checks, once nothing is in our way, that the grant can be made.
+// If ctx ended meanwhile, the node goes and ctx's error returns, as a
+// cancelled call promises. A grant starts with more than its head start to
+// run on the lease. So after a long wait, one sync renews the lease first.
+// If that fails, the member goes on as after any failed request. It keeps
+// its place in the queue, and a later listing proves it again.
 func (m *member) prepare(ctx context.Context) (step, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -329,8 +331,9 @@ func (m *member) prepare(ctx context.Context) (step, error) {
 	c := m.a.c
 	t, granted := c.Timeout(m.l.sessionTimeout, m.session)
 	if !granted && c.Conn().State() != zk.StateHasSession {
-		// Without a granted T, a disconnection is a loss: the grant's first
-		// Err would report it. Wait for the session, and prove our place again.
+		// Without a granted T, a disconnection is a loss. The grant's first
+		// Err would report it. So wait for the session, and prove our place
+		// again.
 		return stepReconnect, nil
 	}
 	if t > 0 && !c.Fresh(m.session, t, zkclient.RenewInterval(t)) {
@@ -345,14 +348,14 @@ func (m *member) prepare(ctx context.Context) (step, error) {
 	return stepGrant, nil
 }
 
-// undo deletes whatever node the member made, with a fresh bounded
-// context since ctx may be the reason we stop, and returns cause joined
+// undo deletes whatever node the member made. It uses a fresh bounded
+// context, since ctx may be the reason we stop. It returns cause, joined
 // with a failed deletion's error.
 func (m *member) undo(ctx context.Context, cause error) error {
 	l := m.l
 	switch {
 	case zkclient.SessionGone(cause):
-		// Expired or closed: the node went with the session.
+		// The session expired or was closed, and the node went with it.
 	// mutant: abort-leaves-node
 	case m.node != "":
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanupTimeout)
@@ -364,7 +367,7 @@ func (m *member) undo(ctx context.Context, cause error) error {
 	case m.unsure:
 		l.finish(m.a.c, "", m.a.guid, m.a.c.Conn().SessionID())
 	default:
-		m.removeCreatedDirs() // made, and never used: a container that never had a child stays
+		m.removeCreatedDirs() // made and never used; a container that never had a child stays
 	}
 	return cause
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// create makes every member's node, in one create for one lock and in one
-// multi for several, and the lock directories that are missing. Each
-// member's first listing goes out right behind it (see listBehind). It
+// create makes every member's node, and the lock directories that are
+// missing. It sends one create for one lock, and one multi for several.
+// Each member's first listing goes out right behind it (see listBehind). It
 // returns each member's next step.
 func (a *acquisition) create(ctx context.Context) ([]step, error) {
 	for tries := 0; ; tries++ {
@@ -33,13 +33,13 @@ func (a *acquisition) create(ctx context.Context) ([]step, error) {
 		}
 		switch {
 		case r.err == nil && r.session == 0:
-			// Made, but the session changed while we waited: the nodes are
+			// Made, but the session changed while we waited. The nodes are
 			// ours only if the session that has them now made them. Find
 			// out as after a lost answer.
 			return a.unsure(stepList), nil
 		case r.err == nil:
 			// Every member knows its node before any looks at its queue, so
-			// that a failure of one deletes them all (abort).
+			// that a failure of one deletes them all (see abort).
 			for i, m := range a.members {
 				m.path, m.node, m.session = r.paths[i], r.paths[i][len(m.l.path)+1:], r.session
 				m.l.debug("created", m.path)
@@ -48,7 +48,7 @@ func (a *acquisition) create(ctx context.Context) ([]step, error) {
 			for i, m := range a.members {
 				first := firsts[i]
 				if first.Err != nil || first.Session != m.session || !slices.Contains(first.V, m.node) {
-					next[i] = stepList // the listing overtook the create, or failed: list again
+					next[i] = stepList // the listing overtook the create, or failed, so list again
 					continue
 				}
 				m.dir, m.oneTrip = first.watch, true
@@ -59,10 +59,11 @@ func (a *acquisition) create(ctx context.Context) ([]step, error) {
 			}
 			return next, nil
 		case errors.Is(r.err, zk.ErrNoNode) && r.failed >= 0 && tries < 4+len(a.members):
-			// A lock directory is missing, or the server reaped it (an
-			// empty container) between our mkdir and our create; a parent
-			// may go the same way while we make the directory. One
-			// directory per try: a multi names only its first failure.
+			// A lock directory is missing. Or the server reaped it, as an
+			// empty container, between our mkdir and our create. A parent
+			// may go the same way while we make the directory. We make one
+			// directory per try, since a multi names only its first
+			// failure.
 			m := a.members[r.failed]
 			if err := m.mkdirs(m.counting(ctx)); err != nil && !errors.Is(err, zk.ErrNoNode) {
 				next, err := m.after(err)
@@ -82,9 +83,10 @@ func (a *acquisition) create(ctx context.Context) ([]step, error) {
 	}
 }
 
-// created is the outcome of a create or a multi: the paths made, in the
-// members' order, the session that made them (0 if it changed meanwhile),
-// and the error, with the member whose node failed.
+// created is the outcome of a create or a multi. It holds the paths made,
+// in the members' order, and the session that made them. The session is 0
+// if it changed meanwhile. It also holds the error, with the member whose
+// node failed.
 type created struct {
 	paths   []string
 	session int64
@@ -116,7 +118,7 @@ func (a *acquisition) send(ctx context.Context, sending chan struct{}) created {
 			c.paths = append(c.paths, m.String)
 		}
 	}
-	// The failing op carries the multi's error; the others none, or a
+	// The failing op carries the multi's error. The others carry none, or a
 	// "runtime inconsistency".
 	c.failed = slices.IndexFunc(r.V, func(m zk.MultiResponse) bool { return r.Err != nil && errors.Is(m.Error, r.Err) })
 	return c
@@ -125,19 +127,20 @@ func (a *acquisition) send(ctx context.Context, sending chan struct{}) created {
 // data is the member's node data: the lock's, and its own lines.
 func (m *member) data() []byte { return append(slices.Clip(m.l.data), m.lines...) }
 
-// How an acquisition recovers: a create whose answer was lost, a member
-// that needs a new node, a session replaced while it waited. No node it
-// made may outlive it, and none of an old create may turn up later as a
-// node it would queue behind.
+// How an acquisition recovers from a create whose answer was lost, a member
+// that needs a new node, or a session replaced while it waited. No node it
+// made may outlive it. No node of an old create may turn up later as a node
+// it would queue behind.
 
-// settle, after a create whose answer was lost, waits for the session and
-// syncs the server it is on with the leader before the members look for
-// their nodes by guid (adopt). The create either committed before the sync,
-// and every listing after it shows all of its nodes, or it never will (a
-// request of the old connection that reaches the leader after the session
-// has moved is refused), and none shows any. Without the sync, a server
-// behind the leader could show none of a create it applies a moment later,
-// and the members would queue again in front of their own nodes.
+// settle handles a create whose answer was lost. It waits for the session,
+// and syncs the server it is on with the leader. Only then do the members
+// look for their nodes by guid (see adopt). Either the create committed
+// before the sync, and every listing after it shows all of its nodes. Or it
+// never will, and no listing shows any of them. A request of the old
+// connection that reaches the leader after the session has moved is
+// refused. Without the sync, a server behind the leader could show none of
+// a create it applies a moment later. The members would then queue again in
+// front of their own nodes.
 func (a *acquisition) settle(ctx context.Context) ([]step, error) {
 	next := a.unsure(stepList) // if we give up meanwhile, abort deletes by guid
 	var retry zkclient.Backoff
@@ -157,7 +160,7 @@ func (a *acquisition) settle(ctx context.Context) ([]step, error) {
 	}
 }
 
-// unsure marks every member's create of unknown outcome: a node with the
+// unsure marks every member's create as of unknown outcome. A node with the
 // guid may exist in every directory, or in none.
 func (a *acquisition) unsure(next step) []step {
 	for _, m := range a.members {
@@ -167,7 +170,7 @@ func (a *acquisition) unsure(next step) []step {
 }
 
 // finishCreate receives the outcome of a multi its caller stopped waiting
-// for, and makes sure no node outlives the call (see RWLock.finishCreate).
+// for. It makes sure no node outlives the call (see RWLock.finishCreate).
 func (a *acquisition) finishCreate(r zkclient.Reply[[]zk.MultiResponse]) {
 	for i, m := range a.members {
 		one := zkclient.Reply[string]{Session: r.Session, Err: r.Err}
@@ -179,14 +182,15 @@ func (a *acquisition) finishCreate(r zkclient.Reply[[]zk.MultiResponse]) {
 }
 
 // requeue readies the acquisition for a new create. A member needs a new
-// node when the session was replaced (its nodes went with it), or when its
-// node is not found after a lost answer (then none of the multi's are: see
-// settle) or was deleted by hand. What is left of the others is deleted:
-// by path where it is known, by guid for a member still unsure. The guid
-// is kept where no member is unsure, so that no node of the old create can
-// turn up later as a stranger to queue behind; where one is, the
-// acquisition takes a new guid, so that deleting by the old one cannot
-// touch its new nodes.
+// node in three cases. The session was replaced, and its nodes went with
+// it. Or its node was not found after a lost answer, and then none of the
+// multi's are (see settle). Or its node was deleted by hand.
+//
+// What is left of the others is deleted. A known node is deleted by path,
+// and a member still unsure deletes by guid. Where no member is unsure, the
+// guid is kept. So no node of the old create can turn up later as a
+// stranger to queue behind. Where one is unsure, the acquisition takes a
+// new guid. So deleting by the old guid cannot touch its new nodes.
 func (a *acquisition) requeue(sessionReplaced bool) {
 	fresh := sessionReplaced
 	for _, m := range a.members {
@@ -208,11 +212,11 @@ func (a *acquisition) requeue(sessionReplaced bool) {
 	}
 }
 
-// dropTwins deletes, and leaves out of children, the nodes other than ours
-// that carry our guid: a create whose answer was lost and that was carried
-// out only after the listing adopt looked at, so that we created again.
-// Left alone, such a twin would stand in our own way, and outlive the
-// acquisition.
+// dropTwins deletes the nodes other than ours that carry our guid, and
+// leaves them out of children. Such a twin comes from a create whose answer
+// was lost, carried out only after the listing adopt looked at. So we
+// created again. Left alone, a twin would stand in our own way, and outlive
+// the acquisition.
 func (m *member) dropTwins(children []string) []string {
 	twin := func(name string) bool {
 		g, ok := lockname.GUID(name)
@@ -229,11 +233,11 @@ func (m *member) dropTwins(children []string) []string {
 	return slices.DeleteFunc(slices.Clone(children), twin)
 }
 
-// adopt settles a create whose outcome we did not learn: the node that
-// carries our guid is ours if the session we have now owns it (its
-// ephemeral owner says so, read with the data watch we need anyway). If a
-// lost create was retried and both happened, the first is kept and the
-// others are deleted. With no such node, we create again.
+// adopt settles a create whose outcome we did not learn. The node that
+// carries our guid is ours if the session we have now owns it. Its
+// ephemeral owner tells, read with the data watch we need anyway. If a lost
+// create was retried and both happened, the first is kept and the others
+// are deleted. With no such node, we create again.
 func (m *member) adopt(ctx context.Context, r zkclient.Reply[[]string]) (step, error) {
 	m.unsure = false
 	var mine []lockNode

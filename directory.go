@@ -13,14 +13,14 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// mkdirs creates the lock directory and its missing parents as containers,
-// which the server deletes once they are empty again, or as persistent
-// nodes on a server that has no containers (before 3.5.3). In a kazoo
+// mkdirs creates the lock directory and its missing parents as containers.
+// The server deletes a container once it is empty again. On a server that
+// has no containers, before 3.5.3, it creates persistent nodes. In a kazoo
 // dialect the lock directory itself is persistent (see
-// Dialect.persistentDir); its parents stay containers, which the server
-// does not reap while they have a child. It remembers the directories it
-// created: a container that never had a child is never reaped, so those we
-// cannot create our node in must go again (removeCreatedDirs).
+// Dialect.persistentDir). Its parents stay containers, which the server
+// does not reap while they have a child. mkdirs remembers the directories
+// it created. A container that never had a child is never reaped. So those
+// we cannot create our node in must go again (see removeCreatedDirs).
 func (m *member) mkdirs(ctx context.Context) error {
 	l := m.l
 	for i := 1; i <= len(l.path); i++ {
@@ -51,13 +51,13 @@ func (m *member) mkdirs(ctx context.Context) error {
 	return nil
 }
 
-// recheckDeletable is called once the create found no lock directory and
-// mkdirs made it, or found it made by someone else: the check before
-// queueing found no directory, so its yes says nothing of this one, and the
-// connection forgets it (the next lock on it checks again). In a directory
-// this acquisition made, with the lock's own ACL, it checks again at once,
-// unless that ACL lets anyone delete: otherwise the client may be unable
-// to, and would leave a node it cannot remove.
+// recheckDeletable runs once the create found no lock directory, and mkdirs
+// made it or found it made by someone else. The check before queueing found
+// no directory, so its yes says nothing of this one. So the connection
+// forgets that yes, and the next lock on it checks again. In a directory
+// this acquisition made, with the lock's own ACL, it checks again at once.
+// The client may be unable to delete there, and would leave a node it
+// cannot remove. It skips that check where the ACL lets anyone delete.
 func (m *member) recheckDeletable(ctx context.Context) error {
 	m.a.c.Forget(m.l.path)
 	if !slices.Contains(m.created, m.l.path) || worldCanDelete(m.l.acl) {
@@ -94,18 +94,19 @@ func cannotCreate(dir string, err error) error {
 		"it lets, with (*zk.Conn).AddAuth; WithACL sets the ACL only of directories the lock makes)", dir, err)
 }
 
-// checkDeletable makes sure, once per lock directory and connection, that
-// this client may delete nodes in the lock directory before it queues
-// there: deleting needs the DELETE permission on the directory, and a node
+// checkDeletable makes sure that this client may delete nodes in the lock
+// directory before it queues there. It checks once per lock directory and
+// connection. Deleting needs the DELETE permission on the directory. A node
 // that cannot be deleted would block everyone until its session ends.
-// ZooKeeper checks the permission before it looks for the node, so
-// deleting a name that cannot exist tells, in one request, without a
-// trace. The connection's client remembers a yes for every lock on it (see
-// zkclient.Client.Check), and the lock too, for when nothing holds the
-// client; a refusal is never remembered, so that AddAuth can still let
-// the client in. A missing directory is created with the lock's own ACL;
-// where that ACL does not let everyone delete, the check is made again
-// once it exists (see recheckDeletable).
+//
+// ZooKeeper checks the permission before it looks for the node. So deleting
+// a name that cannot exist tells, in one request, without a trace. The
+// connection's client remembers a yes for every lock on it (see
+// zkclient.Client.Check). The lock remembers it too, for when nothing holds
+// the client. A refusal is never remembered, so that AddAuth can still let
+// the client in. A missing directory is created with the lock's own ACL.
+// Where that ACL does not let everyone delete, the check is made again once
+// the directory exists (see recheckDeletable).
 func (l *RWLock) checkDeletable(ctx context.Context, c *zkclient.Client) error {
 	if l.deletable.Load() {
 		return nil

@@ -11,29 +11,31 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// The fleet watch: the holders' watch for a mixed fleet: a peer that does not count our
-// names (see RWLock.blind) and queues while we hold is granted at once, as
-// far as it can tell. An acquisition that lists such a node refuses to
-// queue; a holder must hear of one that comes later, and stop.
+// fleetWatch is the holders' watch for a mixed fleet. A peer that does not
+// count our names (see RWLock.blind) and queues while we hold is granted at
+// once, as far as it can tell. An acquisition that lists such a node
+// refuses to queue. A holder must hear of one that comes later, and stop.
 //
 // So while a process holds grants of a lock, it keeps a child watch on the
-// lock directory, and lists the directory each time the watch fires: a
-// node of a blind peer ends every grant of the lock in the process, with a
-// cause that names the dialect to use, within one notification and one
-// listing of the peer's create. Its cost, and why it is the least we found:
-// the event does not say which child changed, so each change to the
-// directory while the process holds costs the process one listing; none
-// while nothing changes (W1: a lone holder's watch fires only when its own
-// release deletes its node, and then nobody is left to list for), and one
-// per holding process, not per grant (the grants of a process share the
-// watch). A grant made in one round trip brings the watch that its
-// listing set; a grant made after waiting lists once more, since the
-// directory changed while it waited.
+// lock directory. It lists the directory each time the watch fires. A node
+// of a blind peer ends every grant of the lock in the process, with a cause
+// that names the dialect to use. That happens within one notification and
+// one listing of the peer's create.
+//
+// Its cost, and why it is the least we found. The event does not say which
+// child changed. So each change to the directory while the process holds
+// costs the process one listing. It costs none while nothing changes. In W1
+// (see BENCHMARKS.md), a lone holder's watch fires only when its own
+// release deletes its node, and then nobody is left to list for. And it
+// costs one listing per holding process, not per grant, since the grants of
+// a process share the watch. A grant made in one round trip brings the
+// watch that its listing set. A grant made after waiting lists once more,
+// since the directory changed while it waited.
 type fleetWatch struct {
 	mu       sync.Mutex
 	holders  map[*hold]struct{}
 	watching bool               // a goroutine lists and watches
-	idle     chan struct{}      // closed when the last holder leaves: the goroutine stops
+	idle     chan struct{}      // closed when the last holder leaves, which stops the goroutine
 	stop     context.CancelFunc // ends the goroutine's requests and retries, with idle
 }
 
@@ -70,12 +72,12 @@ func (pw *fleetWatch) join(h *hold) {
 	}
 	dir := h.listing
 	if dir != nil && dir.FiredNow() {
-		dir = nil // changed since the listing that granted h: list again
+		dir = nil // changed since the listing that granted h, so list again
 	}
 	// Else the listing that granted h showed no blind peer, and nothing has
-	// changed since: wait on its watch.
-	// Not the lock's background work, which ends without waiting for
-	// holders: this ends when they do.
+	// changed since. So wait on its watch. This goroutine is not the lock's
+	// background work, which ends without waiting for holders. It ends when
+	// they do.
 	h.c.Ref()
 	go pw.watch(ctx, h.l, h.c, dir, idle)
 }
@@ -99,13 +101,13 @@ func (pw *fleetWatch) stopLocked() {
 	pw.stop()
 }
 
-// watch waits for w to fire (at once if nil), lists the directory with a
-// new watch, and ends the holders' grants if a blind peer's node is
-// listed, for as long as anyone holds.
+// watch waits for w to fire, or not at all if w is nil. It then lists the
+// directory with a new watch, and ends the holders' grants if a blind
+// peer's node is listed. It goes on for as long as anyone holds.
 func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, w *zkclient.Watch, idle chan struct{}) {
 	defer c.Unref()
-	// ctx ends with the last holder: a listing given up may still set
-	// its watch, private, which fires when the directory next changes.
+	// ctx ends with the last holder. A listing given up may still set its
+	// watch, private, which fires when the directory next changes.
 	var retry zkclient.Backoff
 	for {
 		if w != nil {
@@ -125,17 +127,19 @@ func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, 
 		case isClosed(idle):
 			return
 		case r.Err != nil && !zkclient.ConnectionLoss(r.Err) && !zkclient.SessionGone(r.Err) && !errors.Is(r.Err, zk.ErrNoNode):
-			// Refused (an ACL that changed): looking again would not help.
+			// Refused, say by an ACL that changed. Looking again would not
+			// help.
 			l.log.Warn("rwlock: cannot list the lock directory; a peer that does not see this lock's nodes "+
 				"will not be noticed", "lock", l.path, "err", r.Err)
 			pw.stopIf(idle)
 			return
 		case r.Err != nil:
-			// A connection loss; or the session's end, or the directory's
-			// deletion, which end the holders of the moment (they hear of it
-			// from their own watches and the lease), but not those of a new
-			// session that may join meanwhile: look again, until the last
-			// holder leaves (ctx) or the client is closed.
+			// A connection loss, the session's end, or the directory's
+			// deletion. The latter two end the holders of the moment, who
+			// hear of it from their own watches and the lease. They do not
+			// end the holders of a new session that may join meanwhile. So
+			// look again, until the last holder leaves and ends ctx, or the
+			// client is closed.
 			if retry.Wait(ctx, c.Conn()) != nil {
 				return
 			}
@@ -150,7 +154,7 @@ func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, 
 	}
 }
 
-// anyHolding reports whether a holder is not releasing: a change made by
+// anyHolding reports whether a holder is not releasing. A change made by
 // our own releases needs no look. If none is, the watching stops here, and
 // the next grant to join starts it again.
 func (pw *fleetWatch) anyHolding(idle chan struct{}) bool {
@@ -168,8 +172,8 @@ func (pw *fleetWatch) anyHolding(idle chan struct{}) bool {
 	return false
 }
 
-// count counts a listing among the requests of one of the holders (it is
-// made for them all), for its GrantEvent.
+// count counts a listing among the requests of one of the holders, for its
+// GrantEvent. The listing is made for them all.
 func (pw *fleetWatch) count() {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
@@ -189,9 +193,9 @@ func (pw *fleetWatch) stopIf(idle chan struct{}) {
 }
 
 // endAll ends every holder's grant with a mixed fleet as the cause, and
-// stops the watching; unless the watching stopped and started again since
-// the listing that found the peer (idle is not the current one): the new
-// watching looks for itself.
+// stops the watching. It does nothing if the watching stopped and started
+// again since the listing that found the peer, so that idle is not the
+// current one. The new watching looks for itself.
 func (pw *fleetWatch) endAll(idle chan struct{}, m *mixedError) {
 	pw.mu.Lock()
 	if pw.idle != idle {
@@ -209,7 +213,7 @@ func (pw *fleetWatch) endAll(idle chan struct{}, m *mixedError) {
 	pw.mu.Unlock()
 	for _, h := range hit {
 		h.l.log.Warn("rwlock: "+m.Error(), "lock", h.l.path, "node", h.path)
-		// The peer may hold already: the grant is lost, and its node is
+		// The peer may hold already. So the grant is lost, and its node is
 		// deleted once the holder has been told.
 		h.lost(fmt.Errorf("%w: %w", errMayLive, m))
 	}

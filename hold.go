@@ -10,18 +10,19 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// A hold is one lock node this process holds, from its grant until the
-// node is deleted or lost. Every grant is a handle on a hold: the caller's
-// of Lock, each reader of a coalesced node, a nested grant, and the read
-// grant a Downgrade makes. The hold keeps what the server, the lease clock
-// and the capabilities know of the node. A handle keeps only its own end.
+// A hold is one lock node this process holds, from its grant until the node
+// is deleted or lost. Every grant is a handle on a hold. The handles are
+// the grant Lock returns, each reader of a coalesced node, a nested grant,
+// and the read grant a Downgrade makes. The hold keeps what the server, the
+// lease clock and the capabilities know of the node. A handle keeps only
+// its own end.
 type hold struct {
 	l       *RWLock
 	c       *zkclient.Client
 	path    string          // full path of the node
 	session int64           // the session that owns it
 	token   int64           // its fencing token, known before any handle exists
-	lines   []byte          // data lines besides the lock's (a set's); a downgrade keeps them
+	lines   []byte          // data lines besides the lock's, as a set's; a downgrade keeps them
 	listing *zkclient.Watch // the child watch of the listing that granted it, while the capabilities begin
 
 	releaseMark lockname.Mark // what the release writes into the node as it goes (see writer.go)
@@ -30,15 +31,15 @@ type hold struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	ops sync.Mutex // serialises the holder's changes: Release, Downgrade
+	ops sync.Mutex // serialises the holder's changes, Release and Downgrade
 
 	mu        sync.Mutex
 	mode      Mode      // Write until a Downgrade
 	handles   int       // open grants that are not nested in another
-	releasing bool      // our own delete is under way: its event is no loss
+	releasing bool      // our own delete is under way, so its event is no loss
 	ignored   bool      // a deletion event came while releasing
 	unwatch   func()    // stops the node watch's callback
-	deadline  time.Time // once lost: by when the holder must have stopped
+	deadline  time.Time // once lost, by when the holder must have stopped
 	until     time.Time // the node goes by then whatever the lease says; zero for never
 	looks     []func()  // checks a capability makes at every judge
 	onEnd     hooks
@@ -56,8 +57,8 @@ type hooks map[any]func(cause error)
 type slot struct{ key, value any }
 
 // A capability follows every hold of the locks it is given to (see
-// RWLock.caps): it begins with the hold, ends by the hold's end hooks, and
-// hears of the changes a holder makes without ending it.
+// RWLock.caps). It begins with the hold, and ends by the hold's end hooks.
+// It hears of the changes a holder makes without ending the hold.
 type capability interface {
 	begin(h *hold)
 	changed(h *hold, c change)
@@ -68,7 +69,7 @@ type change int
 
 const (
 	downgraded     change = iota // the node is shared now
-	releaseRefused               // the server refused the deletion: the node is still held
+	releaseRefused               // the server refused the deletion, so the node is still held
 )
 
 // newHold makes the hold of a node that was granted, with one handle
@@ -90,7 +91,7 @@ func newHold(l *RWLock, c *zkclient.Client, m *member) *hold {
 	return h
 }
 
-// Session, Limit and Lost make a hold a zkclient.Holder: the lease clock
+// Session, Limit and Lost make a hold a zkclient.Holder. The lease clock
 // judges holds, one per node, whatever the number of grants on it.
 func (h *hold) Session() int64       { return h.session }
 func (h *hold) Limit() time.Duration { return h.l.sessionTimeout }
@@ -100,8 +101,9 @@ func (h *hold) Lost(cause error)     { h.lost(cause) }
 func (h *hold) held() bool { return h.ctx.Err() == nil }
 
 // judge ends the hold if the lease clock, the session or a capability says
-// it is lost. Every look of a holder calls it first (Err, Done, a nested
-// Lock, Downgrade), so that a process back from a pause sees its loss.
+// it is lost. Err, Done, a nested Lock and Downgrade call it first, as
+// every look of a holder does. So a process back from a pause sees its
+// loss.
 func (h *hold) judge() {
 	// mutant: judge-on-timer-only
 	if !h.held() {
@@ -126,7 +128,7 @@ func (h *hold) lookAlso(look func()) {
 }
 
 // slot returns the capability's state for this hold, made by make on first
-// use; with a nil make, nil if there is none.
+// use. With a nil make, it returns nil if there is none.
 func (h *hold) slot(key any, make func() any) any {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -150,8 +152,9 @@ func (h *hold) currentMode() Mode {
 	return h.mode
 }
 
-// grant makes a handle of mode on h for a caller. The first is counted by
-// newHold; every later one (a coalesced reader that joins) by join.
+// grant makes a handle of mode on h for a caller. The first handle is
+// counted by newHold. Every later one, a coalesced reader that joins, is
+// counted by join.
 func (h *hold) grant(mode Mode) *Grant {
 	g := newHandle(h, mode, nil)
 	h.whenEndedAs(g, g.end)
@@ -159,7 +162,7 @@ func (h *hold) grant(mode Mode) *Grant {
 }
 
 // join counts one more handle, unless the node is no longer held or its
-// last handle is releasing it; ok is false then.
+// last handle is releasing it. Then it returns false.
 func (h *hold) join() (g *Grant, ok bool) {
 	h.mu.Lock()
 	if !h.held() || h.releasing {
@@ -187,7 +190,7 @@ func (h *hold) last() bool {
 }
 
 // leave gives back one handle's count. It reports false for the last one,
-// which must delete the node (see Grant.Release); the hold is then marked
+// which must delete the node (see Grant.Release). The hold is then marked
 // releasing, so that nobody joins.
 func (h *hold) leave() (others bool) {
 	h.mu.Lock()
@@ -200,10 +203,11 @@ func (h *hold) leave() (others bool) {
 	return false
 }
 
-// release deletes the node for its last handle, which called leave: nil
-// once it is gone; an error wrapping errFinishing when the deletion goes on
-// in the background; any other error is the server's refusal, and the
-// node is still held. The caller holds ops.
+// release deletes the node for its last handle, which called leave. It
+// returns nil once the node is gone. It returns an error wrapping
+// errFinishing when the deletion goes on in the background. Any other error
+// is the server's refusal, and the node is still held. The caller holds
+// ops.
 func (h *hold) release(ctx context.Context) error {
 	err := h.l.deleteNode(zkclient.WithCounter(ctx, &h.requests), h.c, h.path, h.session, h.releaseMark)
 	if err != nil && !errors.Is(err, errFinishing) {
@@ -214,7 +218,7 @@ func (h *hold) release(ctx context.Context) error {
 	return err
 }
 
-// drop releases a hold that no grant was made of: a set that failed as
+// drop releases a hold that no grant was made of, in a set that failed as
 // it was granted.
 func (h *hold) drop(ctx context.Context) {
 	h.ops.Lock()
@@ -224,11 +228,11 @@ func (h *hold) drop(ctx context.Context) {
 	}
 }
 
-// refused takes back a release the server refused: the node is still held,
+// refused takes back a release the server refused. The node is still held,
 // by its last handle.
 func (h *hold) refused() {
 	if h.setReleasing(false) {
-		h.watchNode() // someone else's delete may have come meanwhile: look again
+		h.watchNode() // someone else's delete may have come meanwhile, so look again
 	}
 	for _, cp := range h.l.caps {
 		cp.changed(h, releaseRefused)
@@ -249,7 +253,7 @@ func (h *hold) end(cause error) bool {
 	hooks, unwatch := h.onEnd, h.unwatch
 	h.onEnd, h.unwatch = nil, nil
 	h.mu.Unlock()
-	// Its grants first: an observer hears of the end only once their Done
+	// Its grants first. An observer hears of the end only once their Done
 	// is closed, so that it never delays the news of a loss.
 	for key, fn := range hooks {
 		if _, grant := key.(*Grant); grant {
@@ -269,16 +273,16 @@ func (h *hold) end(cause error) bool {
 	return true
 }
 
-// whenEnded runs fn with the cause as h ends (at once if it has), on the
-// goroutine that ends it. stop forgets fn if it has not run.
+// whenEnded runs fn with the cause as h ends, on the goroutine that ends
+// it. If h has ended, fn runs at once. stop forgets fn if it has not run.
 func (h *hold) whenEnded(fn func(cause error)) (stop func()) {
 	key := &fn
 	h.whenEndedAs(key, fn)
 	return func() { h.forget(key) }
 }
 
-// whenEndedAs is whenEnded under a key of the caller's: a grant that ends
-// with h forgets itself (forget) when it ends alone.
+// whenEndedAs is whenEnded under a key of the caller's. A grant that ends
+// with h forgets itself with forget when it ends alone.
 func (h *hold) whenEndedAs(key any, fn func(cause error)) {
 	h.mu.Lock()
 	if !h.held() {

@@ -9,8 +9,8 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// The fairness argument. A shared node N takes a reader that did not make
-// it (a joiner) only if
+// The fairness argument. A joiner is a reader that did not make the shared
+// node N. N takes a joiner only if both of these hold.
 //
 //	(1) the listing of N's acquisition that first showed N showed no lock
 //	    node after N, and set a child watch on the directory; and
@@ -19,63 +19,66 @@ import (
 //	    watch had not fired when the answer came (Watch.FiredNow, read
 //	    after it).
 //
-// Every node created behind N after that listing fires the watch: a child
-// watch fires on any change of the directory's children. The server sends
-// a session's notifications before any later answer on one connection.
-// go-zookeeper puts each notification in its channel before it reads the
-// next packet. So if the watch has not fired when the sync's answer is in,
-// the server that answered had applied no node behind N.
+// Every node created behind N after that listing fires the watch, since a
+// child watch fires on any change of the directory's children. On one
+// connection, the server sends a session's notifications before any later
+// answer. go-zookeeper puts each notification in its channel before it
+// reads the next packet. So if the watch has not fired when the sync's
+// answer is in, the server that answered had applied no node behind N.
 //
 // The sync makes that server at least as new as the joiner's arrival. A
-// standalone server runs its requests in the order they come: a node
+// standalone server runs its requests in the order they come. So a node
 // created before the sync came is applied before the sync is answered. In
-// an ensemble, a follower passes the sync to the leader, and answers it
-// once it has applied every change the leader had committed by then, so
-// every node created before the joiner arrived. A plain read would not do:
-// a follower that lags answers it from an older state. So a writer W that
-// queued behind N never waits for a reader that arrived after W's node,
-// whether or not this process had heard of W by then (a silent cut holds
-// notifications back for up to 2T/3).
+// an ensemble, a follower passes the sync to the leader. It answers the
+// sync once it has applied every change the leader had committed by then.
+// That includes every node created before the joiner arrived. A plain read
+// would not do, since a follower that lags answers it from an older state.
+// So a writer W that queued behind N never waits for a reader that arrived
+// after W's node. This holds whether or not this process had heard of W by
+// then. A silent cut holds notifications back for a while (the figure is in
+// docs/guarantees.md, "Coalesced reads keep FIFO").
 //
 // Two cases escape in an ensemble, both on a leader. A sync sent to the
-// leader itself is run as a plain read (ZooKeeper's CommitProcessor, with
-// matchSyncs false in LeaderZooKeeperServer): it may be answered before
-// the leader applies a change it has committed. A follower may have
-// applied that create, and told its writer, already. So a joiner whose
-// session is on the leader may pass a node for as long as the leader takes
-// to apply it. And a sync is no quorum operation: a deposed leader answers
-// it as a read until it sees it has lost its quorum, as lease.go counts. A
-// joiner answered by it may pass a node that the new leader created
-// meanwhile.
+// leader itself is run as a plain read. ZooKeeper's CommitProcessor does
+// that, with matchSyncs false in LeaderZooKeeperServer. Such a sync may be
+// answered before the leader applies a change it has committed. A follower
+// may have applied that create, and told its writer, already. So a joiner
+// whose session is on the leader may pass a node for as long as the leader
+// takes to apply it. And a sync is no quorum operation. A deposed leader
+// answers it as a read until it sees it has lost its quorum, as lease.go
+// counts. A joiner answered by it may pass a node that the new leader
+// created meanwhile.
 //
-// N's maker needs no sync: N was created after it arrived, and every node
+// N's maker needs no sync. N was created after it arrived, and every node
 // behind N was created after N. A reader that arrives before N's first
-// listing is judged needs one all the same: that listing may come from a
+// listing is judged needs one all the same. That listing may come from a
 // follower that lags.
 //
 // One sync serves every joiner that arrived before it was sent. A joiner
-// that arrives while one is under way waits for the next, sent when that
-// one's answer is in. The first is sent once the first listing is judged,
-// so the readers that arrive as N is made share it: a burst costs N's
-// create, its listing, one sync and N's deletion.
+// that arrives while one is under way waits for the next. The next is sent
+// when the answer of the one under way is in. The first is sent once the
+// first listing is judged. So the readers that arrive as N is made share
+// it. A burst costs N's create, its listing, one sync and N's deletion.
 //
-// A joiner waits for its sync. If its context ends, it leaves. If N is lost
-// meanwhile (its lease runs out while a silent cut holds the answer back,
-// say), the joiner gets N's loss. If the sync fails or proves nothing (the
-// connection changed, the watch fired), the joiner makes a node of its own.
+// A joiner waits for its sync. If its context ends, it leaves. N may be
+// lost meanwhile, say when its lease runs out while a silent cut holds the
+// answer back. The joiner then gets N's loss. The sync may fail, or prove
+// nothing because the connection changed or the watch fired. The joiner
+// then makes a node of its own.
 //
 // A reader that joins N is behind whatever N is behind, exactly as a node
-// of its own made at that moment would be, and ahead of nothing that
-// queued before it. Once the watch has fired, or a later listing shows a
-// node after N, or N's acquisition was queued again, N takes no more
-// joiners, for good: a change that is not a node behind N (a deletion that
-// clears N's way, a foreign child) closes it too, which costs a node, never
-// fairness. A node that was lost, released or never granted takes nobody.
+// of its own made at that moment would be. It is ahead of nothing that
+// queued before it. N takes no more joiners, for good, once the watch has
+// fired, or a later listing shows a node after N, or N's acquisition was
+// queued again. A change that is not a node behind N closes it too, such as
+// a deletion that clears N's way or a foreign child. That costs a node,
+// never fairness. A node that was lost, released or never granted takes
+// nobody.
 //
-// Holding on: a node with joiners lives while any of them holds it, and
-// takes joiners only while nothing has queued behind it, so once a writer
+// Holding on. A node with joiners lives while any of them holds it. It
+// takes joiners only while nothing has queued behind it. So once a writer
 // queues, the readers of N are a fixed set, and N goes when the last of
-// them releases: a stream of readers cannot starve the writer.
+// them releases. A stream of readers cannot starve the writer.
 
 // joinSync is one sync for the joiners that arrived before it was sent
 // (see the fairness argument).
@@ -85,16 +88,16 @@ type joinSync struct {
 	requests zkclient.Counter // its requests, for the first joiner's event
 }
 
-// judgedLocked records the first listing's verdict (or the end of the
-// acquisition): the joiners' first sync may go.
+// judgedLocked records the first listing's verdict, or the end of the
+// acquisition. The joiners' first sync may then go.
 func (s *sharedRead) judgedLocked() {
 	s.verdict = true
 	s.sendSyncLocked()
 }
 
-// nextSyncLocked returns the sync for a joiner arriving now: the next one,
-// sent after this moment, and whether the joiner is the first to wait for
-// it. It goes at once if it may.
+// nextSyncLocked returns the sync for a joiner arriving now. That is the
+// next one, sent after this moment. first reports whether the joiner is the
+// first to wait for it. The sync goes at once if it may.
 func (s *sharedRead) nextSyncLocked() (sy *joinSync, first bool) {
 	if s.next == nil {
 		s.next, first = &joinSync{done: make(chan struct{})}, true
@@ -104,17 +107,18 @@ func (s *sharedRead) nextSyncLocked() (sy *joinSync, first bool) {
 	return sy, first
 }
 
-// sendSyncLocked sends the next sync, if joiners wait for it, the first
-// listing is judged, and no other sync is under way (whose answer sends
-// it). A node that takes no joiners sends none, nor one that a sync could
-// not serve: it closes, and its joiners make nodes of their own.
+// sendSyncLocked sends the next sync if joiners wait for it, the first
+// listing is judged, and no other sync is under way. A sync under way sends
+// the next one when its answer comes. A node that takes no joiners sends
+// none. Nor does a node that a sync could not serve. It closes, and its
+// joiners make nodes of their own.
 func (s *sharedRead) sendSyncLocked() {
 	if s.next == nil || !s.verdict || s.syncing {
 		return
 	}
 	// A sync sent while the connection is down waits in go-zookeeper's
-	// queue, and goes out ahead of the watches set again: see connected.
-	if !s.open || !s.connected() || !s.a.c.RefIfLive() { // RefIfLive: the Client went with the node
+	// queue, and goes out ahead of the watches set again (see connected).
+	if !s.open || !s.connected() || !s.a.c.RefIfLive() { // RefIfLive fails if the Client went with the node
 		s.closeLocked()
 		return
 	}
@@ -124,7 +128,7 @@ func (s *sharedRead) sendSyncLocked() {
 	go s.sync(sy)
 }
 
-// sync sends sy and records its answer; the next sync follows it.
+// sync sends sy and records its answer. The next sync follows it.
 func (s *sharedRead) sync(sy *joinSync) {
 	defer s.l.background.Done()
 	defer s.a.c.Unref()
@@ -137,11 +141,11 @@ func (s *sharedRead) sync(sy *joinSync) {
 	// mutant: joiner-sync-any-session
 	sy.ok = r.Err == nil && r.Session == s.session
 	if !sy.ok {
-		s.closeLocked() // the connection failed, or the session changed: a node costs less than a doubt
+		s.closeLocked() // the connection failed, or the session changed; a node costs less than a doubt
 	}
 	close(sy.done)
 	// The joiners that arrived while sy was under way wait for the next
-	// sync: sy may have reached the server before a node behind N did.
+	// sync. For sy may have reached the server before a node behind N did.
 	// mutant: joiner-on-an-earlier-sync
 	s.sendSyncLocked()
 }
@@ -172,7 +176,7 @@ func (s *sharedRead) await(ctx context.Context, sy *joinSync) (lost, err error) 
 			if err := h.ended(); !errors.Is(err, ErrReleased) {
 				return err, nil
 			}
-			return nil, nil // released by its last reader as this one came: admits says no
+			return nil, nil // released by its last reader as this one came, so admits says no
 		}
 	}
 }
@@ -180,16 +184,15 @@ func (s *sharedRead) await(ctx context.Context, sy *joinSync) (lost, err error) 
 // admits reports whether a joiner whose sync sy is answered may stay (see
 // the fairness argument).
 func (s *sharedRead) admits(sy *joinSync) bool {
-	s.refresh() // after the answer: FiredNow sees any event that came before it
+	s.refresh() // after the answer, so FiredNow sees any event that came before it
 	s.co.mu.Lock()
 	defer s.co.mu.Unlock()
 	return sy.ok && s.joinableLocked()
 }
 
-// refresh brings what the node knows up to date, outside co.mu: the watch
+// refresh brings what the node knows up to date, outside co.mu. The watch
 // takes an event go-zookeeper has read already, and the lease clock judges
-// the hold (either may end the hold, whose hooks must not run under
-// co.mu).
+// the hold. Either may end the hold, whose hooks must not run under co.mu.
 func (s *sharedRead) refresh() {
 	s.co.mu.Lock()
 	dir, h := s.dir, s.hold
@@ -215,22 +218,22 @@ func (s *sharedRead) joinableLocked() bool {
 	default:
 	}
 	if s.hold != nil && (!s.hold.held() || s.hold.isReleasing()) || !s.connected() {
-		s.closeLocked() // lost or going: never joined; or see connected
+		s.closeLocked() // lost or going, so never joined; or see connected
 		return false
 	}
 	return true
 }
 
-// connected reports whether the connection is still the one that made
-// the node's create and listing. The watch's event comes before any later
-// answer only on one connection: after a reconnection, go-zookeeper sets
-// its watches again with a request that requests queued earlier overtake,
-// and the server tells of the changes missed meanwhile only then. A
-// connection made by Dial counts its connections, so a node takes no
-// joiner after a reconnection. On any other, a node takes none while the
-// connection is down; but a joiner whose sync was queued in the instant
-// the connection went, or as it came back, may be answered before the
-// missed events, and join.
+// connected reports whether the connection is still the one that made the
+// node's create and listing. The watch's event comes before any later
+// answer only on one connection (see own.go). After a reconnection,
+// go-zookeeper sets its watches again with a request that requests queued
+// earlier overtake. The server tells of the changes missed meanwhile only
+// then. A connection made by Dial counts its connections, so a node takes
+// no joiner after a reconnection. On any other, a node takes none while the
+// connection is down. But a joiner whose sync was queued in the instant the
+// connection went, or as it came back, may be answered before the missed
+// events, and join.
 func (s *sharedRead) connected() bool {
 	if n, counted := s.a.c.ConnectCount(); counted {
 		return s.counted && n == s.connects

@@ -11,9 +11,8 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// Listing the directory: the first listing, sent behind the create, and
-// any later one, which find our node and take the snapshot of the nodes
-// before it.
+// Listing the directory. A listing finds our node, and takes the snapshot
+// of the nodes before it. The first listing is sent behind the create.
 
 // A listing is the outcome of a listing with its child watch, and the
 // directory's stat.
@@ -28,25 +27,24 @@ func listed(r zkclient.Reply[zkclient.Listing]) zkclient.Reply[[]string] {
 }
 
 // listBehind sends the member's first listing, with its child watch on the
-// directory, right behind the create the acquisition is about to send,
-// without waiting for its answer. When nobody is in the way, the
-// acquisition takes one round trip instead of two.
+// directory. It goes right behind the create the acquisition is about to
+// send, without waiting for its answer. When nobody is in the way, the
+// acquisition then takes one round trip instead of two.
 //
-// ZooKeeper carries out one session's requests in the order they arrive,
-// so a listing that reaches the server after the create shows our node.
-// But go-zookeeper has no call that keeps two requests in order; it sends
+// ZooKeeper carries out one session's requests in the order they arrive. So
+// a listing that reaches the server after the create shows our node. But
+// go-zookeeper has no call that keeps two requests in order. It sends
 // concurrent calls as they come. The listing waits until the create's call
-// has begun (sending is closed then), and yields once: the create then
-// nearly always reaches go-zookeeper's queue first. It is correct either
-// way:
+// has begun, which closes sending, and yields once. The create then nearly
+// always reaches go-zookeeper's queue first. It is correct either way.
 //
-//   - a listing that shows our node was carried out after our create: it
-//     shows every node that can ever precede ours;
-//   - a listing that lacks our node may have overtaken the create: it
+//   - A listing that shows our node was carried out after our create. It
+//     shows every node that can ever precede ours.
+//   - A listing that lacks our node may have overtaken the create. It
 //     proves nothing, and the member lists again. Its child watch fires on
-//     our own create, and is dropped;
-//   - a listing made in another session than the create, or that failed,
-//     is dropped the same way.
+//     our own create, and is dropped.
+//   - A listing made in another session than the create, or that failed, is
+//     dropped the same way.
 func (m *member) listBehind(ctx context.Context, sending <-chan struct{}) <-chan listing {
 	ch := make(chan listing, 1)
 	go func() {
@@ -62,8 +60,8 @@ func (m *member) listBehind(ctx context.Context, sending <-chan struct{}) <-chan
 }
 
 // list reads the directory, finds our node and takes the snapshot of the
-// nodes before it. Only a listing after a failed first listing (see
-// listBehind) sets a child watch on the directory. The first one's is the
+// nodes before it. Only a listing after a failed first listing sets a child
+// watch on the directory (see listBehind). The first one's watch is the
 // hold's watch for its node's deletion, if we are granted at once (see
 // hold.watchFrom).
 func (m *member) list(ctx context.Context) (step, error) {
@@ -98,7 +96,7 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, error) 
 	snap, err := takeSnapshot(m.dropTwins(r.V), m.node, m.snap.before)
 	switch {
 	case errors.Is(err, errNotListed):
-		// Never "we are first": someone deleted our node while we waited.
+		// Never "we are first". Someone deleted our node while we waited.
 		m.node = ""
 		return 0, lostError(m.path, errNodeDeleted)
 	case err != nil:
@@ -106,8 +104,8 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, error) 
 	}
 	m.l.debug("listed", m.path)
 	if mixed := m.l.blind(snap.peers); mixed != nil {
-		// Before or after ours, such a node breaks exclusion: refuse to
-		// queue (abort deletes our node), loudly.
+		// Before or after ours, such a node breaks exclusion. Refuse to
+		// queue, loudly. abort deletes our node.
 		return 0, mixed
 	}
 	m.snap = snap
@@ -116,7 +114,7 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, error) 
 		m.listed(m)
 	}
 	if _, blocked := m.snap.blocker(m.isDowngraded); !blocked {
-		return stepGrant, nil // the listing is the proof: our node, and nothing in our way
+		return stepGrant, nil // the listing proves our node there, and nothing in our way
 	}
 	return stepWait, nil
 }
@@ -126,31 +124,37 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, error) 
 // is known before the grant is returned, so Token never blocks.
 
 // dated takes our node's token from the listing that found it, at no
-// request, when the directory's stat proves it. ZooKeeper names a
-// sequential node after its parent's count of creates, and a create sets
-// that count to the node's number + 1 and the parent's pzxid to the
-// create's zxid; a deletion moves pzxid and leaves the count alone
-// (PrepRequestProcessor, DataTree.createNode/deleteNode). The stat a client
-// gets shows cversion = 2·creates − children, creates and deletions
-// together (DataNode.copyStat); TestServerSequenceNumbering checks all of
-// this against the server. So when (cversion + children)/2 = our number +
-// 1, no child was created after ours, and pzxid is our czxid, unless a
-// child created before ours was deleted in between: then it is that
-// deletion's zxid, still smaller than the czxid of every node created
-// after the listing and larger than that of every node created before
-// ours. Either way it orders against every other grant's token exactly as
-// our czxid does: no later holder is turned away, no earlier one let in.
-// Past the top of the counter (no count change) the rule never holds. A
-// token read from our node (a waiter's own watch) is exact and is kept.
+// request, when the directory's stat proves it.
 //
-// A reader needs less: its token must order only against writers' (readers
-// granted together carry tokens in no particular order). If the listing
-// shows no writer after ours, and none of a peer, pzxid will do whatever
-// was created after ours: pzxid is at least our czxid (the listing shows
-// our node), every writer created after the listing has a larger czxid,
-// and one created after ours and deleted before the listing never held
-// (it queued behind us, and we are still here). So contended readers, which
-// the first rule rarely fits, need no read of their node either.
+// ZooKeeper names a sequential node after its parent's count of creates. A
+// create sets that count to the node's number + 1. It also sets the
+// parent's pzxid to the create's zxid. A deletion moves pzxid and leaves
+// the count alone (PrepRequestProcessor, DataTree.createNode and
+// deleteNode). The stat a client gets shows cversion = 2·creates −
+// children, since it counts creates and deletions together
+// (DataNode.copyStat). TestServerSequenceNumbering checks all of this
+// against the server.
+//
+// So when (cversion + children)/2 = our number + 1, no child was created
+// after ours. Then pzxid is our czxid, unless a child created before ours
+// was deleted between our create and the listing. In that case pzxid is
+// that deletion's zxid. It is still smaller than the czxid of every node
+// created after the listing. And it is larger than that of every node
+// created before ours. Either way it orders against every other grant's
+// token exactly as our czxid does. No later holder is turned away, and no
+// earlier one let in. Past the top of the counter the count does not
+// change, so the rule never holds. A token read from our node, by a
+// waiter's own watch, is exact and is kept.
+//
+// A reader needs less. Its token must order only against writers' tokens,
+// since readers granted together carry tokens in no particular order.
+// Suppose the listing shows no writer after ours, and no node of a peer.
+// Then pzxid will do, whatever was created after ours. pzxid is at least
+// our czxid, since the listing shows our node. Every writer created after
+// the listing has a larger czxid. A writer created after ours and deleted
+// before the listing never held. It queued behind us, and we are still
+// here. So contended readers, which the first rule rarely fits, need no
+// read of their node either.
 func (m *member) dated(dir *zk.Stat) {
 	if m.tok != 0 || dir == nil {
 		return
@@ -166,8 +170,9 @@ func (m *member) dated(dir *zk.Stat) {
 	}
 }
 
-// readToken reads our node's czxid when no listing or watch told it: the
-// token is known when the grant is made. It returns stepGrant when it is.
+// readToken reads our node's czxid when no listing or watch told it, so
+// that the token is known when the grant is made. It returns stepGrant once
+// it is.
 func (m *member) readToken(ctx context.Context) (step, error) {
 	r := m.a.c.Get(ctx, m.path)
 	switch {
@@ -184,13 +189,12 @@ func (m *member) readToken(ctx context.Context) (step, error) {
 	return stepGrant, nil
 }
 
-// token makes sure that the members' one token is known at the grant. The
-// members of a set share one czxid, the multi's zxid. A listing's stand-in
-// (see dated) is below every node created later in its own directory only:
-// the smallest stand-in is below every later node of every member's
-// directory only if each member has one. Otherwise one member's node is
-// read.
-// It returns stepGrant once the token is known.
+// token makes sure that the members' one token is known at the grant. It
+// returns stepGrant once the token is known. The members of a set share one
+// czxid, the multi's zxid. A listing's stand-in (see dated) is below every
+// node created later in its own directory only. So the smallest stand-in is
+// below every later node of every member's directory only if each member
+// has one. Otherwise one member's node is read.
 func (a *acquisition) token(ctx context.Context) (step, error) {
 	exact := slices.ContainsFunc(a.members, func(m *member) bool { return m.exact })
 	dated := !slices.ContainsFunc(a.members, func(m *member) bool { return m.tok == 0 })

@@ -10,15 +10,16 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// How a hold ends without Release: the causes of a loss, the telling, and
-// the node watch from which a hold learns that its node is gone.
+// How a hold ends without Release. This file holds the causes of a loss,
+// the telling, and the node watch from which a hold learns that its node is
+// gone.
 
 // errNodeDeleted is the cause of a loss when our node was deleted by
-// someone else (an operator, another client) while the session lived.
+// someone else, an operator or another client, while the session lived.
 var errNodeDeleted = errors.New("lock node deleted")
 
 // errMayLive marks causes after which the session, and the node with it,
-// may live on: the node must be deleted once the holder has been told.
+// may live on. The node must then be deleted once the holder has been told.
 var errMayLive = errors.New("the node may outlive the grant")
 
 func lostError(node string, cause error) error {
@@ -26,10 +27,11 @@ func lostError(node string, cause error) error {
 }
 
 // lost ends the hold, and every grant on it, with a cause wrapping ErrLost,
-// unless it has ended already. Where the session may live on (the lease ran
-// out, the connection dropped with no known timeout, a downgrade of unknown
-// outcome), the node is deleted in the background once the holder has been
-// told, since the deletion lets the next waiter in.
+// unless it has ended already. The session may live on after the lease ran
+// out, after the connection dropped with no known timeout, or after a
+// downgrade of unknown outcome. Then the node is deleted in the background
+// once the holder has been told, since the deletion lets the next waiter
+// in.
 func (h *hold) lost(cause error) {
 	var lapsed *zkclient.LeaseLapsedError
 	mayLive := errors.As(cause, &lapsed) || errors.Is(cause, zkclient.ErrDisconnected) || errors.Is(cause, errMayLive)
@@ -37,8 +39,8 @@ func (h *hold) lost(cause error) {
 	if h.held() {
 		now := time.Now()
 		h.deadline = now
-		// A lease by a bound tells no deadline: the server may have
-		// granted less, and the session may be gone already.
+		// A lease by a bound tells no deadline. The server may have granted
+		// less, and the session may be gone already.
 		if t, granted := h.c.Timeout(h.l.sessionTimeout, h.session); lapsed != nil && !lapsed.Bound && granted {
 			h.deadline = now.Add(max(lapsed.Left-zkclient.RelayAllowance(t), 0))
 		}
@@ -61,8 +63,8 @@ func (h *hold) lost(cause error) {
 	}
 }
 
-// whyDeleted names the cause of our node's disappearance: the end of our
-// session, or someone's delete.
+// whyDeleted names the cause of our node's disappearance, the end of our
+// session or someone's delete.
 func (h *hold) whyDeleted() error {
 	if h.c.Conn().SessionID() != h.session {
 		return zk.ErrSessionExpired
@@ -70,8 +72,8 @@ func (h *hold) whyDeleted() error {
 	return errNodeDeleted
 }
 
-// setReleasing marks our own delete under way, or over; it reports
-// whether a deletion event was ignored meanwhile.
+// setReleasing marks our own delete under way, or over. It reports whether
+// a deletion event was ignored meanwhile.
 func (h *hold) setReleasing(on bool) (ignored bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -86,13 +88,13 @@ func (h *hold) isReleasing() bool {
 	return h.releasing
 }
 
-// The node watch: a hold learns that its node was deleted from a watch
-// that is set from the start, at no extra request where the acquisition
-// left one. That is the data watch on its own node that a waiter sets, or
+// The node watch. A hold learns that its node was deleted from a watch set
+// from the start. Where the acquisition left one, it costs no extra
+// request. That is the data watch on its own node that a waiter sets, or
 // the child watch on the directory that the first listing sets. A child
-// watch also fires on the changes of other nodes; then the hold sets a data
-// watch on its own node (one request), which fires only when the node goes
-// or its data changes (a Downgrade).
+// watch also fires on the changes of other nodes. Then the hold sets a data
+// watch on its own node, with one request. That watch fires only when the
+// node goes or its data changes, as a Downgrade does.
 
 // watchFrom starts watching the node with what the acquisition left.
 func (h *hold) watchFrom(own, dir *zkclient.Watch) {
@@ -156,18 +158,18 @@ func (h *hold) watchEvent(ev zk.Event) {
 	switch {
 	case !h.held(), h.ownRelease():
 	case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired) && h.c.Conn().SessionID() == h.session:
-		h.watchNode() // a shared watch of an earlier session ended: ours lives on
+		h.watchNode() // a shared watch of an earlier session ended, and ours lives on
 	case ev.Type == zk.EventNotWatching:
 		h.lost(ev.Err) // the session expired, or the connection was closed
 	case ev.Type == zk.EventNodeDeleted && ev.Path == h.path:
 		h.lost(h.whyDeleted())
 	default:
-		h.watchNode() // another node changed, or ours was downgraded: watch ours
+		h.watchNode() // another node changed, or ours was downgraded, so watch ours
 	}
 }
 
-// ownRelease reports whether our own Release is under way, so that an
-// event about the node is no loss; it notes that one was set aside.
+// ownRelease reports whether our own Release is under way, so that an event
+// about the node is no loss. It notes that such an event was set aside.
 func (h *hold) ownRelease() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -11,19 +11,20 @@ import (
 
 // The own-node proof. A waiter sets a data watch on its own node after the
 // create. When the event or answer that clears its way arrives, it looks at
-// that watch without a request: on one connection ZooKeeper sends the
-// events and answers of a session in the order of the changes, and
+// that watch without a request. On one connection, ZooKeeper sends the
+// events and answers of a session in the order of the changes. And
 // go-zookeeper puts each event in its channel before it reads the next
 // packet. So if our node had been deleted before the change that cleared
 // our way, its event is in the watch's channel when we look.
 //
 // That order holds only while the connection lasts. After a reconnection,
 // go-zookeeper sends its watches again in one SetWatches request, in the
-// order of a map, and the server fires the events of the nodes gone
-// meanwhile in that order, not in the order of the changes; and requests
-// waiting in go-zookeeper's queue go out before SetWatches. A connection
-// made by Dial counts its sessions (zkclient); on any other we cannot
-// tell. In both cases we read our node before the grant.
+// order of a map. The server fires the events of the nodes gone meanwhile
+// in that order, not in the order of the changes. And requests waiting in
+// go-zookeeper's queue go out before SetWatches. A connection made by Dial
+// counts its sessions (see zkclient), so we know when it reconnected. On
+// any other connection we cannot tell. In both cases we read our node
+// before the grant.
 
 // ownWatch is the data watch on our own node.
 type ownWatch struct {
@@ -63,9 +64,10 @@ func (m *member) settleOwn(o ownResult) (step, error) {
 }
 
 // confirmOwn makes sure, before a grant that a wake cleared, that our node
-// was still there (see above): its watch tells without a request, unless
-// the connection has been made anew since the watch was set, or does not
-// tell.
+// was still there. Its watch tells without a request (see the own-node
+// proof). It cannot tell when the connection has been made anew since the
+// watch was set, or when the connection does not count its sessions. Then
+// confirmOwn reads our node.
 func (m *member) confirmOwn(ctx context.Context) (step, error) {
 	if n, known := m.a.c.ConnectCount(); known && m.own.counted && n == m.own.connects {
 		return stepGrant, nil
@@ -79,11 +81,12 @@ func (m *member) confirmOwn(ctx context.Context) (step, error) {
 	case !m.ours(r.Session):
 		return stepRequeue, nil
 	}
-	return stepGrant, nil // read after what cleared our way: our node outlived it
+	return stepGrant, nil // read after what cleared our way, so our node outlived it
 }
 
 // ownGone reports, without a request, whether an event about our node has
-// come: it was deleted (or the session ended) since we set the watch.
+// come. Then our node was deleted, or the session ended, since we set the
+// watch.
 func (m *member) ownGone() (zk.Event, bool) {
 	if m.own.watch != nil && m.own.watch.FiredNow() {
 		return m.own.watch.Event(), true
@@ -99,8 +102,9 @@ func (m *member) ownEvent(ev zk.Event) (step, error) {
 	return m.ownDeleted()
 }
 
-// ownDeleted: someone deleted our node while we waited. It lost its place
-// in the queue, and the waiter behind it may already hold the lock.
+// ownDeleted fails a member whose node someone deleted while it waited. The
+// node lost its place in the queue, and the waiter behind it may already
+// hold the lock.
 func (m *member) ownDeleted() (step, error) {
 	path := m.path
 	m.node, m.own.watch = "", nil

@@ -12,29 +12,30 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// A node of a live session must never be left behind: it would block every
-// later waiter for as long as the session lives. When a deletion cannot be
-// finished by the call that wanted it (its context ended, the connection
-// dropped, a create's answer was lost), finish hands it to a goroutine that
-// retries across reconnections. The goroutine stops as soon as the node is
-// gone, or the session that owns it is gone (ZooKeeper then deletes the node
-// itself, and the client learns it when it reconnects), or the connection
-// is closed.
+// A node of a live session must never be left behind. It would block every
+// later waiter for as long as the session lives. The call that wanted a
+// deletion may be unable to finish it. Its context ended, the connection
+// dropped, or a create's answer was lost. Then finish hands the deletion to
+// a goroutine that retries across reconnections. The goroutine stops as
+// soon as the node is gone, or the session that owns it is gone, or the
+// connection is closed. When the session is gone, ZooKeeper deletes the
+// node itself, and the client learns it when it reconnects.
 
 // errFinishing marks a deletion that goes on in the background.
 var errFinishing = errors.New("the deletion goes on in the background")
 
-// deleteNode deletes one of our nodes: nil once it is gone. When ctx ends
-// or the connection fails first, a background goroutine finishes the job
-// and the error wraps errFinishing; any other error is the server's refusal,
-// and the node stays.
+// deleteNode deletes one of our nodes. It returns nil once the node is
+// gone. When ctx ends or the connection fails first, a background goroutine
+// finishes the job, and the error wraps errFinishing. Any other error is
+// the server's refusal, and the node stays.
 //
-// With mark (lockname.MarkHeld), the node's data is marked in the same
-// transaction (see writer.go).
+// With a mark such as lockname.MarkHeld, the node's data is marked in the
+// same transaction (see writer.go).
 func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string, session int64, mark lockname.Mark) error {
 	// An answer that comes after ctx ended, and is not the node's end,
-	// leaves the node to finish: a connection lost, or a held mark refused
-	// (an ACL without WRITE), where a plain delete may pass.
+	// leaves the node to finish. It tells of a connection lost, or of a
+	// held mark refused by an ACL without WRITE, where a plain delete may
+	// pass.
 	late := func(r zkclient.Reply[struct{}]) {
 		// mutant: release-late
 		if r.Err != nil && !nodeGone(r.Err) {
@@ -45,7 +46,7 @@ func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string
 	if mark != lockname.Unmarked {
 		r = c.SetAndDelete(ctx, path, lockname.Data(l.owner, l.maxHold, mark), late)
 		if r.Err != nil && !nodeGone(r.Err) && !zkclient.ConnectionLoss(r.Err) && ctx.Err() == nil {
-			r = c.Delete(ctx, path, late) // an ACL that forbids writing data: just delete it
+			r = c.Delete(ctx, path, late) // an ACL that forbids writing data, so just delete it
 		}
 	} else {
 		r = c.Delete(ctx, path, late)
@@ -65,24 +66,27 @@ func (l *RWLock) deleteNode(ctx context.Context, c *zkclient.Client, path string
 	return fmt.Errorf("delete %s: %w", path, r.Err)
 }
 
-// abandoned reports whether err is a request's context's, returned because
-// the context ended before the answer came: the request goes on, and its
-// late callback gets the answer. An answer that came is judged by what it
-// says, even if the context has ended since. (Checked before
+// abandoned reports whether err is a request's context's error, returned
+// because the context ended before the answer came. The request goes on,
+// and its late callback gets the answer. An answer that came is judged by
+// what it says, even if the context has ended since. Check abandoned before
 // ConnectionLoss, which context.DeadlineExceeded also satisfies, being a
-// net.Error.)
+// net.Error.
 func abandoned(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// deleteNodes deletes the nodes of holds on c in one transaction, and
-// marks those held that Release would mark (a node's mark is true whatever
-// else the transaction deletes: its grant was made when every node before
-// it had gone). It returns as deleteNode does: nil once all are gone (or
-// the session that owned them is); an error wrapping errFinishing when ctx
-// ends or the connection fails first, and a background goroutine finishes
-// each deletion; any other error is the server's refusal of the whole
-// transaction (a node already gone, an ACL), and every node stays.
+// deleteNodes deletes the nodes of holds on c in one transaction. It marks
+// held those that Release would mark. A node's mark is true whatever else
+// the transaction deletes, since its grant was made when every node before
+// it had gone.
+//
+// It returns as deleteNode does. It returns nil once all are gone, or once
+// the session that owned them is. It returns an error wrapping errFinishing
+// when ctx ends or the connection fails first, and a background goroutine
+// then finishes each deletion. Any other error is the server's refusal of
+// the whole transaction, and every node stays. A node already gone, or an
+// ACL, makes the server refuse.
 func deleteNodes(ctx context.Context, c *zkclient.Client, holds []*hold) error {
 	ops := make([]any, 0, 2*len(holds))
 	for _, h := range holds {
@@ -97,7 +101,7 @@ func deleteNodes(ctx context.Context, c *zkclient.Client, holds []*hold) error {
 		}
 	}
 	// A refused transaction deleted nothing, so a late answer of any error
-	// leaves every node to finish (a node already gone finishes at once).
+	// leaves every node to finish. A node already gone finishes at once.
 	late := func(r zkclient.Reply[[]zk.MultiResponse]) {
 		// mutant: set-release-late
 		if r.Err != nil {
@@ -126,17 +130,17 @@ func deleteNodes(ctx context.Context, c *zkclient.Client, holds []*hold) error {
 // nodeGone reports errors after which a node of ours is surely gone.
 func nodeGone(err error) bool { return errors.Is(err, zk.ErrNoNode) || zkclient.SessionGone(err) }
 
-// finish deletes path, or, when path is empty, every node carrying guid (a
-// create whose outcome we never learned), in the background, while session
-// lasts.
+// finish deletes path in the background, while session lasts. When path is
+// empty, it deletes every node carrying guid, from a create whose outcome
+// we never learned.
 func (l *RWLock) finish(c *zkclient.Client, path, guid string, session int64) {
 	start, _ := l.reserveFinish(c)
 	start(path, guid, session)
 }
 
 // reserveFinish counts a background deletion before it is known to be
-// needed: start runs it, or cancel (a no-op after start) gives the
-// reservation back.
+// needed. start runs it, or cancel gives the reservation back. cancel is a
+// no-op after start.
 func (l *RWLock) reserveFinish(c *zkclient.Client) (start func(path, guid string, session int64), cancel func()) {
 	l.background.Add(1)
 	c.Ref()
@@ -161,8 +165,9 @@ func (l *RWLock) reserveFinish(c *zkclient.Client) (start func(path, guid string
 
 // finishCreate receives the outcome of a create its caller stopped waiting
 // for, and makes sure the node does not outlive the call. The node, if any,
-// belongs to the session that served the create, or, if that is unknown,
-// to the one the client has now: an older one took its nodes with it.
+// belongs to the session that served the create. If that is unknown, it
+// belongs to the one the client has now, since an older session took its
+// nodes with it.
 func (l *RWLock) finishCreate(c *zkclient.Client, r zkclient.Reply[string], guid string) {
 	session := r.Session
 	if session == 0 {
@@ -179,9 +184,9 @@ func (l *RWLock) finishCreate(c *zkclient.Client, r zkclient.Reply[string], guid
 func (l *RWLock) finishNow(c *zkclient.Client, path, guid string, session int64) {
 	var retry zkclient.Backoff
 	for {
-		// Not a clock: a session lives on across any number of short
-		// disconnections, and only the client's reconnection tells whether
-		// the server expired it (go-zookeeper then has a new session id).
+		// Not a clock. A session lives on across any number of short
+		// disconnections. Only the client's reconnection tells whether the
+		// server expired it. go-zookeeper then has a new session id.
 		if c.Conn().SessionID() != session {
 			return
 		}
@@ -196,7 +201,7 @@ func (l *RWLock) finishNow(c *zkclient.Client, path, guid string, session int64)
 			return
 		}
 		if retry.Wait(context.Background(), c.Conn()) != nil {
-			return // closed: closing a connection ends its session
+			return // the connection was closed, which ends its session
 		}
 	}
 }

@@ -14,30 +14,30 @@ import (
 )
 
 // revocations are the listening grants of one lock directory on one
-// connection, and their watch on the directory: one per connection and
-// path, whatever the number of RWLock values (see revocationsOn).
+// connection, and their watch on the directory. There is one per connection
+// and path, whatever the number of RWLock values (see revocationsOn).
 //
-// go-zookeeper fires every channel it has for a node when an event comes,
-// so a second channel on the directory, set before a reconnection and sent
-// again after it, would fire a channel set by a read after the
-// reconnection for a change that read already showed. So one goroutine
-// reads, and it sends a read only once the channel of its last read has
-// fired (or none was set): never two channels at once. The goroutine
-// holds a reference to the Client, and so does the channel until it fires
-// (see zkclient's relay): the Client, and these revocations with it, stay
-// the connection's while a channel is set.
+// go-zookeeper fires every channel it has for a node when an event comes.
+// Suppose a second channel on the directory was set before a reconnection
+// and sent again after it. It would fire a channel set by a read after the
+// reconnection, for a change that read already showed. So one goroutine
+// reads. It sends a read only once the channel of its last read has fired,
+// or none was set. So there are never two channels at once. The goroutine
+// holds a reference to the Client. So does the channel until it fires (see
+// zkclient's relay). So the Client, and these revocations with it, stay the
+// connection's while a channel is set.
 //
-// The watch outlives its listeners: once set, it costs nothing until the
-// directory's data changes, which only a revocation does (or the
-// directory's deletion, or the session's end). So a listener finds it set
-// unless a revocation came while nobody listened, and a grant made while
-// it is set and unfired is known to come before whatever fires it (see
-// the top of this file).
+// The watch outlives its listeners. Once set, it costs nothing until the
+// directory's data changes. Only a revocation changes it, or the
+// directory's deletion, or the session's end. So a listener finds the watch
+// set unless a revocation came while nobody listened. A grant made while it
+// is set and unfired is known to come before whatever fires it (see How
+// fast, in revoke.go).
 type revocations struct {
 	mu        sync.Mutex
 	listeners map[*hold]listener
 	reading   bool            // the goroutine runs
-	idle      chan struct{}   // closed when the last listener leaves: the goroutine stops if it waits
+	idle      chan struct{}   // closed when the last listener leaves; the goroutine then stops if it waits
 	watch     *zkclient.Watch // the directory's data watch, private to the last read; nil before
 	readNo    uint64          // the number of that read
 	connects  uint64          // the connection's session count when that read was sent and answered
@@ -46,16 +46,16 @@ type revocations struct {
 	sent      uint64          // the reads sent so far
 }
 
-// A listener is a listening grant: its node's sequence number, and how
-// many reads had been sent when it began to listen (any later read was
-// sent after its grant).
+// A listener is a listening grant. It holds its node's sequence number, and
+// how many reads had been sent when it began to listen. Any later read was
+// sent after its grant.
 type listener struct {
 	seq  int32
 	sent uint64
 }
 
-// revocationsOn returns the revocations of the lock's directory on c; nil
-// if nobody has listened yet.
+// revocationsOn returns the revocations of the lock's directory on c. It
+// returns nil if nobody has listened yet.
 func (l *RWLock) revocationsOn(c *zkclient.Client) *revocations {
 	rv, _ := c.Shared(l.path, nil).(*revocations)
 	return rv
@@ -67,11 +67,11 @@ func (l *RWLock) listenRevocations(c *zkclient.Client) *revocations {
 	return c.Shared(l.path, func() any { return new(revocations) }).(*revocations)
 }
 
-// before returns the directory's watch if a grant made now is known to
-// come before whatever fires it: set and not fired, with no new connection
-// since the read that set it. Else nil. The check is made after the
-// packet that decided the grant was read, which can only make it say nil
-// more often.
+// before returns the directory's watch if a grant made now is known to come
+// before whatever fires it. That holds if the watch is set and not fired,
+// with no new connection since the read that set it. Else before returns
+// nil. The check is made after the packet that decided the grant was read,
+// which can only make it say nil more often.
 func (rv *revocations) before(c *zkclient.Client) *zkclient.Watch {
 	if rv == nil {
 		return nil
@@ -82,8 +82,8 @@ func (rv *revocations) before(c *zkclient.Client) *zkclient.Watch {
 }
 
 // unchangedLocked returns the directory's watch if it is set and has not
-// fired, with no new connection since the read that set it: then the
-// directory's data is as that read found it. Else nil.
+// fired, with no new connection since the read that set it. Then the
+// directory's data is as that read found it. Else it returns nil.
 func (rv *revocations) unchangedLocked(c *zkclient.Client) *zkclient.Watch {
 	w := rv.watch
 	if w == nil || !rv.steady {
@@ -100,7 +100,7 @@ func (rv *revocations) unchangedLocked(c *zkclient.Client) *zkclient.Watch {
 }
 
 // revoking reports whether w, a directory watch, fired for a change of the
-// directory's data: a revocation.
+// directory's data. Such a change is a revocation.
 func revoking(w *zkclient.Watch) bool {
 	return w != nil && w.FiredNow() && w.Event().Type == zk.EventNodeDataChanged
 }
@@ -113,13 +113,13 @@ func (rv *revocations) listen(h *hold) {
 		return
 	}
 	rv.mu.Lock()
-	// Under mu: a fire that these checks miss is handled by revokeBefore,
+	// Under mu, a fire that these checks miss is handled by revokeBefore,
 	// which finds h among the listeners.
 	named := slices.Contains(rv.named, n.Seq)
 	// mutant: revoke-listen-precedes
 	if revoking(h.precedes()) || named && rv.unchangedLocked(h.c) != nil {
-		// A revocation was written while h held, before it listened; or
-		// the last read named h, and nothing changed since.
+		// A revocation was written while h held, before it listened. Or the
+		// last read named h, and nothing changed since.
 		rv.mu.Unlock()
 		h.l.debug("revoked", h.path)
 		h.revoke()
@@ -136,24 +136,25 @@ func (rv *revocations) listen(h *hold) {
 	rv.mu.Unlock()
 	h.whenEnded(func(error) { rv.leave(h) })
 	if start {
-		// Not the lock's background work: it ends when the listeners
-		// leave, whichever lock they are of. A Client retired meanwhile
-		// (h ended, and with it the last use) starts nothing.
+		// Not the lock's background work. It ends when the listeners leave,
+		// whichever lock they are of. A Client retired meanwhile, when h
+		// ended with the last use, starts nothing.
 		go rv.read(h.l, h.c, w, no)
 	}
 	// mutant: revoke-confirm
 	if named {
 		// Named by the last read, but the data may have changed since,
-		// unseen (a reconnection, a connection that does not count
-		// them): read it again, without a watch.
+		// unseen. That happens after a reconnection, or on a connection
+		// that does not count its sessions. So read it again, without a
+		// watch.
 		go rv.confirm(h, n.Seq)
 	}
 }
 
-// confirm reads the directory's data without a watch, and revokes h if
-// the request names its node. A read that fails is tried again after a
-// pause while h listens, unless the directory or the session is gone (and
-// h with it).
+// confirm reads the directory's data without a watch, and revokes h if the
+// request names its node. A read that fails is tried again after a pause
+// while h listens. It is not tried again when the directory or the session
+// is gone, and h with it.
 func (rv *revocations) confirm(h *hold, seq int32) {
 	var retry zkclient.Backoff
 	for {
@@ -203,7 +204,7 @@ func (rv *revocations) idleLocked() {
 
 // carryOn returns, while anyone listens, the channel that closes when the
 // last listener leaves. Else it marks the goroutine stopped, and stop is
-// true: a listener that comes later starts another.
+// true. A listener that comes later starts another.
 func (rv *revocations) carryOn() (idle chan struct{}, stop bool) {
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
@@ -217,10 +218,10 @@ func (rv *revocations) carryOn() (idle chan struct{}, stop bool) {
 	return rv.idle, false
 }
 
-// stop marks the goroutine stopped after read number n failed for good
-// (the directory gone, the session or the connection ended), and reports
-// whether a listener came after that read was sent: a grant of a new
-// session, which another goroutine must serve.
+// stop marks the goroutine stopped after read number n failed for good. The
+// directory was gone, or the session or the connection ended. It reports
+// whether a listener came after that read was sent. Such a listener is a
+// grant of a new session, which another goroutine must serve.
 func (rv *revocations) stop(n uint64) (again bool) {
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
@@ -234,17 +235,18 @@ func (rv *revocations) stop(n uint64) (again bool) {
 	return false
 }
 
-// read waits for w, the directory's data watch set by read number n, to
-// fire (it reads at once if w is nil), revokes the listeners known to
-// have been granted before, then reads the directory's data with a new
-// watch, revokes the listeners it names, and waits again, while anyone
-// listens. A read once sent is always answered and kept, so that the
-// watch it sets is known, listeners or not. It holds a reference to c,
-// which it drops as it returns.
+// read is the goroutine that watches the directory while anyone listens. It
+// waits for w, the directory's data watch set by read number n, to fire. If
+// w is nil, it reads at once. It revokes the listeners known to have been
+// granted before w fired. Then it reads the directory's data with a new
+// watch, revokes the listeners the data names, and waits again. A read once
+// sent is always answered and kept, so that the watch it sets is known,
+// listeners or not. read holds a reference to c, which it drops as it
+// returns.
 func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n uint64) {
 	defer c.Unref()
-	// No context ends a read: a read given up would still set its watch
-	// later, and another read would set a second; the client's close ends
+	// No context ends a read. A read given up would still set its watch
+	// later, and another read would set a second. The client's close ends
 	// it instead.
 	ctx := context.Background()
 	var retry zkclient.Backoff
@@ -284,13 +286,12 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 		}
 		rv.keep(nil, n, 0, false, zkclient.Node{})
 		// mutant: revoke-stale-watch
-		w = nil // fired, and handled: the next read is sent at once
+		w = nil // fired and handled, so the next read is sent at once
 		switch {
 		// mutant: revoke-final-errors
 		case errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):
-			// The directory is gone (with every node in it) or the
-			// session ended: so did the grants of the listeners of the
-			// moment.
+			// The directory is gone, with every node in it, or the session
+			// ended. So did the grants of the listeners of the moment.
 			l.debug("no longer listening for revocations: "+r.Err.Error(), l.path)
 			if rv.stop(n) {
 				continue // read again, for the listeners that came since
@@ -301,8 +302,9 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 			l.log.Warn("rwlock: cannot read the lock directory's data; revocations wait until it can be read",
 				"lock", l.path, "err", r.Err)
 		}
-		// No watch was set: read again after a pause (a refusal may pass:
-		// throttling, an ACL being changed), once the connection is back.
+		// No watch was set. Read again after a pause, once the connection
+		// is back. A refusal may pass, such as throttling or an ACL being
+		// changed.
 		if !rv.backOff(c, &retry) {
 			return
 		}
@@ -310,8 +312,8 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 }
 
 // backOff waits a pause, then until the connection has a session, while
-// anyone listens; false: the goroutine stops (nobody listens, or the
-// connection was closed for good).
+// anyone listens. It returns false when the goroutine must stop, because
+// nobody listens or the connection was closed for good.
 func (rv *revocations) backOff(c *zkclient.Client, retry *zkclient.Backoff) bool {
 	for {
 		idle, stop := rv.carryOn()
@@ -338,6 +340,6 @@ func (rv *revocations) backOff(c *zkclient.Client, retry *zkclient.Backoff) bool
 			rv.mu.Unlock()
 			return false
 		}
-		// The last listener left: stop, unless one came back since.
+		// The last listener left. Stop, unless one came back since.
 	}
 }

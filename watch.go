@@ -12,41 +12,43 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// The wait: one algorithm over the nodes ahead of ours that we watch.
+// The wait is one algorithm over the nodes ahead of ours that we watch.
 //
 // A reader watches the nearest writer before it, and a writer its
-// predecessor (see reader.go and writer.go): one node each, no herd. A
-// writer behind a run of readers watches all of them at once, and the
-// nearest writer before them (w0), so that it is granted on the deletion
-// that empties its snapshot, with no listing. Each reader is watched by the
-// writer after it, and w0 by that writer and its readers: watches stay
-// linear in the queue.
+// predecessor (see reader.go and writer.go). Each watches one node, so
+// there is no herd. A writer behind a run of readers watches all of them at
+// once. It also watches w0, the nearest writer before them. So it is
+// granted on the deletion that empties its snapshot, with no listing. Each
+// reader is watched by the writer after it. The writer w0 is watched by
+// that writer and by its readers. So watches stay linear in the queue.
 //
-// The snapshot, from a listing that showed our node, holds every node that
-// precedes ours, since sequence numbers only grow. A node leaves it only
-// when shown gone: its deletion event, or an answer that it is missing. The
-// nodes before one of our writers leave it too when that writer's data
-// changes: only a holder changes its node's data (the held mark its release
-// writes, or a downgrade), and a writer holds only once nothing before it
-// is left. An empty snapshot, or one where nothing blocks us, means that
-// when the last event came no node was in our way; that our own node was
-// still there is the own-node watch's proof (see confirmOwn).
+// The snapshot comes from a listing that showed our node. It holds every
+// node that precedes ours, since sequence numbers only grow. A node leaves
+// it only when shown gone, by its deletion event or by an answer that it is
+// missing. The nodes before one of our writers leave it too, when that
+// writer's data changes. Only a holder changes its node's data, with the
+// held mark its release writes or with a downgrade. And a writer holds only
+// once nothing before it is left. An empty snapshot, or one where nothing
+// blocks us, means that no node was in our way when the last event came.
+// That our own node was still there is the own-node watch's proof (see
+// own.go).
 //
-// When every node we watched is gone but nodes before them are left (a
-// watched writer went without its mark: a waiter that gave up, an expired
-// session, a release that could not write the mark), we list once.
+// Every node we watched may be gone while nodes before them are left. Then
+// a watched writer went without its mark. It was a waiter that gave up, or
+// its session expired, or its release could not write the mark. We then
+// list once.
 //
-// A peer's node proves less: a peer can queue out of sequence (Curator's
-// downgrade since 5.5 makes a node of its own), and its data changes are
-// its own business. So a writer watches a run only in a snapshot without
-// peers' nodes, and a peer's data change only makes us look again. A node
-// made by hand with our names breaks every proof of the lock: do not make
-// one.
+// A peer's node proves less. A peer can queue out of sequence; Curator's
+// downgrade since 5.5 makes a node of its own. And a peer's data changes
+// are its own business. So a writer watches a run only in a snapshot
+// without peers' nodes. A peer's data change only makes us look again. A
+// node made by hand with our names breaks every proof of the lock. Do not
+// make one.
 
 // wait waits until nothing in the snapshot blocks us. The watch on our own
-// node goes out together with the first look at the nodes in our way: none
-// waits for another's answer. The proof needs only that both answers be in
-// before we are granted.
+// node goes out together with the first look at the nodes in our way. None
+// of these requests waits for another's answer. The proof needs only that
+// both answers be in before we are granted.
 func (m *member) wait(ctx context.Context) (step, error) {
 	if !m.block {
 		return m.tryPass(ctx)
@@ -93,7 +95,7 @@ func (m *member) wait(ctx context.Context) (step, error) {
 	}
 }
 
-// ahead returns the nodes to watch: nil when nothing blocks us.
+// ahead returns the nodes to watch, or nil when nothing blocks us.
 func (m *member) ahead() []lockNode {
 	b, blocked := m.snap.blocker(m.isDowngraded)
 	if !blocked {
@@ -105,10 +107,10 @@ func (m *member) ahead() []lockNode {
 	return []lockNode{b}
 }
 
-// runAhead returns the nodes that a writer watches all at once (w0 first,
-// if there is one, then the readers after it), or nil where the writer
-// waits for its predecessor alone: a reader, a writer behind a writer, or a
-// snapshot with a peer's node.
+// runAhead returns the nodes that a writer watches all at once. They are w0
+// first, if there is one, then the readers after it. It returns nil for a
+// reader, for a writer behind a writer, and for a snapshot with a peer's
+// node. There the member waits for its blocker alone.
 func (m *member) runAhead() []lockNode {
 	before := m.snap.before
 	// mutant: run-with-peers
@@ -122,16 +124,17 @@ func (m *member) runAhead() []lockNode {
 	return before[i:]
 }
 
-// A look is one node we watch: its data watch, and for one of our writers
-// ahead of a writer, the child watch that tells its deletion once its mark
-// has used up the data watch.
+// A look is one node we watch, with its data watch. Where a writer of ours
+// waits, and the node is one of our writers, the look also has a child
+// watch. The child watch tells the node's deletion once the node's mark has
+// used up the data watch.
 type look struct {
 	node  lockNode
 	data  *zkclient.Watch
 	going *zkclient.Watch
 	r     zkclient.Reply[zkclient.Node]
 	gone  bool // shown gone
-	spent bool // its watches told all they can: look again if it still matters
+	spent bool // its watches told all they can; look again if it still matters
 }
 
 // A fire is one of a look's watches that fired.
@@ -193,8 +196,8 @@ func (w *watching) stop() {
 	w.mu.Unlock()
 }
 
-// look sets the watches on the nodes of ahead all at once, with the one on
-// our own node (own, if not nil), and takes their answers.
+// look sets the watches on the nodes of ahead all at once, together with
+// the one on our own node if own is not nil. It takes their answers.
 func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-chan ownResult) (step, error) {
 	looks := make([]*look, len(ahead))
 	var wg sync.WaitGroup
@@ -203,9 +206,9 @@ func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-
 		looks[i] = l
 		path := m.l.path + "/" + n.name
 		if m.mode == Write && n.mode == Write && n.ours {
-			// Its going proves the way clear only if it held, which a
-			// writer tells by marking its node as it goes (see writer.go).
-			// The mark uses up the data watch; a child watch, which fires
+			// Its going proves the way clear only if it held. A writer
+			// tells that by marking its node as it goes (see writer.go).
+			// The mark uses up the data watch. A child watch, which fires
 			// only when the node goes, tells the rest.
 			wg.Go(func() {
 				if r, x := m.a.c.ChildrenW(ctx, path); r.Err == nil {
@@ -240,10 +243,10 @@ func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-
 		case !m.ours(r.Session):
 			return stepRequeue, nil
 		}
-		// Marks count only on our own nodes: a peer's data is its own
+		// Marks count only on our own nodes. A peer's data is its own
 		// business, and a peer holds its node until it deletes it.
 		if l.node.ours && l.node.mode == Write && lockname.Held(l.r.V.Data) {
-			m.snap.pruneBefore(l.node) // it held: nothing before it is left
+			m.snap.pruneBefore(l.node) // it held, so nothing before it is left
 			if m.mode == Read && lockname.Downgraded(l.r.V.Data) {
 				m.markDowngraded(l.node.name)
 			}
@@ -272,9 +275,9 @@ func (m *member) fire(ctx context.Context, f fire) (step, error) {
 		return m.notWatching(ev)
 	case f.going:
 		// Its deletion fires its data watch too, with the mark if the mark
-		// came first: go-zookeeper has both events in their channels
-		// already, but the goroutines that relay them may run in either
-		// order, so wait for that one.
+		// came first. Both events are in go-zookeeper's channels already.
+		// But the goroutines that relay them may run in either order, so
+		// wait for the data watch's event.
 		select {
 		case <-l.data.Fired():
 		case <-ctx.Done():
@@ -287,19 +290,19 @@ func (m *member) fire(ctx context.Context, f fire) (step, error) {
 	case ev.Type == zk.EventNodeDeleted:
 		m.gone(l)
 	case ev.Type == zk.EventNodeDataChanged && l.node.mode == Read:
-		return stepList, nil // a reader's data never changes: whatever this is, a listing tells
+		return stepList, nil // a reader's data never changes, so a listing tells what this is
 	// mutant: reader-trusts-peer
 	case ev.Type == zk.EventNodeDataChanged && l.node.ours:
-		m.snap.pruneBefore(l.node) // it held: nothing before it is left
+		m.snap.pruneBefore(l.node) // it held, so nothing before it is left
 		if m.mode == Read {
-			// It is shared now (downgraded) or on its way out (the held
-			// mark rides on its deletion): either way out of a reader's
-			// way. Which of the two, we need not read.
+			// It is shared now, downgraded, or on its way out with the held
+			// mark riding on its deletion. Either way it is out of a
+			// reader's way. We need not read which of the two.
 			m.markDowngraded(l.node.name)
 		}
 		l.spent = l.going == nil
 	default:
-		l.spent = true // a peer's change proves nothing: look again
+		l.spent = true // a peer's change proves nothing, so look again
 	}
 	return stepWait, nil
 }
@@ -311,10 +314,10 @@ func (m *member) gone(l *look) {
 }
 
 // tryPass is TryLock's and TryRLock's look at the node in their way. A
-// reader may pass a writer that is gone, or one of ours that is downgraded
-// (a blocking RLock learns the same from its watch); it then lists again,
-// which proves our node still there. A writer, or a node in TryLock's way,
-// blocks.
+// reader may pass a writer that is gone, or one of ours that is downgraded.
+// A blocking RLock learns the same from its watch. The reader then lists
+// again, which proves our node still there. A writer, or a node in
+// TryLock's way, blocks.
 func (m *member) tryPass(ctx context.Context) (step, error) {
 	b, _ := m.snap.blocker(m.isDowngraded)
 	if m.mode == Write {
@@ -334,10 +337,10 @@ func (m *member) tryPass(ctx context.Context) (step, error) {
 	return 0, ErrWouldBlock
 }
 
-// notWatching handles the end of a watch: the session expired (queue
-// again, unless the session is still ours: then the end was that of a
-// shared watch of an earlier session, and we look again) or the connection
-// was closed.
+// notWatching handles the end of a watch. The connection was closed, or the
+// session expired. After an expiry we queue again, unless the session is
+// still ours. Then the end was that of a shared watch of an earlier
+// session, and we look again.
 func (m *member) notWatching(ev zk.Event) (step, error) {
 	switch {
 	case !errors.Is(ev.Err, zk.ErrSessionExpired):
