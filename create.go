@@ -187,10 +187,12 @@ func (a *acquisition) finishCreate(r zkclient.Reply[[]zk.MultiResponse]) {
 // multi's are (see settle). Or its node was deleted by hand.
 //
 // What is left of the others is deleted. A known node is deleted by path,
-// and a member still unsure deletes by guid. Where no member is unsure, the
-// guid is kept. So no node of the old create can turn up later as a
-// stranger to queue behind. Where one is unsure, the acquisition takes a
-// new guid. So deleting by the old guid cannot touch its new nodes.
+// and a member still unsure deletes by guid. Where no member is unsure and
+// the session lives on, the guid is kept. So no node of the old create can
+// turn up later as a stranger to queue behind. Where one is unsure, the
+// acquisition takes a new guid. So deleting by the old guid cannot touch
+// its new nodes. A replaced session took its nodes along: a new guid then
+// costs nothing.
 func (a *acquisition) requeue(sessionReplaced bool) {
 	fresh := sessionReplaced
 	for _, m := range a.members {

@@ -229,7 +229,7 @@ func (s *sharedRead) joinableLocked() bool {
 // answer only on one connection (see own.go). After a reconnection,
 // go-zookeeper sets its watches again with a request that requests queued
 // earlier overtake. The server tells of the changes missed meanwhile only
-// then. A connection made by Dial counts its connections, so a node takes
+// then. A connection made by Dial counts its sessions, so a node takes
 // no joiner after a reconnection. On any other, a node takes none while the
 // connection is down. But a joiner whose sync was queued in the instant the
 // connection went, or as it came back, may be answered before the missed

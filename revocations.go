@@ -221,7 +221,7 @@ func (rv *revocations) carryOn() (idle chan struct{}, stop bool) {
 // stop marks the goroutine stopped after read number n failed for good. The
 // directory was gone, or the session or the connection ended. It reports
 // whether a listener came after that read was sent. Such a listener is a
-// grant of a new session, which another goroutine must serve.
+// grant of a new session: the goroutine reads again for it.
 func (rv *revocations) stop(n uint64) (again bool) {
 	rv.mu.Lock()
 	defer rv.mu.Unlock()

@@ -112,8 +112,8 @@ func (l *RWLock) writeRevocation(ctx context.Context, c *zkclient.Client, rev lo
 
 // holders returns the sequence numbers of the nodes that hold the lock, as
 // Queue judges them. It reads one listing. It reads the first node's data
-// only where a downgrade mark can change the answer. So a typical Revoke is
-// one listing and one write, where Queue reads every node.
+// only where a downgrade mark can change the answer. So a typical Revoke
+// sends one listing besides its two writes, where Queue reads every node.
 //
 // Only the first node's mark can matter. One of our writers is granted when
 // no node precedes it, and no node is ever created before it after that. So

@@ -12,7 +12,7 @@ import (
 
 // writeBlocker is the write predicate. A writer holds the lock when no node
 // at all precedes it. Otherwise it waits for its IMMEDIATE predecessor, so
-// that each node is watched by at most one waiter. There is no herd effect.
+// that each node is watched by at most one writer. There is no herd effect.
 func writeBlocker(before []lockNode) (lockNode, bool) {
 	if len(before) == 0 {
 		return lockNode{}, false
