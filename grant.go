@@ -15,9 +15,9 @@ import (
 // It is NOT safe to assume that the lock is still held just because Release
 // has not been called. ZooKeeper ends a grant without asking, when its node
 // is deleted, when its session expires, or when the client has been cut off
-// long enough that the server may expire the session. [Grant.Done] and
-// [Grant.Err] report that, and the Token lets a store reject a holder that
-// did not notice in time.
+// long enough that the server may expire the session. The methods
+// [Grant.Done] and [Grant.Err] report that, and the Token lets a store
+// reject a holder that did not notice in time.
 type Grant struct {
 	h      *hold
 	mode   Mode
