@@ -11,47 +11,37 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// WithReadCoalescing makes the blocking shared acquisitions of this RWLock
-// (RLock, WithRead, ReadGroup, ReadBatch; not TryRLock) that run at the
-// same time share one read node, as long as that keeps the queue's order:
-// 64 goroutines reading at once make one node instead of 64 (BENCHMARKS.md,
-// W7, has what a burst costs).
+// WithReadCoalescing lets the blocking shared acquisitions of this RWLock
+// that run at the same time share one read node, as long as that keeps the
+// queue's order. These are RLock, WithRead, ReadGroup and ReadBatch, but
+// not TryRLock. So 64 goroutines reading at once make one node instead of
+// 64; BENCHMARKS.md, W7, has what a burst costs.
 //
-// A reader joins the shared node, waiting or held, only while nothing has
-// queued behind that node since its listing, as a sync sent after the
-// reader arrived proves (one sync for all the readers that arrive
-// together); otherwise it makes a new node, which later readers may join.
-// So, on a standalone server, a writer that queued behind a shared node
-// never waits for a reader that arrived after the writer's node was
-// created, even if this process has not heard of that node yet. In an
-// ensemble the same holds, with two exceptions, both on a leader: a reader
-// whose session is on the leader may pass a writer's node that the leader
-// had committed but not yet applied when the reader's sync reached it (a
-// follower may have told the writer of its node already); and a reader
-// answered by a deposed leader, before it sees it has lost its quorum, may
-// pass a node the new leader created. While the sync goes unanswered (a
-// silent cut) the reader waits: it gets the node's loss (ErrLost) if the
-// node is lost meanwhile, or makes a node of its own once the connection
-// fails. docs/guarantees.md tells what a connection not made by Dial adds.
+// On a standalone server, a writer queued behind a shared node never waits
+// for a reader that arrived after the writer's node was created, even if
+// this process has not heard of that node yet. A reader that may not join
+// makes a new node, which later readers may join. The file
+// docs/guarantees.md tells how a sync proves it fair to join, the two
+// exceptions in an ensemble, what a silent cut does, and what a connection
+// not made by Dial adds.
 //
-// Each reader gets a grant of its own: its Release is its own (and later
-// calls return nil), its Done closes when the shared node is lost, and
-// the node is deleted when the last of its readers releases. A reader
-// whose context ends while it waits leaves; the node is deleted when the
-// last waiting reader leaves before the grant. All the readers of one node
-// share its token, its Deadline and its hold limit (see WithMaxHold),
-// counted from the node's grant. Observers hear of one acquisition per
-// reader, and of one grant per node.
+// Each reader gets a grant of its own. Its Release is its own, and later
+// calls return nil. Its Done closes when the shared node is lost. The node
+// is deleted when the last of its readers releases, or when the last
+// waiting reader leaves before the grant. A reader whose context ends while
+// it waits leaves. All the readers of one node share its token, its
+// Deadline and its hold limit, counted from the node's grant. Observers
+// hear of one acquisition per reader, and of one grant per node.
 func WithReadCoalescing() Option {
 	return func(o *options) { o.coalesce = true }
 }
 
-// coalescer is a lock's shared read node, if any (only with
-// WithReadCoalescing).
+// coalescer is a lock's shared read node, if any. Only a lock made with
+// WithReadCoalescing has one.
 type coalescer struct {
 	mu   sync.Mutex
 	cur  *sharedRead            // the node the next reader may join; nil for none; guarded by mu
-	live map[string]*sharedRead // the nodes with readers, by full path (for Queue); guarded by mu
+	live map[string]*sharedRead // the nodes with readers, by full path, for Queue; guarded by mu
 }
 
 // readers returns how many readers of this process hold or wait on the
@@ -74,25 +64,25 @@ func (co *coalescer) readers(path string) int {
 	return n
 }
 
-// sharedRead is one shared read node: the acquisition that makes it, run
-// with a context of its own, and then its hold, on which each reader gets
-// a grant of its own.
+// sharedRead is one shared read node. It holds the acquisition that makes
+// the node, which runs with a context of its own. Then it holds the node's
+// hold, on which each reader gets a grant of its own.
 type sharedRead struct {
 	co     *coalescer
 	l      *RWLock
 	a      *acquisition // of one member
 	cancel context.CancelFunc
-	done   chan struct{} // closed when the acquisition ended: hold or err is set
+	done   chan struct{} // closed when the acquisition ended, with hold or err set
 
 	connects uint64 // the connection's count of connections before the node's create
-	counted  bool   // the connection counts them (one made by Dial)
+	counted  bool   // the connection counts them, as one made by Dial does
 
 	// guarded by co.mu
 	node     string          // its full path, once listed
 	session  int64           // the session that owns it, once listed
 	verdict  bool            // its first listing is judged, or the acquisition ended
 	dir      *zkclient.Watch // the child watch of the listing that first showed the node
-	open     bool            // joiners are admitted (see the fairness argument)
+	open     bool            // joiners are admitted, as the fairness argument allows
 	next     *joinSync       // the sync that joiners arriving now wait for, not sent yet; nil for none
 	syncing  bool            // a sync is under way
 	finished bool            // the acquisition ended
@@ -101,19 +91,20 @@ type sharedRead struct {
 	seats    []*seat         // the readers waiting for the grant
 }
 
-// A seat is one reader's place on a shared node while it waits: at the
+// A seat is one reader's place on a shared node while it waits. At the
 // grant, each reader waiting then gets its grant there.
 type seat struct{ g *Grant }
 
-// readShared is RLock (and WithRead, ReadGroup, ReadBatch) on a lock with
-// WithReadCoalescing: one acquisition of the caller, with its own event.
+// readShared is RLock on a lock with WithReadCoalescing, and so also
+// WithRead, ReadGroup and ReadBatch. It is one acquisition of the caller,
+// with its own event.
 func (l *RWLock) readShared(ctx context.Context) (*Grant, error) {
 	w := want{mode: Read, block: true}
 	start := time.Now()
 	l.starting(ctx, w, start)
 	g, m, syncs, err := l.coalesce.read(ctx, l)
 	if m == nil {
-		m = &member{l: l, want: w} // a joiner's event: only the syncs it opened
+		m = &member{l: l, want: w} // a joiner's event counts only the syncs it opened
 	}
 	m.requests.Add(syncs)
 	l.acquired(ctx, m, start, err)
@@ -123,10 +114,11 @@ func (l *RWLock) readShared(ctx context.Context) (*Grant, error) {
 	return g, nil
 }
 
-// read returns a grant on a shared node, joined or made. m is the node's
-// member if this caller made it and its acquisition ended (for the
-// caller's event), else nil. syncs counts the requests of the syncs that
-// this caller was the first to wait for, which it reports.
+// read returns a grant on a shared node, joined or made. For the caller's
+// event, it returns as m the node's member if this caller made it and its
+// acquisition ended. Otherwise m is nil. It returns as syncs the requests
+// of the syncs that this caller was the first to wait for, which it
+// reports.
 func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, syncs int64, err error) {
 	var opened []*joinSync
 	defer func() {
@@ -152,7 +144,7 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, 
 				s.leave(ctx, me, false)
 				return nil, nil, 0, lost
 			case !s.admits(sy):
-				s.leave(ctx, me, false) // not proven fair to join: a node of our own
+				s.leave(ctx, me, false) // not proven fair to join, so make a node of our own
 				continue
 			}
 		}
@@ -161,13 +153,13 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, 
 		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
-			// As a cancelled RLock promises: the context's error, even if
-			// the grant came at the same moment.
+			// A cancelled RLock promises the context's error, even if the
+			// grant came at the same moment.
 			return nil, nil, 0, s.leave(ctx, me, true)
 		}
 		g, again, err := s.take(me)
 		if again {
-			continue // the node is going as we came: a node of our own
+			continue // the node is going as we came, so make a node of our own
 		}
 		if made {
 			m = s.a.members[0]
@@ -176,9 +168,9 @@ func (co *coalescer) read(ctx context.Context, l *RWLock) (g *Grant, m *member, 
 	}
 }
 
-// enter joins the current node if it may take joiners (or its first
-// listing is not judged yet), and returns the sync the joiner waits for,
-// and whether it is the first to wait for it; otherwise it makes a new
+// enter joins the current node if it may take joiners, or if its first
+// listing is not judged yet. It then returns the sync the joiner waits for,
+// and whether it is the first to wait for it. Otherwise it makes a new
 // node, and returns no sync.
 func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, me *seat, sy *joinSync, first bool) {
 	co.mu.Lock()
@@ -229,7 +221,7 @@ func (s *sharedRead) run(ctx context.Context) {
 			if i == 0 {
 				me.g = h.grant(Read) // the hold's first grant, counted as it was made
 			} else if me.g, _ = h.join(); me.g == nil {
-				break // lost already: the others take the loss
+				break // lost already, so the others take the loss
 			}
 		}
 	}
@@ -243,7 +235,7 @@ func (s *sharedRead) run(ctx context.Context) {
 	switch {
 	case orphan:
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.l.cleanupTimeout)
-		h.drop(rctx) // as an abort: the deletion goes on in the background if it must
+		h.drop(rctx) // as an abort does, with the deletion in the background if it must
 		cancel()
 	case h != nil:
 		// The node takes nobody once it is no longer held.
@@ -257,10 +249,10 @@ func (s *sharedRead) run(ctx context.Context) {
 	close(s.done)
 }
 
-// listedBy judges a listing of the node's member that showed the node
-// (member.locate). The first tells whether it may take joiners. Any later
-// one that shows a node behind it, or belongs to a new node (the
-// acquisition queued again), stops it for good.
+// listedBy judges a listing of the node's member that showed the node; see
+// member.locate. The first tells whether the node may take joiners. Any
+// later one that shows a node behind it stops it for good. So does a
+// listing that belongs to a new node, after the acquisition queued again.
 func (s *sharedRead) listedBy(m *member) {
 	co := s.co
 	co.mu.Lock()
@@ -284,7 +276,7 @@ func (s *sharedRead) listedBy(m *member) {
 	}
 }
 
-// forgetLocked takes the node out of co.live: no reader is left.
+// forgetLocked takes the node out of co.live, once no reader is left.
 func (s *sharedRead) forgetLocked() {
 	if s.node != "" && s.co.live[s.node] == s {
 		delete(s.co.live, s.node)
@@ -304,13 +296,13 @@ func (s *sharedRead) closeLocked() {
 	}
 }
 
-// leave takes a waiting reader away: its context ended (cancelled), or it
-// may not join (to make a node of its own). The last reader to leave
-// before the grant cancels the acquisition, whose node goes as any
-// cancelled acquisition's; a cancelled reader then waits for that, as a
-// cancelled RLock leaves no node behind. After the grant, the reader
-// releases the grant made for it, if one was. It returns ctx's error for a
-// cancelled reader.
+// leave takes a waiting reader away. Either its context ended, and it is
+// cancelled, or it may not join and makes a node of its own. The last
+// reader to leave before the grant cancels the acquisition. Its node goes
+// as any cancelled acquisition's does. A cancelled reader then waits for
+// that, as a cancelled RLock leaves no node behind. After the grant, the
+// reader releases the grant made for it, if one was. It returns ctx's error
+// for a cancelled reader.
 func (s *sharedRead) leave(ctx context.Context, me *seat, cancelled bool) error {
 	co := s.co
 	co.mu.Lock()
@@ -346,9 +338,10 @@ func (s *sharedRead) unseatLocked(me *seat) {
 }
 
 // take turns a waiting reader into the holder of a grant on the node, once
-// the acquisition ended: the grant made for it at the grant, or, for a
-// reader that came later, a new one. again reports a node that is going as
-// the reader came: it makes a node of its own.
+// the acquisition ended. The grant is the one made for it at the grant, or
+// a new one for a reader that came later. The result again reports a node
+// that is going as the reader came. The reader then makes a node of its
+// own.
 func (s *sharedRead) take(me *seat) (g *Grant, again bool, err error) {
 	co := s.co
 	co.mu.Lock()
@@ -366,14 +359,14 @@ func (s *sharedRead) take(me *seat) (g *Grant, again bool, err error) {
 				return nil, false, err // lost
 			}
 			co.mu.Lock()
-			s.closeLocked() // going: the next reader makes a node of its own
+			s.closeLocked() // going, so the next reader makes a node of its own
 			co.mu.Unlock()
 			return nil, true, nil
 		}
 	}
 	if err := g.Err(); err != nil {
-		// The node was lost before this reader took it: no grant for a
-		// node that may no longer exist.
+		// The node was lost before this reader took it. No grant for a node
+		// that may no longer exist.
 		return nil, false, err
 	}
 	return g, false, nil

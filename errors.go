@@ -2,25 +2,26 @@ package rwlock
 
 import "errors"
 
-// Errors returned by the lock. Match them with [errors.Is]: they are
-// wrapped together with the context of the failure (the operation, the
-// path, the ZooKeeper error that caused it).
+// Errors returned by the lock. Match them with [errors.Is]. Each is wrapped
+// with the context of the failure: the operation, the path, and the
+// ZooKeeper error that caused it.
 var (
 	// ErrWouldBlock is returned by TryLock and TryRLock when another grant
 	// is in the way. They leave no node behind.
 	ErrWouldBlock = errors.New("would block")
-	// ErrLost means a grant ended without Release: its node was deleted,
+	// ErrLost means a grant ended without Release. Its node was deleted,
 	// its session expired, or the lock could no longer show the session
-	// alive for long enough (see Grant.Done). Lock and RLock return it when
-	// their node was deleted by someone else while they waited.
+	// alive for long enough, as Grant.Done says. Lock and RLock return it
+	// when their node was deleted by someone else while they waited.
 	ErrLost = errors.New("grant lost")
-	// ErrReleased is what Err returns after Release (or Downgrade).
+	// ErrReleased is what Err returns after Release or Downgrade.
 	ErrReleased = errors.New("grant released")
 	// ErrInvalidPath is returned by New for a path ZooKeeper would reject
 	// or that cannot hold a lock.
 	ErrInvalidPath = errors.New("invalid path")
 	// ErrUpgrade is returned by Lock when the context carries a read grant
-	// of the same lock: upgrading in place can deadlock two readers.
+	// of the same lock. Two readers upgrading in place at once would wait
+	// for each other forever.
 	ErrUpgrade = errors.New("cannot upgrade a read grant to a write grant")
 	// ErrInvalidArgument is returned for a nil connection, an invalid
 	// option, or an RWLock not made by New.
@@ -28,15 +29,15 @@ var (
 	// ErrSequenceExhausted is returned by an acquisition that finds the
 	// lock directory's sequence counter at its end, so that the queue
 	// cannot be ordered. The acquisition leaves no node behind. The remedy
-	// is a fresh lock directory: a new path, or this one deleted and
+	// is a fresh lock directory, at a new path or at this one deleted and
 	// created again while nobody uses it.
 	ErrSequenceExhausted = errors.New("the lock directory's sequence numbers are exhausted")
-	// ErrHoldLimit is, with ErrLost, the cause of a grant that reached the
-	// lock's hold limit (see WithMaxHold).
+	// ErrHoldLimit is the cause, with ErrLost, of a grant that reached the
+	// lock's hold limit. See WithMaxHold.
 	ErrHoldLimit = errors.New("hold limit reached")
 	// ErrRevoked is the cause with which WithRead and WithWrite cancel
-	// their function's context when the grant is revoked (see
-	// RWLock.Revoke).
+	// their function's context when the grant is revoked. See
+	// RWLock.Revoke.
 	ErrRevoked = errors.New("grant revoked")
 )
 

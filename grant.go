@@ -9,16 +9,15 @@ import (
 )
 
 // A Grant is one hold on the lock, shared or exclusive, from the moment an
-// acquisition returns it until Release, Downgrade or its loss.
+// acquisition returns it until Release, Downgrade or its loss. Its methods
+// are safe for concurrent use.
 //
 // It is NOT safe to assume that the lock is still held just because Release
-// has not been called. ZooKeeper ends a grant without asking: when its node
+// has not been called. ZooKeeper ends a grant without asking, when its node
 // is deleted, when its session expires, or when the client has been cut off
-// long enough that the server may expire the session. [Grant.Done] and
-// [Grant.Err] report that, and the Token lets a store reject a holder that
-// did not notice in time.
-//
-// A Grant's methods are safe for concurrent use.
+// long enough that the server may expire the session. The methods
+// [Grant.Done] and [Grant.Err] report that, and the Token lets a store
+// reject a holder that did not notice in time.
 type Grant struct {
 	h      *hold
 	mode   Mode
@@ -50,26 +49,26 @@ func (g *Grant) Node() string { return g.h.path }
 
 // Done returns a channel that is closed when the grant ends: after Release
 // or Downgrade, or as soon as the grant is lost. The holder is told of a
-// loss before another client can be granted the lock, when the session can
-// no longer be shown alive for more than the head start, a quarter of the
-// session timeout (see docs/guarantees.md for the clock, and for what an
-// ensemble changes). It is told as soon as the lock learns that the session
-// expired, and when its node is deleted by someone else: then at about the
-// moment the next waiter learns it too, and the fencing token
-// ([Grant.Token]) is the defence.
+// loss before another client can be granted the lock. The lease clock tells
+// it once the session can no longer be shown alive for more than the head
+// start, a quarter of the session timeout. The holder is also told as soon
+// as the lock learns that the session expired. If someone else deletes its
+// node, the holder learns it at about the moment the next waiter does, and
+// the fencing token is the defence.
 //
-// Done and Err consult the clock at every call: a process that was paused
-// sees the loss at its first call after resuming. On a connection not made
-// by [Dial], the lock trusts only what [WithSessionTimeout] bounds and
-// go-zookeeper's state (see docs/guarantees.md).
+// Done and Err consult the clock at every call, so a process that was
+// paused sees the loss at its first call after resuming. On a connection
+// not made by [Dial], the lock trusts only what [WithSessionTimeout] bounds
+// and go-zookeeper's state. The file docs/guarantees.md explains the clock,
+// and what an ensemble changes.
 func (g *Grant) Done() <-chan struct{} {
 	g.h.judge()
 	return g.ctx.Done()
 }
 
-// Err returns nil while the grant is held, ErrReleased after Release or
-// Downgrade, or an error wrapping ErrLost (and the cause, such as
-// [zk.ErrSessionExpired]) once it is lost. Like Done, it consults the
+// Err returns nil while the grant is held, and ErrReleased after Release or
+// Downgrade. Once the grant is lost, it returns an error wrapping ErrLost
+// and the cause, such as [zk.ErrSessionExpired]. Like Done, it consults the
 // lease clock at every call.
 func (g *Grant) Err() error {
 	g.h.judge()
@@ -80,12 +79,12 @@ func (g *Grant) Err() error {
 }
 
 // Deadline returns the earliest time at which another client could be
-// granted the lock, as far as the lease clock knows. While the grant is
-// held it moves on with every renewal of the lease. Once the grant is
-// lost, it is the time by which the holder must have stopped. A hold limit
-// (see WithMaxHold) is never passed. ok is false while the grant is held on
-// a connection whose session timeout the lock does not know and without a
-// hold limit, and after Release.
+// granted the lock, as far as the lease clock knows, and never past a hold
+// limit. While the grant is held, it moves on with every renewal of the
+// lease. Once the grant is lost, it is the time by which the holder must
+// have stopped. The result ok is false after Release. It is false too while
+// the grant is held without a hold limit, on a connection whose session
+// timeout the lock does not know.
 func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 	h := g.h
 	h.judge()
@@ -104,32 +103,34 @@ func (g *Grant) Deadline() (deadline time.Time, ok bool) {
 	return deadline, ok
 }
 
-// Token returns the fencing token of the grant: the czxid of its node. For
-// one lock, a grant that conflicts with an earlier one (a write after any
-// grant, a read after a write) carries a larger token, because grants come
-// in the order of their nodes' creation. Pass it to the store you protect,
-// and have the store reject writes that carry a token smaller than one it
-// has seen for this lock. Tokens of different locks are not ordered by
-// grant time, and readers granted together carry tokens in no particular
-// order. Token sends no request. A nested grant, a Downgrade's read grant
-// and every grant of one LockAll set share their node's token. How a
-// token can be known without reading the node is in docs/guarantees.md.
+// Token returns the fencing token of the grant, the czxid of its node, and
+// sends no request. For one lock, a grant that conflicts with an earlier
+// one carries a larger token: a write after any grant, or a read after a
+// write. That is because grants come in the order of their nodes' creation.
+// Pass the token to the store you protect, and have the store reject writes
+// that carry a token smaller than one it has seen for this lock.
+//
+// Tokens of different locks are not ordered by grant time. Readers granted
+// together carry tokens in no particular order. A nested grant and a
+// Downgrade's read grant share their node's token. The file
+// docs/guarantees.md tells how a token can be known without reading the
+// node.
 func (g *Grant) Token() int64 { return g.h.token }
 
 // Release ends the grant, and deletes its node so that the next waiter may
-// go, unless other grants still hold it (the readers of a coalesced node).
-// It returns nil if the grant had already ended, and on later calls.
+// go, unless other grants still hold it, as the readers of a coalesced node
+// do. It returns nil if the grant had already ended, and on later calls.
 // Releasing a write grant that was downgraded releases the read grant it
 // became, so `defer g.Release(ctx)` before a Downgrade still releases the
-// node. Releasing a nested grant (see [ContextWithGrant]) ends only that
-// grant.
+// node. Releasing a nested grant ends only that grant.
 //
-// If the server refuses the deletion (an ACL changed since the lock was
-// taken), Release returns the error and the grant stays held. If ctx ends,
-// or the connection fails, before the deletion is confirmed, the grant ends
-// and Release returns the error; the deletion goes on in the background
-// until it succeeds or the session ends. Once the *zk.Conn is closed,
-// Release returns nil: closing ends the session, and its nodes with it.
+// If the server refuses the deletion, over an ACL changed since the lock
+// was taken, Release returns the error and the grant stays held. If ctx
+// ends or the connection fails before the deletion is confirmed, the grant
+// ends and Release returns the error. The deletion then goes on in the
+// background until it succeeds or the session ends. Once the *zk.Conn is
+// closed, Release returns nil, since closing ends the session and its nodes
+// with it.
 func (g *Grant) Release(ctx context.Context) error {
 	h := g.h
 	h.judge() // a grant the clock has given up is lost, not released
@@ -147,7 +148,7 @@ func (g *Grant) Release(ctx context.Context) error {
 	case released:
 		return nil
 	case g.ctx.Err() != nil || !h.held():
-		g.setReleased(nil) // lost: its node is gone, or being deleted
+		g.setReleased(nil) // lost, so its node is gone or being deleted
 		return nil
 	case h.leave():
 		g.setReleased(nil)
@@ -165,9 +166,9 @@ func (g *Grant) Release(ctx context.Context) error {
 	return nil
 }
 
-// releaseNested releases a nested grant: it ends, and so does its outer
-// grant's hold on it. No request, and none of the hold's ops: its outer
-// grant's holder may be releasing the node meanwhile.
+// releaseNested releases a nested grant. It ends, and so does its outer
+// grant's hold on it. It sends no request, and takes none of the hold's
+// ops, since its outer grant's holder may be releasing the node meanwhile.
 func (g *Grant) releaseNested(ctx context.Context) error {
 	_, next := g.state()
 	if next != nil {
@@ -194,23 +195,22 @@ func (g *Grant) setReleased(next *Grant) {
 	g.released, g.next = true, next
 }
 
-// Downgrade turns a write grant into a read grant without letting go of
-// the lock for a moment. It keeps the same node, place in the queue and
-// token, and marks the node shared in its data: readers queued behind it
-// join at once, while writers wait for it to go. (Curator 5.4 deletes the
-// node and queues a new one, which lets a waiting writer in between:
-// CURATOR-276.) With a peer on the path (see [WithDialect]) the node keeps
-// its writer's name, so to peers it stays exclusive until it goes.
+// Downgrade turns a write grant into a read grant without letting go of the
+// lock for a moment. It keeps the node, its place in the queue and its
+// token, and marks the node shared in its data. Readers queued behind it
+// join at once, while writers wait for it to go. Curator 5.4 instead
+// deletes the node and queues a new one, which lets a waiting writer in
+// between; see CURATOR-276. With a peer on the path, the node keeps its
+// writer's name, so to peers it stays exclusive until it goes.
 //
-// On success the write grant ends (its Err returns ErrReleased) and the
-// returned read grant holds the node; releasing either releases it.
-// Readers may be granted as soon as the mark is written: finish every write
-// before calling Downgrade. If ctx has ended, or the server refuses the
-// change (an ACL), the write grant is unchanged. Once sent, the request is
-// waited for up to the cleanup timeout (see [WithCleanupTimeout]), whatever
-// ctx does: if its outcome stays unknown, readers may have joined, so the
-// grant is lost and its node deleted. Downgrade of a read grant returns the
-// grant itself.
+// On success the write grant ends with ErrReleased, and the returned read
+// grant holds the node; releasing either releases it. Readers may be
+// granted as soon as the mark is written, so finish every write first. If
+// ctx has ended, or the server refuses the change over an ACL, the write
+// grant is unchanged. Once sent, the request is waited for up to the
+// cleanup timeout, whatever ctx does. If its outcome stays unknown, readers
+// may have joined, so the grant is lost and its node deleted. Downgrade of
+// a read grant returns the grant itself.
 func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	if g.mode == Read {
 		return g, nil
@@ -218,7 +218,8 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	h := g.h
 	fail := func(err error) (*Grant, error) { return nil, &opError{"downgrade", h.path, err} }
 	if g.parent != nil {
-		// A write grant nested in another: a read grant nested in the same.
+		// A write grant nested in another becomes a read grant nested in the
+		// same.
 		h.judge()
 		if released, _ := g.state(); released || g.ctx.Err() != nil {
 			return fail(g.ended())
@@ -243,7 +244,8 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	if err := h.markDowngraded(ctx); err != nil {
 		return fail(err)
 	}
-	// The write grant's count passes to the read grant: one handle still.
+	// The write grant's count passes to the read grant, so it is still one
+	// handle.
 	h.forget(g)
 	d := h.grant(Read)
 	g.setReleased(d)
@@ -263,9 +265,9 @@ func (g *Grant) ended() error {
 	return ErrReleased
 }
 
-// end ends the grant with cause, unless it has ended already, and runs its
-// hooks on the caller's goroutine: the contexts derived from it, and the
-// grants nested in it, end before end returns.
+// end ends the grant with cause, unless it has ended already. It runs the
+// grant's hooks on the caller's goroutine. So the contexts derived from the
+// grant, and the grants nested in it, end before end returns.
 func (g *Grant) end(cause error) {
 	g.mu.Lock()
 	if g.ctx.Err() != nil {
@@ -281,8 +283,8 @@ func (g *Grant) end(cause error) {
 	}
 }
 
-// endAlone ends a grant whose hold goes on: it stops hanging on its outer
-// grant or its hold first.
+// endAlone ends a grant whose hold goes on. It first stops hanging on its
+// outer grant, or on its hold.
 func (g *Grant) endAlone(cause error) {
 	if g.parent != nil {
 		g.parent.forget(g)
@@ -292,8 +294,9 @@ func (g *Grant) endAlone(cause error) {
 	g.end(cause)
 }
 
-// whenEnded runs fn with the cause as g ends (at once if it has), on the
-// goroutine that ends it. stop forgets fn if it has not run.
+// whenEnded runs fn with the cause as g ends, on the goroutine that ends
+// it. If g has ended, it runs fn at once. The returned stop forgets fn if
+// it has not run.
 func (g *Grant) whenEnded(fn func(cause error)) (stop func()) {
 	key := &fn
 	g.whenEndedAs(key, fn)
@@ -324,12 +327,10 @@ type grantKey struct{}
 
 // ContextWithGrant returns a copy of ctx that carries g. Lock and RLock on
 // the same lock path and connection, called with such a context, return a
-// nested grant of g at once, without a new node: a read grant inside a
-// write or read grant, or a write grant inside a write grant. A write grant
-// inside a read grant fails with ErrUpgrade, because two readers upgrading
-// at once would wait for each other forever. Releasing a nested grant
-// leaves g held; when g ends, so do the grants nested in it, and theirs.
-//
+// nested grant of g at once, without a new node. A read grant may nest in a
+// write or read grant, and a write grant in a write grant. A write grant
+// inside a read grant fails with ErrUpgrade. Releasing a nested grant
+// leaves g held. When g ends, so do the grants nested in it, and theirs.
 // The contexts that WithRead, WithWrite and ReadGroup hand to their
 // functions already carry their grant.
 func ContextWithGrant(ctx context.Context, g *Grant) context.Context {
@@ -343,13 +344,14 @@ func carried(ctx context.Context) *Grant {
 }
 
 // nested returns a grant nested in the one ctx carries, when that is a
-// grant of this lock (same path, same connection); nil, nil when it is not.
+// grant of this lock, with the same path and connection. It returns nil,
+// nil when it is not.
 func (l *RWLock) nested(ctx context.Context, w want) (*Grant, error) {
 	outer := carried(ctx)
 	if outer == nil || outer.h.l.path != l.path || outer.h.l.conn != l.conn {
 		return nil, nil
 	}
-	outer.h.judge() // as Err does: a holder back from a pause may have lost it
+	outer.h.judge() // as Err does, since a holder back from a pause may have lost it
 	var err error
 	switch {
 	case outer.ctx.Err() != nil:
@@ -363,9 +365,9 @@ func (l *RWLock) nested(ctx context.Context, w want) (*Grant, error) {
 	return nestIn(outer, w.mode), nil
 }
 
-// nestIn makes a grant of mode nested in outer: it holds outer's node, and
-// ends when outer does (at once if outer has ended), on the goroutine that
-// ends outer, so that its own hooks run in time too.
+// nestIn makes a grant of mode nested in outer. It holds outer's node, and
+// ends when outer does, at once if outer has ended. It ends on the
+// goroutine that ends outer, so that its own hooks run in time too.
 func nestIn(outer *Grant, mode Mode) *Grant {
 	g := newHandle(outer.h, mode, outer)
 	outer.whenEndedAs(g, g.end)

@@ -8,10 +8,10 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// A Group runs functions concurrently under ONE shared grant: one node, one
-// grant, any number of goroutines. It has the semantics of
-// [errgroup.Group]: the first error cancels the group's context and is
-// what Wait returns. A lost grant counts as an error wrapping ErrLost.
+// A Group runs functions concurrently under ONE shared grant: one node, any
+// number of goroutines. It has the semantics of [errgroup.Group]. The first
+// error cancels the group's context, and is what Wait returns. A lost grant
+// counts as an error wrapping ErrLost.
 type Group struct {
 	eg         *errgroup.Group
 	grant      *Grant
@@ -21,14 +21,14 @@ type Group struct {
 
 	mu     sync.Mutex
 	err    error // the first error
-	waited bool  // Wait has run: the grant is released
+	waited bool  // Wait has run, so the grant is released
 }
 
-// ReadGroup acquires a shared grant (as RLock) and returns a Group that runs
-// functions under it, with the context they should use: it carries the
-// grant and is cancelled when a function fails, when the grant is lost
-// (with a cause wrapping ErrLost), and when Wait returns. The grant is
-// released by Wait, which must be called.
+// ReadGroup acquires a shared grant, as RLock does, and returns a Group
+// that runs functions under it, with the context they should use. That
+// context carries the grant. It is cancelled when a function fails, when
+// Wait returns, and when the grant is lost, with a cause wrapping ErrLost.
+// Wait releases the grant, and must be called.
 func (l *RWLock) ReadGroup(ctx context.Context) (*Group, context.Context, error) {
 	g, err := l.acquire(ctx, want{mode: Read, block: true})
 	if err != nil {
@@ -43,9 +43,9 @@ func (l *RWLock) ReadGroup(ctx context.Context) (*Group, context.Context, error)
 }
 
 // Go runs fn in a new goroutine, blocking first while SetLimit's limit of
-// active goroutines is reached. Go after Wait panics: the group's grant is
-// released then, and fn would run without the lock (a Group is not
-// reusable, unlike an errgroup.Group).
+// active goroutines is reached. Go after Wait panics, since the grant is
+// released then and fn would run without the lock. Unlike an
+// errgroup.Group, a Group is not reusable.
 func (gr *Group) Go(fn func() error) {
 	gr.mu.Lock()
 	waited := gr.waited
@@ -62,15 +62,14 @@ func (gr *Group) Go(fn func() error) {
 	})
 }
 
-// SetLimit limits the number of functions running at once; see
+// SetLimit limits the number of functions running at once. See
 // [errgroup.Group.SetLimit].
 func (gr *Group) SetLimit(n int) { gr.eg.SetLimit(n) }
 
 // Wait waits for every function, then releases the grant. It returns the
 // first error: a function's, or one wrapping ErrLost if the grant was lost
-// first; else an error from the release. A release cut short by the
-// connection (a failover) is no error: the grant was held until it was
-// sent, and its deletion goes on in the background (see [Grant.Release]).
+// first. Otherwise it returns the release's error. A release that the
+// connection cut short is no error, as for [RWLock.WithWrite].
 func (gr *Group) Wait() error {
 	gr.eg.Wait()
 	gr.mu.Lock()
@@ -81,8 +80,7 @@ func (gr *Group) Wait() error {
 	if lost := gr.grant.lostCause(); lost != nil {
 		gr.fail(lost)
 	}
-	// Before the release: a goroutine a function left running must see its
-	// context end before the next holder can be granted.
+	// Cancel before the release, as RWLock.with does and for its reason.
 	gr.cancel(context.Canceled)
 	ctx, cancel := context.WithTimeout(gr.releaseCtx, gr.grant.h.l.cleanupTimeout)
 	defer cancel()
@@ -103,10 +101,9 @@ func (gr *Group) fail(err error) {
 	}
 }
 
-// ReadBatch runs fns concurrently under one shared grant and returns the
-// first error, as a ReadGroup's Wait would (nil when only the release was
-// cut short by the connection). Uncontended, the whole batch costs
-// three requests to ZooKeeper: create, list, delete.
+// ReadBatch runs fns concurrently under one shared grant, and returns the
+// first error as a ReadGroup's Wait would. Uncontended, the whole batch
+// costs three requests to ZooKeeper: create, list and delete.
 func (l *RWLock) ReadBatch(ctx context.Context, fns ...func(context.Context) error) error {
 	gr, gctx, err := l.ReadGroup(ctx)
 	if err != nil {

@@ -20,20 +20,20 @@ type Request struct {
 }
 
 // LockAll blocks until it holds every lock of reqs in its mode, or ctx
-// ends, and returns the grants in the order asked. The nodes of every lock
-// are created in one ZooKeeper transaction, so callers that take their
-// locks with LockAll cannot deadlock, whatever the order of their
-// requests (a caller that holds a grant and then asks for more still can).
-// When nothing is in the way it takes one round trip. The grants are
-// ordinary grants (each can be released, downgraded or lost alone) and
-// share one token, the transaction's zxid. Release them with [ReleaseAll]:
-// one transaction deletes them all, where Release takes a request each.
+// ends, and returns the grants in the order asked. One ZooKeeper
+// transaction creates the nodes of every lock. So callers that take their
+// locks with LockAll cannot deadlock, whatever the order of their requests,
+// though a caller that holds a grant and then asks for more still can. When
+// nothing is in the way, LockAll takes one round trip. The grants are
+// ordinary grants, each released, downgraded or lost alone, and they share
+// one token, the transaction's zxid. Release them with [ReleaseAll], which
+// deletes them all in one transaction, where Release takes a request each.
 //
-// Every lock must use the same *zk.Conn, and no path may appear twice;
-// otherwise LockAll returns an error wrapping ErrInvalidArgument, as it
-// does for a context that carries a grant of one of the locks (LockAll does
-// not nest). If ctx ends, or the set fails, LockAll deletes every node it
-// made before it returns the error, as Lock does.
+// Every lock must use the same *zk.Conn, and no path may appear twice.
+// Otherwise LockAll returns an error wrapping ErrInvalidArgument, as it
+// does for a context that carries a grant of one of the locks, since
+// LockAll does not nest. If ctx ends, or the set fails, LockAll deletes
+// every node it made before it returns the error, as Lock does.
 func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
 	if err := checkRequests(ctx, reqs); err != nil {
 		return nil, &opError{"lockall", "", err}
@@ -88,14 +88,15 @@ func checkRequests(ctx context.Context, reqs []Request) error {
 	return nil
 }
 
-// ReleaseAll releases every grant, as Release releases each. The nodes of
-// grants on one connection are deleted in one ZooKeeper transaction: one
-// round trip and one write for a LockAll set, where Release takes a write
-// per grant. If the server refuses the transaction (a node gone already,
-// an ACL), each grant is released alone, as Release would. It returns
-// Release's errors, joined, and one error for the grants of a transaction
-// whose outcome it did not learn: they are released, and their deletion
-// goes on in the background, as Release's does. nil grants are skipped.
+// ReleaseAll releases every grant, as Release releases each, and skips nil
+// grants. It deletes the nodes of grants on one connection in one ZooKeeper
+// transaction. For a LockAll set that is one round trip and one write,
+// where Release takes a write per grant. If the server refuses the
+// transaction, over a node gone already or an ACL, each grant is released
+// alone, as Release would. ReleaseAll returns Release's errors, joined, and
+// one error for the grants of a transaction whose outcome it did not learn.
+// Those grants are released, and their deletion goes on in the background,
+// as Release's does.
 func ReleaseAll(ctx context.Context, grants ...*Grant) error {
 	var alone []*Grant
 	together := make(map[*zkclient.Client][]*Grant)
@@ -104,7 +105,7 @@ func ReleaseAll(ctx context.Context, grants ...*Grant) error {
 			continue
 		}
 		g = g.latest()
-		g.h.judge() // a grant the clock has given up is lost, not released
+		g.h.judge() // as in Release
 		if g.parent != nil {
 			alone = append(alone, g)
 		} else if !slices.Contains(together[g.h.c], g) {
@@ -142,7 +143,7 @@ func ReleaseAll(ctx context.Context, grants ...*Grant) error {
 	return errors.Join(errs...)
 }
 
-// latest returns the grant that g became through Downgrades: the one that
+// latest returns the grant that g became through Downgrades, the one that
 // holds its node now.
 func (g *Grant) latest() *Grant {
 	for {
@@ -154,22 +155,22 @@ func (g *Grant) latest() *Grant {
 	}
 }
 
-// releaseTogether deletes the nodes of gs, grants on c, in one transaction
-// (see deleteNodes), and ends them. It returns the grants left for
-// Release: those that changed meanwhile (a Downgrade, a loss), those whose
-// node other grants still hold, or all of them if the server refused the
-// transaction.
+// releaseTogether deletes the nodes of gs, grants on c, in one transaction,
+// and ends them. See deleteNodes. It returns the grants left for Release.
+// Those are the grants that changed meanwhile, by a Downgrade or a loss,
+// and those whose node other grants still hold. If the server refused the
+// transaction, it returns all of them.
 //
 // Each hold's ops stays locked from its check until the deletion's outcome
-// is known and the hold has ended, as in Release. They are locked in the
-// order of their nodes, so that calls with overlapping grants cannot
-// deadlock. (A hold's end runs hooks that take no ops, and observers,
-// which must not call the lock.)
+// is known and the hold has ended, as in Release. The holds are locked in
+// the order of their nodes, so that calls with overlapping grants cannot
+// deadlock. A hold's end runs hooks that take no ops, and observers, which
+// must not call the lock.
 func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left []*Grant, err error) {
 	slices.SortFunc(gs, func(a, b *Grant) int { return strings.Compare(a.h.path, b.h.path) })
 	var locked []*Grant
 	for i, g := range gs {
-		if i > 0 && gs[i-1].h == g.h { // two grants of one hold: the second goes alone
+		if i > 0 && gs[i-1].h == g.h { // a second grant of one hold goes alone
 			left = append(left, g)
 			continue
 		}
@@ -193,13 +194,13 @@ func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left
 	holds := make([]*hold, len(locked))
 	for i, g := range locked {
 		holds[i] = g.h
-		g.h.leave() // the last handle: marks it releasing
+		g.h.leave() // the last handle, so this marks it releasing
 	}
 	err = deleteNodes(zkclient.WithCounter(ctx, &holds[0].requests), c, holds)
 	// mutant: set-release-refused
 	if err != nil && !errors.Is(err, errFinishing) {
 		for _, h := range holds {
-			h.refused() // still held: each is released alone
+			h.refused() // still held, so each is released alone
 		}
 		unlock()
 		return append(left, locked...), nil
