@@ -117,8 +117,9 @@ var contention struct {
 }
 
 // recordContention adds one sampled acquisition. It is called by
-// RWLock.acquired, from acquire, from the entry point. The stack is taken
-// from here, and cut at the caller's end of the lock's frames.
+// RWLock.acquired, from an entry point's acquisition (acquire, LockAll,
+// readShared). The stack is taken from here, and cut at the caller's end
+// of the lock's frames.
 func recordContention(lock string, mode Mode, outcome string, contended bool, wait time.Duration, rate int64) {
 	var pcs [maxContentionStack + 16]uintptr
 	n := runtime.Callers(3, pcs[:]) // from acquired's caller, acquire

@@ -12,7 +12,8 @@ var (
 	// ErrLost means a grant ended without Release. Its node was deleted,
 	// its session expired, or the lock could no longer show the session
 	// alive for long enough, as Grant.Done says. Lock and RLock return it
-	// when their node was deleted by someone else while they waited.
+	// when their node was deleted while they waited: by someone else, or
+	// by the server as it expired the session of a paused process.
 	ErrLost = errors.New("grant lost")
 	// ErrReleased is what Err returns after Release or Downgrade.
 	ErrReleased = errors.New("grant released")

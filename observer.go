@@ -77,7 +77,7 @@ type GrantEvent struct {
 	// whose outcome is unknown.
 	Loss string
 	// Requests counts the requests the grant sent. They are its release,
-	// Token, watches, Downgrade, and listings for peers; see WithDialect.
+	// watches, Downgrade, and listings for peers; see WithDialect.
 	Requests int
 	Err      error // ErrReleased, or an error wrapping ErrLost
 }
