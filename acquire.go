@@ -168,7 +168,7 @@ func (a *acquisition) ready(ctx context.Context) ([]*hold, []step, error) {
 			return nil, next, err
 		}
 	}
-	if next, err := a.token(ctx); next != stepGrant || err != nil {
+	if next, err := a.token(a.members[0].counting(ctx)); next != stepGrant || err != nil {
 		if err != nil {
 			return nil, nil, err
 		}

@@ -55,7 +55,12 @@ func (co *coalescer) readers(path string) int {
 	var n int
 	var h *hold
 	if s != nil {
-		n, h = len(s.seats), s.hold
+		h = s.hold
+		for _, me := range s.seats {
+			if me.g == nil { // a filled seat's grant is among the hold's
+				n++
+			}
+		}
 	}
 	co.mu.Unlock()
 	if h != nil {

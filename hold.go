@@ -181,12 +181,18 @@ func (h *hold) handleCount() int {
 	return h.handles
 }
 
-// last reports whether one grant is left on the node, nested ones aside,
-// and it is not releasing it.
-func (h *hold) last() bool {
+// claimLast marks the hold releasing if one grant is left on the node,
+// nested ones aside, and reports whether it did. From then on nobody joins
+// the node; refused takes the mark back.
+func (h *hold) claimLast() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.handles == 1 && !h.releasing
+	if h.handles != 1 || h.releasing {
+		return false
+	}
+	// mutant: claim-late
+	h.releasing = true
+	return true
 }
 
 // leave gives back one handle's count. It reports false for the last one,

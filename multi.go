@@ -175,7 +175,9 @@ func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left
 			continue
 		}
 		g.h.ops.Lock()
-		if released, next := g.state(); next != nil || released || g.ctx.Err() != nil || !g.h.last() {
+		// The last handle, marked releasing at once: nobody joins it from
+		// now on (see hold.join).
+		if released, next := g.state(); next != nil || released || g.ctx.Err() != nil || !g.h.claimLast() {
 			g.h.ops.Unlock()
 			left = append(left, g)
 			continue
@@ -188,13 +190,15 @@ func releaseTogether(ctx context.Context, c *zkclient.Client, gs []*Grant) (left
 		}
 	}
 	if len(locked) < 2 {
+		for _, g := range locked {
+			g.h.refused() // not ours to release together: its Release runs alone
+		}
 		unlock()
 		return append(left, locked...), nil
 	}
 	holds := make([]*hold, len(locked))
 	for i, g := range locked {
 		holds[i] = g.h
-		g.h.leave() // the last handle, so this marks it releasing
 	}
 	err = deleteNodes(zkclient.WithCounter(ctx, &holds[0].requests), c, holds)
 	// mutant: set-release-refused

@@ -131,6 +131,8 @@ var mutants = []mutant{
 	{name: "a grant made after a reconnection is taken to come before the watch set until then", run: "TestRevokeAcrossAReconnection",
 		edits: []mutantEdit{{file: "revocations.go", point: "revoke-base-reconnected",
 			new: "if n, known := c.ConnectCount(); false && (!known || n != rv.connects) {"}}},
+	{name: "ReleaseAll lets a reader join a node it is about to delete", run: "TestReleaseAllClaimsACoalescedNodeFirst", edits: []mutantEdit{
+		{file: "hold.go", point: "claim-late", new: "_ = h.releasing"}}},
 	{name: "a set release the server refused counts as done", run: "TestReleaseAllRefused", edits: []mutantEdit{
 		{file: "multi.go", point: "set-release-refused", new: "if false {"}}},
 	// The rule the lock had before its lease clock: a grant judged by
