@@ -56,6 +56,9 @@ import (
 // run takes the steps until every member is granted. It returns their holds
 // in the order asked. If it fails, it leaves no node behind.
 func (a *acquisition) run(ctx context.Context) ([]*hold, error) {
+	if len(a.members) == 1 {
+		ctx = a.members[0].counting(ctx) // once for every step (see WithCounter)
+	}
 	for _, m := range a.members {
 		if err := m.l.checkDeletable(m.counting(ctx), a.c); err != nil {
 			return nil, err

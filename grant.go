@@ -278,8 +278,8 @@ func (g *Grant) end(cause error) {
 	hooks := g.onEnd
 	g.onEnd = nil
 	g.mu.Unlock()
-	for _, fn := range hooks {
-		fn(cause)
+	for _, h := range hooks {
+		h.fn(cause)
 	}
 }
 
@@ -310,16 +310,13 @@ func (g *Grant) whenEndedAs(key any, fn func(cause error)) {
 		fn(context.Cause(g.ctx))
 		return
 	}
-	if g.onEnd == nil {
-		g.onEnd = make(hooks)
-	}
-	g.onEnd[key] = fn
+	g.onEnd.add(key, fn)
 	g.mu.Unlock()
 }
 
 func (g *Grant) forget(key any) {
 	g.mu.Lock()
-	delete(g.onEnd, key)
+	g.onEnd.remove(key)
 	g.mu.Unlock()
 }
 

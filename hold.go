@@ -3,6 +3,7 @@ package rwlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,8 +51,20 @@ type hold struct {
 }
 
 // hooks run once, as a hold or a grant ends, with the cause. A key is a
-// grant that ends with it, or the address of a function.
-type hooks map[any]func(cause error)
+// grant that ends with it, or the address of a function. They are few: a
+// slice, not a map.
+type hooks []hook
+
+type hook struct {
+	key any
+	fn  func(cause error)
+}
+
+func (hs *hooks) add(key any, fn func(cause error)) { *hs = append(*hs, hook{key, fn}) }
+
+func (hs *hooks) remove(key any) {
+	*hs = slices.DeleteFunc(*hs, func(h hook) bool { return h.key == key })
+}
 
 // A slot is one capability's state for one hold.
 type slot struct{ key, value any }
@@ -261,14 +274,14 @@ func (h *hold) end(cause error) bool {
 	h.mu.Unlock()
 	// Its grants first. An observer hears of the end only once their Done
 	// is closed, so that it never delays the news of a loss.
-	for key, fn := range hooks {
-		if _, grant := key.(*Grant); grant {
-			fn(cause)
+	for _, h := range hooks {
+		if _, grant := h.key.(*Grant); grant {
+			h.fn(cause)
 		}
 	}
-	for key, fn := range hooks {
-		if _, grant := key.(*Grant); !grant {
-			fn(cause)
+	for _, h := range hooks {
+		if _, grant := h.key.(*Grant); !grant {
+			h.fn(cause)
 		}
 	}
 	if unwatch != nil {
@@ -296,16 +309,13 @@ func (h *hold) whenEndedAs(key any, fn func(cause error)) {
 		fn(context.Cause(h.ctx))
 		return
 	}
-	if h.onEnd == nil {
-		h.onEnd = make(hooks)
-	}
-	h.onEnd[key] = fn
+	h.onEnd.add(key, fn)
 	h.mu.Unlock()
 }
 
 func (h *hold) forget(key any) {
 	h.mu.Lock()
-	delete(h.onEnd, key)
+	h.onEnd.remove(key)
 	h.mu.Unlock()
 }
 

@@ -196,8 +196,12 @@ func (c *Counter) Reset() int64 { return c.n.Swap(0) }
 
 type counterKey struct{}
 
-// WithCounter returns a copy of ctx whose requests c counts.
+// WithCounter returns a copy of ctx whose requests c counts, or ctx itself
+// if c counts them already.
 func WithCounter(ctx context.Context, c *Counter) context.Context {
+	if ctx.Value(counterKey{}) == c {
+		return ctx
+	}
 	return context.WithValue(ctx, counterKey{}, c)
 }
 
