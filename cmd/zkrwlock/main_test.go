@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -67,7 +68,7 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	binary = filepath.Join(dir, "zkrwlock")
 	args := []string{"build", "-o", binary}
-	if zktest.RaceEnabled {
+	if tier.RaceEnabled {
 		args = append(args, "-race")
 	}
 	build := exec.Command("go", append(args, ".")...)
