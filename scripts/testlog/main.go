@@ -6,7 +6,7 @@
 //	    and the output of each failed test), keeps the events in LOG,
 //	    counts the skipped tests, and fails when a test or build failed
 //	go run ./scripts/testlog -slowest N LOG...
-//	    the N slowest tests (subtests apart) of the runs in LOG
+//	    each package's time, and the N slowest tests, of each LOG
 //	go run ./scripts/testlog -skipped WORD LOG
 //	    the tests skipped with WORD in their skip message, as go test
 //	    arguments: one line per run, a package and its -run pattern
@@ -27,18 +27,15 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 )
 
 // event is one line of go test -json (cmd/test2json).
 type event struct {
-	Time       time.Time
-	Action     string
-	Package    string
-	ImportPath string // build-output and build-fail
-	Test       string
-	Elapsed    float64
-	Output     string
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64 // seconds
+	Output  string
 }
 
 // test names one test of one package.
