@@ -54,7 +54,7 @@ define tier
 		$(TESTLOG) -o $(LOGS)/$(1)-norace.json
 endef
 
-## test: the everyday tier, a few minutes: make check, then go test -race -short:
+## test: the everyday tier: make check, then go test -race -short:
 ## the unit, fake and simulation tests (a short simulation), and the tests against
 ## real ZooKeeper servers the tests start and real Curator and kazoo peers (a missing
 ## server or peer fails) that take no long waits; then, without the race detector,
@@ -63,10 +63,10 @@ endef
 test: zookeeper peers check
 	$(call tier,test,-short -timeout 10m)
 
-## soak: the rest, about a quarter of an hour: release-check, then the whole suite
-## without -short, so at full size (the fault tests that wait out session timeouts,
-## elections and partitions, the peers' benchmark harnesses, 2,000-schedule
-## simulations, every mutant the simulation must catch, 75 s of TestChaos), with the
+## soak: the rest (CI runs both): release-check, then the whole suite without -short,
+## so at full size (the fault tests that wait out session timeouts, elections and
+## partitions, the peers' benchmark harnesses, the simulations at their default sizes,
+## every mutant the simulation must catch, TestChaos at its default length), with the
 ## race detector and then without it for the tests it skipped; then 100,000 simulated
 ## fault schedules, and the root package's unit tests with the oldest Go. The
 ## simulations and their mutants run with the current Go only: Go 1.25.0's synctest

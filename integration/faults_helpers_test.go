@@ -40,7 +40,7 @@ import (
 const faultTick = 500 * time.Millisecond
 
 // zk35 is why most fault tests run without the race detector
-// (zktest.NoRace). go-zookeeper v1.0.4 has a data race of its own on a
+// (tier.NoRace). go-zookeeper v1.0.4 has a data race of its own on a
 // reconnection: recvLoop writes Conn.lastZxid as answers come, while
 // sendSetWatches reads it (go-zookeeper/zk#35, still open). A test that
 // reconnects with requests in flight fails under -race on a busy machine.
@@ -50,7 +50,7 @@ const zk35 = "go-zookeeper/zk#35"
 
 // faultServer starts servers of the test's own (n members), for tests that
 // break a server or measure times on one nobody else loads. Such a test is
-// a soak test: faultServer says so (zktest.Long) if the test did not.
+// a soak test: faultServer says so (tier.Long) if the test did not.
 func faultServer(t *testing.T, n int) *zkserver.Cluster {
 	t.Helper()
 	tier.Long(t)
