@@ -424,6 +424,7 @@ func coalescedFaultTrial(t *testing.T, addr string, timeout time.Duration, fault
 // up 2T/3 after its last packet, before the lease ends; with
 // WithSessionTimeout well under T ("lease first") the lease ends first.
 func TestCoalescedReaderWaitsBehindAWriterItHasNotHeardOf(t *testing.T) {
+	tier.Long(t)
 	const timeout = 4 * time.Second
 	srv := faultServer(t, 1) // its own: the session's expiry is timed
 

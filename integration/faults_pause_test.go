@@ -320,6 +320,7 @@ func report(prefix string, v any) {
 // CPU. No request is in flight across a reconnection (the lost grant's
 // node went with its session), so it runs under the race detector.
 func TestPausedHolderOnZKConnect(t *testing.T) {
+	tier.Long(t)
 	const timeout = 2 * time.Second
 	srv := faultServer(t, 1)
 	for _, procs := range []int{1, runtime.NumCPU()} {
