@@ -36,27 +36,23 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(defaultSignalsEnv) != "" {
-		execWithDefaultSignals()
-	}
+	catchIgnoredSignals()
 	os.Exit(testMain(m))
 }
 
-// defaultSignalsEnv, set, makes the test binary execWithDefaultSignals.
-const defaultSignalsEnv = "ZKRWLOCK_TEST_DEFAULT_SIGNALS"
-
-// execWithDefaultSignals execs its arguments with every forwarded signal
-// at its default action: the tests start zkrwlock through it. The tests
-// send zkrwlock signals and expect what zkrwlock does with them, whatever
-// this process inherited: under nohup SIGHUP comes ignored, and zkrwlock
-// rightly leaves an ignored signal ignored. Exec keeps an ignored signal
-// ignored but resets a caught one, so the signals are caught first.
-func execWithDefaultSignals() {
-	signal.Notify(make(chan os.Signal, 1), forwarded...)
-	os.Unsetenv(defaultSignalsEnv)
-	err := syscall.Exec(os.Args[1], os.Args[1:], os.Environ())
-	fmt.Fprintln(os.Stderr, "exec:", err)
-	os.Exit(127)
+// catchIgnoredSignals makes every process the tests start begin with the
+// forwarded signals at their defaults, whatever this one inherited. The
+// tests send zkrwlock signals and expect what it does with them. Under
+// nohup, SIGHUP comes ignored, and exec keeps an ignored signal ignored:
+// zkrwlock would rightly leave it so. Exec resets a caught signal to its
+// default instead. So a signal ignored here is caught, on a channel never
+// read: this process still drops it.
+func catchIgnoredSignals() {
+	for _, sig := range forwarded {
+		if signal.Ignored(sig) {
+			signal.Notify(make(chan os.Signal, 1), sig)
+		}
+	}
 }
 
 func testMain(m *testing.M) int {
@@ -111,7 +107,6 @@ type outcome struct {
 // proc is a zkrwlock process.
 type proc struct {
 	cmd    *exec.Cmd
-	args   []string // zkrwlock's
 	stdout zktest.SyncBuffer
 	stderr zktest.SyncBuffer
 	start  time.Time
@@ -123,8 +118,7 @@ type proc struct {
 const runTimeout = 2 * time.Minute
 
 // start starts zkrwlock with args, with ZOOKEEPER_SERVERS set to the
-// shared server when there is one (and env added), and the forwarded
-// signals at their defaults (execWithDefaultSignals). The test's cleanup
+// shared server when there is one (and env added). The test's cleanup
 // kills it (by its pid) if it still runs, and waits for it.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
@@ -136,13 +130,8 @@ func start(t *testing.T, env []string, args ...string) *proc {
 func startVia(t *testing.T, prefix, env []string, args ...string) *proc {
 	t.Helper()
 	argv := append(append(slices.Clone(prefix), binary), args...)
-	if !filepath.IsAbs(argv[0]) {
-		path, err := exec.LookPath(argv[0])
-		require.NoError(t, err)
-		argv[0] = path
-	}
-	p := &proc{cmd: exec.Command(os.Args[0], argv...), args: args, done: make(chan struct{})}
-	p.cmd.Env = append(baseEnv(), append(env, defaultSignalsEnv+"=1")...)
+	p := &proc{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
+	p.cmd.Env = append(baseEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.cmd.WaitDelay = 5 * time.Second // for leftovers of a killed command that keep the pipes open
 	p.start = time.Now()
@@ -187,10 +176,10 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) outcome {
 	select {
 	case <-p.done:
 	case <-time.After(timeout):
-		t.Fatalf("zkrwlock %v still running after %v; stderr so far:\n%s", p.args, timeout, p.stderr.String())
+		t.Fatalf("zkrwlock %v still running after %v; stderr so far:\n%s", p.cmd.Args[1:], timeout, p.stderr.String())
 	}
 	if p.res.stderr != "" {
-		t.Logf("zkrwlock %s: stderr:\n%s", strings.Join(p.args, " "), p.res.stderr)
+		t.Logf("zkrwlock %s: stderr:\n%s", strings.Join(p.cmd.Args[1:], " "), p.res.stderr)
 	}
 	return p.res
 }
