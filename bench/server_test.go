@@ -177,9 +177,10 @@ func lockPath(name string) string {
 }
 
 // dial opens n client sessions, each its own *zk.Conn made by rwlock.Dial
-// with the 10s session timeout, at most dialLimit at a time. The caller
-// closes them (defer ss.close()), also when the run fails.
-func (s *servers) dial(b *testing.B, n int) *sessions {
+// with the 10s session timeout and go-zookeeper's options opts, at most
+// dialLimit at a time. The caller closes them (defer ss.close()), also when
+// the run fails.
+func (s *servers) dial(b *testing.B, n int, opts ...func(*zk.Conn)) *sessions {
 	b.Helper()
 	ss := &sessions{conns: make([]*zk.Conn, n)}
 	var eg errgroup.Group
@@ -188,7 +189,7 @@ func (s *servers) dial(b *testing.B, n int) *sessions {
 		eg.Go(func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 			defer cancel()
-			c, err := rwlock.Dial(ctx, s.addrs, sessionTimeout)
+			c, err := rwlock.Dial(ctx, s.addrs, sessionTimeout, opts...)
 			ss.conns[i] = c
 			return err
 		})
