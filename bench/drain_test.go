@@ -38,8 +38,8 @@ const scaleWarmup = 1000
 type drainShape struct {
 	name       string
 	waiters    int
-	perSession int  // waiters sharing a session
-	readers    bool // readers behind the writer, else writers
+	perSession int           // waiters sharing a session
+	readers    bool          // readers behind the writer, else writers
 	warmup     int           // waiters in the warm-up round; 0: as many as measured
 	memory     bool          // report the waiting process's memory
 	timeout    time.Duration // each waiter's, if not waiterTimeout
