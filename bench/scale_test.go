@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,14 +28,17 @@ import (
 // Their sizes are flags; the defaults are BENCHMARKS.md's series.
 
 var (
-	flagScale         = flag.Bool("bench.scale", false, "run the scale series (BenchmarkScale*), which are skipped without it")
-	flagScaleIdle     = flag.Int("bench.scale.idle", 200, "BenchmarkScaleMemory: idle sessions measured together")
-	flagScaleLocks    = flag.Int("bench.scale.locks", 1000, "BenchmarkScaleMemory: locks held, and readers waiting, on one session")
-	flagScaleCaps     = flag.String("bench.scale.caps", "", "BenchmarkScaleMemory: more buffer settings to measure, recv/send in bytes: 1048576/262144,...")
-	flagScaleTogether = flag.String("bench.scale.together", "100,200,500,1000,2000", "BenchmarkScaleTogether: readers queued behind a writer, a session each")
-	flagScaleDrain    = flag.String("bench.scale.drain", "1000,3000,10000;1000,3000,10000", "BenchmarkScaleDrain: writers,...;readers,...")
-	flagScalePer      = flag.Int("bench.scale.persession", 100, "BenchmarkScaleDrain: waiters per session")
-	flagScaleTimeout  = flag.Duration("bench.scale.timeout", 30*time.Minute, "BenchmarkScaleTogether, BenchmarkScaleDrain: "+
+	flagScale            = flag.Bool("bench.scale", false, "run the scale series (BenchmarkScale*), which are skipped without it")
+	flagScaleIdle        = flag.Int("bench.scale.idle", 200, "BenchmarkScaleMemory: idle sessions measured together")
+	flagScaleLocks       = flag.Int("bench.scale.locks", 1000, "BenchmarkScaleMemory: locks held, and readers waiting, on one session")
+	flagScaleCaps        = flag.String("bench.scale.caps", "", "BenchmarkScaleMemory: more buffer settings to measure, recv/send in bytes: 1048576/262144,...")
+	flagScaleTogether    = flag.String("bench.scale.together", "100,200,500,1000,2000", "BenchmarkScaleTogether: readers queued behind a writer")
+	flagScaleTogetherPer = flag.Int("bench.scale.together.persession", 1, "BenchmarkScaleTogether: readers per session")
+	flagScaleDrain       = flag.String("bench.scale.drain", "1000,3000,10000;1000,3000,10000", "BenchmarkScaleDrain: writers,...;readers,...")
+	flagScalePer         = flag.Int("bench.scale.persession", 100, "BenchmarkScaleDrain: waiters per session")
+	flagScaleSession     = flag.Duration("bench.scale.session", 30*time.Second, "with -bench.scale, every session's timeout: "+
+		"thousands of sessions on a loaded machine outlast 10 s silences")
+	flagScaleTimeout = flag.Duration("bench.scale.timeout", 30*time.Minute, "BenchmarkScaleTogether, BenchmarkScaleDrain: "+
 		"how long a waiter waits (queueing 10,000 lists O(n²) bytes: minutes on a loaded machine)")
 )
 
@@ -224,12 +228,17 @@ func memWaiting(b *testing.B, s *servers) {
 	emit(b, r)
 }
 
-// waitChildren polls until path has at least n children. A loaded
-// machine may drop the connection: the session rides it out, and so does
-// the poll, until within has passed.
-func waitChildren(c *zk.Conn, path string, n int, within time.Duration) error {
+// waitChildren polls until path has at least n children, or stop (if
+// any) fails. A loaded machine may drop the connection: the session rides
+// it out, and so does the poll, until within has passed.
+func waitChildren(c *zk.Conn, path string, n int, within time.Duration, stop ...func() error) error {
 	deadline := time.Now().Add(within)
 	for {
+		for _, fn := range stop {
+			if err := fn(); err != nil {
+				return err
+			}
+		}
 		children, _, err := c.Children(path)
 		switch {
 		case err == nil && len(children) >= n:
@@ -244,7 +253,8 @@ func waitChildren(c *zk.Conn, path string, n int, within time.Duration) error {
 }
 
 // BenchmarkScaleTogether is the readers-granted-together series: N readers,
-// each a session of its own, queued behind one writer on another session.
+// each a session of its own (or -bench.scale.together.persession to a
+// session), queued behind one writer on another session.
 // From the writer's release to the last reader's grant, it counts what the
 // servers sent the readers' sessions and the requests those sent, per
 // reader (pings left out), and the same until the readers' sessions fall
@@ -253,12 +263,13 @@ func waitChildren(c *zk.Conn, path string, n int, within time.Duration) error {
 func BenchmarkScaleTogether(b *testing.B) {
 	scaleOnly(b)
 	s := sharedServers(b)
+	per := *flagScaleTogetherPer
 	for _, n := range intList(b, "-bench.scale.together", *flagScaleTogether) {
-		b.Run(fmt.Sprintf("readers=%d", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("readers=%d/persession=%d", n, per), func(b *testing.B) {
 			var m metrics
 			for b.Loop() {
 				b.StopTimer()
-				r, err := runTogether(b, s, n, &m)
+				r, err := runTogether(b, s, n, per, &m)
 				emit(b, r)
 				if err != nil {
 					b.Fatal(err)
@@ -274,14 +285,19 @@ func BenchmarkScaleTogether(b *testing.B) {
 // (pings aside) before the settled counts are taken.
 const quiet = time.Second
 
-func runTogether(b *testing.B, s *servers, n int, m *metrics) (*record, error) {
+func runTogether(b *testing.B, s *servers, n, perSession int, m *metrics) (*record, error) {
 	ctx := context.Background()
 	var w wire
 	holderSS := s.dial(b, 1)
 	defer holderSS.close()
-	ss := s.dial(b, n, w.dialer())
+	sessions := (n + perSession - 1) / perSession
+	ss := s.dial(b, sessions, w.dialer())
 	defer ss.close()
-	path := lockPath(fmt.Sprintf("TOG-%d", n))
+	name := fmt.Sprintf("TOG-%d", n)
+	if perSession > 1 {
+		name = fmt.Sprintf("TOG-%d-per%d", n, perSession)
+	}
+	path := lockPath(name)
 	holder, err := holderSS.lock(b, 0, path).Lock(ctx)
 	if err != nil {
 		return nil, err
@@ -289,12 +305,24 @@ func runTogether(b *testing.B, s *servers, n int, m *metrics) (*record, error) {
 	var rec stats.Recorder
 	locks := make([]*rwlock.RWLock, n)
 	for i := range locks {
-		locks[i] = ss.lock(b, i, path, rwlock.WithObserver(&rec))
+		locks[i] = ss.lock(b, i/perSession, path, rwlock.WithObserver(&rec))
 	}
 	granted := make([]time.Duration, n)
 	allHeld := newCountdown(n)
 	release := make(chan struct{})
-	errs := make(chan error, n)
+	errs := make(chan error, n+1)
+	// A reader granted before the writer's release, while its grant
+	// stands, is a violation; one granted after the writer lost its grant
+	// (its session expired on an overloaded machine) is not, but the run
+	// is void.
+	var releasing atomic.Bool
+	var chk checker
+	writerLost := func() error {
+		if err := holder.Err(); err != nil && !releasing.Load() {
+			return fmt.Errorf("the writer lost its grant while the readers queued: %w", err)
+		}
+		return nil
+	}
 	watch0 := s.mustMntr(b, "zk_watch_count")
 	w0, t0 := w.snap(), now()
 	var wg sync.WaitGroup
@@ -309,6 +337,9 @@ func runTogether(b *testing.B, s *servers, n int, m *metrics) (*record, error) {
 				return
 			}
 			granted[i] = now()
+			if !releasing.Load() && holder.Err() == nil {
+				chk.violations.Add(1)
+			}
 			allHeld.arrive()
 			<-release
 			if err := g.Release(ctx); err != nil {
@@ -321,24 +352,29 @@ func runTogether(b *testing.B, s *servers, n int, m *metrics) (*record, error) {
 	releaseAll := func() { once.Do(func() { close(release) }) }
 	defer releaseAll()
 
-	if err := waitChildren(holderSS.conns[0], path, n+1, *flagScaleTimeout); err != nil {
+	if err := waitChildren(holderSS.conns[0], path, n+1, *flagScaleTimeout, writerLost); err != nil {
 		return nil, err
 	}
-	// Every reader watching the writer's node: one data watch a session.
+	// Every reader watching the writer's node: one data watch a session,
+	// which readers on one session share.
 	for deadline := now() + watchTimeout; ; {
 		wc, err := s.mntr("zk_watch_count")
 		if err != nil {
 			return nil, err
 		}
-		if wc-watch0 >= int64(n) || now() >= deadline {
+		if wc-watch0 >= int64(sessions) || now() >= deadline {
 			break
 		}
 		time.Sleep(pollEvery)
+	}
+	if err := writerLost(); err != nil {
+		return nil, err
 	}
 	w1, t1 := w.snap(), now()
 	p0 := s.mustMntr(b, "zk_packets_received")
 	b.StartTimer()
 	tRel := now()
+	releasing.Store(true)
 	if err := holder.Release(ctx); err != nil {
 		return nil, err
 	}
@@ -365,9 +401,9 @@ func runTogether(b *testing.B, s *servers, n int, m *metrics) (*record, error) {
 
 	enq, grant, settled := w1.since(w0), w2.since(w1), w3.since(w1)
 	per := func(v int64) float64 { return float64(v) / float64(n) }
-	r := newRecord(fmt.Sprintf("TOG-%d", n))
+	r := newRecord(name)
 	r.put("readers", n)
-	r.put("sessions", n)
+	r.put("sessions", sessions)
 	r.put("enqueue_s", (t1 - t0).Seconds())
 	r.put("enqueue_bytes_per_reader", per(enq.bytes))
 	r.put("enqueue_req_per_reader", per(enq.requests))
@@ -386,11 +422,15 @@ func runTogether(b *testing.B, s *servers, n int, m *metrics) (*record, error) {
 	r.put("lease_syncs", settled.syncs)
 	r.reqPerAcq(s, p0, p1, 0, int64(n))
 	r.relistsPerAcq(m, rec.Stats(), int64(n))
+	r.put("violations", chk.violations.Load())
 	m.add("wake-s", (last - tRel).Seconds())
 	m.add("B/reader", per(settled.bytes))
 	m.add("req/reader", per(settled.requests))
 	m.add("enqueue-B/reader", per(enq.bytes))
 	var failed error
+	if v := chk.violations.Load(); v > 0 {
+		failed = fmt.Errorf("%d readers granted beside the writer", v)
+	}
 	for e := range errs {
 		failed = errors.Join(failed, e)
 	}

@@ -194,17 +194,17 @@ func (c *countedConn) Write(p []byte) (int, error) {
 
 // memSnap is the process's memory at one moment, after a collection that
 // also returned free pages to the system: live heap, heap spans in use,
-// resident set, and all heap bytes ever allocated.
+// goroutine stacks, resident set, and all heap bytes ever allocated.
 type memSnap struct {
-	heapAlloc, heapInuse, rss, totalAlloc uint64
-	goroutines                            int
+	heapAlloc, heapInuse, stack, rss, totalAlloc uint64
+	goroutines                                   int
 }
 
 func memNow() memSnap {
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return memSnap{heapAlloc: ms.HeapAlloc, heapInuse: ms.HeapInuse, rss: rss(),
+	return memSnap{heapAlloc: ms.HeapAlloc, heapInuse: ms.HeapInuse, stack: ms.StackInuse, rss: rss(),
 		totalAlloc: ms.TotalAlloc, goroutines: runtime.NumGoroutine()}
 }
 
@@ -227,6 +227,7 @@ func (r *record) memPer(prefix string, m0, m1 memSnap, n int) {
 	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(n) }
 	r.put(prefix+"_heap_bytes", per(m0.heapAlloc, m1.heapAlloc))
 	r.put(prefix+"_heap_inuse_bytes", per(m0.heapInuse, m1.heapInuse))
+	r.put(prefix+"_stack_bytes", per(m0.stack, m1.stack))
 	r.put(prefix+"_rss_bytes", per(m0.rss, m1.rss))
 	r.put(prefix+"_allocated_bytes", per(m0.totalAlloc, m1.totalAlloc))
 	r.put(prefix+"_goroutines", float64(m1.goroutines-m0.goroutines)/float64(n))
