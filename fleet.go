@@ -116,11 +116,10 @@ func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, 
 			case <-idle:
 				return
 			}
-			if !pw.anyHolding(idle) {
-				return // the change was our own releases
-			}
 		}
-		pw.count()
+		if !pw.count(idle) {
+			return // every holder is releasing: nothing to look for
+		}
 		lr, next := c.ListW(ctx, l.path)
 		r := listed(lr)
 		switch {
@@ -154,33 +153,26 @@ func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, 
 	}
 }
 
-// anyHolding reports whether a holder is not releasing. A change made by
-// our own releases needs no look. If none is, the watching stops here, and
-// the next grant to join starts it again.
-func (pw *fleetWatch) anyHolding(idle chan struct{}) bool {
+// count counts a listing among the requests of a holder that is not
+// releasing, for its GrantEvent, and reports whether there was one. A
+// holder that is releasing may have told its figures already. The listing
+// is made for them all. If every holder is releasing, there is nothing to
+// look for: a change of the directory was our own releases, and a grant
+// released before its first look needs none. The watching stops here,
+// and the next grant to join starts it again.
+func (pw *fleetWatch) count(idle chan struct{}) bool {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if isClosed(idle) {
 		return false
 	}
 	for h := range pw.holders {
-		if !h.isReleasing() {
+		if h.countUnlessReleasing() {
 			return true
 		}
 	}
 	pw.stopLocked()
 	return false
-}
-
-// count counts a listing among the requests of one of the holders, for its
-// GrantEvent. The listing is made for them all.
-func (pw *fleetWatch) count() {
-	pw.mu.Lock()
-	defer pw.mu.Unlock()
-	for h := range pw.holders {
-		h.requests.Add(1)
-		return
-	}
 }
 
 // stopIf stops the watching, if it is still the one that idle ends.

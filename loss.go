@@ -88,6 +88,18 @@ func (h *hold) isReleasing() bool {
 	return h.releasing
 }
 
+// countUnlessReleasing counts a request among the hold's, unless its
+// last handle is releasing it or it ended: then its figures may be told.
+func (h *hold) countUnlessReleasing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.releasing || !h.held() {
+		return false
+	}
+	h.requests.Add(1)
+	return true
+}
+
 // The node watch. A hold learns that its node was deleted from a watch set
 // from the start. Where the acquisition left one, it costs no extra
 // request. That is the data watch on its own node that a waiter sets, or
