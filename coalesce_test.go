@@ -2,6 +2,7 @@ package rwlock
 
 import (
 	"context"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -268,7 +269,7 @@ func TestCoalescedLossReachesEveryReader(t *testing.T) {
 			})
 		}()
 		<-inside
-		nested, err := gs[0].l.RLock(ContextWithGrant(ctx, gs[0]))
+		nested, err := gs[0].h.l.RLock(ContextWithGrant(ctx, gs[0]))
 		require.NoError(t, err)
 		require.Len(t, s.lockNodes(dir), 1)
 		synctest.Wait()
@@ -721,4 +722,95 @@ func TestCoalescedJoinerSyncInAnotherSession(t *testing.T) {
 		require.NoError(t, g2.Release(ctx))
 		assert.Empty(t, s.lockNodes(dir))
 	})
+}
+
+// A joiner whose sync is still out when the node is granted has a grant in
+// its seat: Queue counts it once.
+func TestCoalescedReadersCountedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := coalescing(t, c)
+		w, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		r1 := start(ctx, l.RLock)
+		synctest.Wait()
+		hold := make(chan struct{})
+		c.setBefore(func(op, p string) error {
+			if op == "sync" {
+				<-hold
+			}
+			return nil
+		})
+		r2 := start(ctx, l.RLock)
+		synctest.Wait()
+		pending(t, r2)
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		g1 := granted(t, r1)
+		pending(t, r2)
+		q, err := l.Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 1)
+		assert.Equal(t, 2, q[0].Readers, "r1 holds, r2 waits for its sync")
+		close(hold)
+		synctest.Wait()
+		g2 := granted(t, r2)
+		require.NoError(t, g1.Release(ctx))
+		require.NoError(t, g2.Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// ReleaseAll marks a coalesced node releasing as it checks that its grant
+// is the node's last, before it waits for another grant's release. A reader
+// that comes meanwhile makes a node of its own: it never joins a node that
+// ReleaseAll then deletes. (A mutex cannot be waited for in a bubble: this
+// test runs in real time, and waits for conditions, not for time.)
+func TestReleaseAllClaimsACoalescedNodeFirst(t *testing.T) {
+	s := newFakeServer()
+	ctx := t.Context()
+	c := s.conn()
+	l := coalescing(t, c)
+	lx, err := newRWLock(c, dir2)
+	require.NoError(t, err)
+	ly, err := newRWLock(c, "/locks/z")
+	require.NoError(t, err)
+	t.Cleanup(lx.background.Wait)
+	t.Cleanup(ly.background.Wait)
+	a, err := l.RLock(ctx) // the coalesced node, one reader
+	require.NoError(t, err)
+	x, err := lx.Lock(ctx)
+	require.NoError(t, err)
+	y, err := ly.Lock(ctx)
+	require.NoError(t, err)
+
+	// x's Release holds x's ops while its delete is held back.
+	sent, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.setBefore(func(op, p string) error {
+		if op == "delete" && strings.HasPrefix(p, dir2+"/") {
+			once.Do(func() { close(sent) })
+			<-release
+		}
+		return nil
+	})
+	xdone := make(chan error, 1)
+	go func() { xdone <- x.Release(ctx) }()
+	<-sent
+	all := make(chan error, 1)
+	go func() { all <- ReleaseAll(ctx, a, x, y) }() // checks a, then waits for x's ops
+	require.Eventually(t, a.h.isReleasing, 10*time.Second, time.Millisecond,
+		"ReleaseAll marks a's node releasing before it waits for x's release")
+
+	g2, err := l.RLock(ctx)
+	require.NoError(t, err)
+	assert.NotEqual(t, a.Node(), g2.Node(), "a reader joined a node that ReleaseAll is about to delete")
+	close(release)
+	require.NoError(t, <-xdone)
+	require.NoError(t, <-all)
+	assert.NoError(t, g2.Err())
+	assert.Equal(t, []string{path.Base(g2.Node())}, s.lockNodes(dir))
+	require.NoError(t, g2.Release(ctx))
 }

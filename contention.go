@@ -11,26 +11,23 @@ import (
 	"time"
 )
 
-// The contention profile is the lock's counterpart of Go's mutex profile
-// (runtime.SetMutexProfileFraction): a sampled record of where the program
-// waited for locks, and for how long. About one acquisition in rate is
-// sampled, as it returns: the stack of its caller is taken then (the
-// public entry point is still on the stack, so the caller's frames are
-// too), and added to the record of its stack and lock path. Acquisitions
-// that are not sampled pay one atomic load; with the profile off (the
-// default), nothing else.
-//
-// The package github.com/zkrwlock/rwlock/lockprof writes the records as a
-// pprof profile for go tool pprof.
+// The contention profile is the lock's counterpart of Go's mutex profile,
+// which runtime.SetMutexProfileFraction sets. It is a sampled record of
+// where the program waited for locks, and for how long. About one
+// acquisition in rate is sampled, as it returns. The stack of its caller is
+// taken then. The public entry point is still on the stack then, so the
+// caller's frames are too. The sample is added to the record of its stack
+// and lock path. Acquisitions that are not sampled pay one atomic load.
+// With the profile off, the default, they pay nothing else.
 
 var contentionRate atomic.Int64
 
 // SetContentionProfileRate sets the rate of the contention profile: on
-// average, one acquisition in rate is recorded. 1 records every
-// acquisition; 0, the default, turns the profile off; a negative rate
-// changes nothing. It returns the previous rate. It applies to every lock
-// in the process, as [runtime.SetMutexProfileFraction] does to every
-// mutex, and records already taken are kept when the rate changes.
+// average, one acquisition in rate is recorded. A rate of 1 records every
+// acquisition, 0 turns the profile off, and a negative rate changes
+// nothing. The default is 0. It returns the previous rate. The rate applies
+// to every lock in the process, as [runtime.SetMutexProfileFraction] does
+// to every mutex. Records already taken are kept when the rate changes.
 func SetContentionProfileRate(rate int) int {
 	if rate < 0 {
 		return int(contentionRate.Load())
@@ -45,38 +42,36 @@ func sampled(rate int64) bool { return rate == 1 || rand.Int64N(rate) == 0 }
 // profiles do by default.
 const maxContentionStack = 32
 
-// A ContentionRecord is one entry of the contention profile: the
+// A ContentionRecord is one entry of the contention profile. It counts the
 // acquisitions of one lock path, in one mode, with one outcome, made from
 // one call stack.
 type ContentionRecord struct {
 	Lock    string // the lock's path
 	Mode    Mode   // Read or Write
-	Outcome string // how the acquisitions ended (see AcquireEvent.Outcome)
-	// Contended: the acquisitions found another node in their way (they
-	// waited, or TryLock or TryRLock found the lock taken). Uncontended
-	// ones are recorded too, with their round trips as delay, so that a
-	// profile shows both; pprof's -tagfocus contended=true keeps only the
-	// waits behind another holder, as Go's mutex profile does.
+	Outcome string // how the acquisitions ended, as AcquireEvent.Outcome says
+	// Contended is true when the acquisitions found another node in their
+	// way: they waited, or TryLock or TryRLock found the lock taken.
+	// Uncontended ones are recorded too, with their round trips as delay,
+	// so a profile shows both. In pprof, -tagfocus contended=true keeps
+	// only the waits behind another holder, as in Go's mutex profile.
 	Contended bool
-	// Stack is the call stack of the acquisitions, as program counters in
-	// the form runtime.Callers returns them (leaf first): it starts with the
-	// public entry point (Lock, RLock, WithRead, ReadBatch, ...), and goes
-	// on with its callers.
+	// Stack is the call stack of the acquisitions as runtime.Callers
+	// returns it, leaf first, from the public entry point on: Lock, RLock,
+	// WithRead, ReadBatch and so on.
 	Stack []uintptr
-	// Frames are the functions and lines of Stack, leaf first: the public
-	// entry point of the lock, then its callers. Frames inside the lock
+	// Frames are the functions and lines of Stack. Frames inside the lock
 	// below the entry point are left out.
 	Frames []runtime.Frame
-	// Count estimates the number of these acquisitions, and Delay the
-	// total time they took, from call to return: each sampled acquisition
-	// counts for rate acquisitions, at the rate in force when it was
-	// sampled, as the mutex profile does.
+	// Count estimates the number of these acquisitions, and Delay their
+	// total time from call to return. Each sample counts for rate
+	// acquisitions, at the rate in force when it was taken, as in the mutex
+	// profile.
 	Count int64
 	Delay time.Duration
 }
 
-// framesOf returns the functions and lines of stack, from the lock's
-// entry point (see ContentionRecord.Frames).
+// framesOf returns the functions and lines of stack, from the lock's entry
+// point, as ContentionRecord.Frames says.
 func framesOf(stack []uintptr) []runtime.Frame {
 	var out []runtime.Frame
 	frames := runtime.CallersFrames(stack)
@@ -88,8 +83,8 @@ func framesOf(stack []uintptr) []runtime.Frame {
 		}
 	}
 	// The first program counter may hold frames of the lock inlined into
-	// the entry point, or the entry point inlined into its caller: keep
-	// the outermost frame of the lock and what follows it.
+	// the entry point, or the entry point inlined into its caller. Keep the
+	// outermost frame of the lock and what follows it.
 	first := 0
 	for i, f := range out {
 		if !inLockPackage(f.Function) {
@@ -114,16 +109,17 @@ type contentionValue struct {
 	delay time.Duration
 }
 
-// contention holds the records. It is touched only by sampled
-// acquisitions, so one mutex is enough.
+// contention holds the records. Only sampled acquisitions touch it, so
+// one mutex is enough.
 var contention struct {
 	mu sync.Mutex
 	m  map[contentionKey]*contentionValue
 }
 
 // recordContention adds one sampled acquisition. It is called by
-// RWLock.acquired, from acquire, from the entry point: the stack is taken
-// from here, and cut at the caller's end of the lock's frames.
+// RWLock.acquired, from an entry point's acquisition (acquire, LockAll,
+// readShared). The stack is taken from here, and cut at the caller's end
+// of the lock's frames.
 func recordContention(lock string, mode Mode, outcome string, contended bool, wait time.Duration, rate int64) {
 	var pcs [maxContentionStack + 16]uintptr
 	n := runtime.Callers(3, pcs[:]) // from acquired's caller, acquire
@@ -143,10 +139,10 @@ func recordContention(lock string, mode Mode, outcome string, contended bool, wa
 	v.delay += wait * time.Duration(rate)
 }
 
-// callerStack cuts the lock's own frames off the top of pcs, keeping the
-// public entry point: the program counter before the first one that holds
-// a frame of other code, or that one itself if the entry point was
-// inlined into it.
+// callerStack cuts the lock's own frames off the top of pcs, and keeps the
+// public entry point. That is the program counter before the first one that
+// holds a frame of other code. If the entry point was inlined into that
+// one, it is that one itself.
 func callerStack(pcs []uintptr) []uintptr {
 	for i := range pcs {
 		innermost, allLock := "", true
@@ -172,14 +168,16 @@ func callerStack(pcs []uintptr) []uintptr {
 	return pcs[max(len(pcs)-1, 0):]
 }
 
-// lockPackage prefixes the names of this package's functions (not those
-// of its subpackages or of its external tests).
+// lockPackage prefixes the names of this package's functions. The functions
+// of its subpackages and of its external tests do not match it.
 const lockPackage = "github.com/zkrwlock/rwlock."
 
 func inLockPackage(function string) bool { return strings.HasPrefix(function, lockPackage) }
 
-// ContentionRecords returns the contention profile recorded so far (see
-// [SetContentionProfileRate]), the largest delay first.
+// ContentionRecords returns the contention profile recorded so far, the
+// largest delay first; see [SetContentionProfileRate]. The module
+// github.com/zkrwlock/rwlock/lockprof writes it as a pprof profile for go
+// tool pprof.
 func ContentionRecords() []ContentionRecord {
 	contention.mu.Lock()
 	defer contention.mu.Unlock()

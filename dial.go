@@ -13,51 +13,49 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// Dial connects to the ZooKeeper servers like [zk.Connect] and waits until
-// the client has a session, or ctx ends (then it closes the connection).
-// opts are go-zookeeper's own connection options (zk.WithDialer for TLS or
-// a proxy, zk.WithHostProvider, zk.WithLogger, …), applied as zk.Connect
-// applies them. go-zookeeper's log lines go to [slog.Default] at debug
-// level unless opts set a logger.
+// Dial connects to the ZooKeeper servers like [zk.Connect], and waits until
+// the client has a session or ctx ends. If ctx ends first, Dial closes the
+// connection. The opts are go-zookeeper's own connection options, applied
+// as zk.Connect applies them, such as zk.WithDialer for TLS or a proxy,
+// zk.WithHostProvider and zk.WithLogger. Unless opts set a logger,
+// go-zookeeper logs to [slog.Default] at debug level.
 //
 // Locks on a connection made by Dial know the session timeout T the server
-// granted, which go-zookeeper does not expose: Dial reads it from the
-// server's answer to each handshake, on every (re)connection, whoever the
-// dialer is, and the lock judges its grants by the smallest T the server
-// granted in the session (see [WithSessionTimeout]). On any other
-// connection the lock cannot check what the server granted, and any
-// disconnection of a holder counts as a loss.
+// granted, which go-zookeeper does not expose. Dial reads it from the
+// server's answer to every handshake, whoever the dialer is. The lock
+// judges its grants by the smallest T granted in the session.
+// [WithSessionTimeout] says what the lock promises on any other connection.
 //
 // A sessionTimeout below 100ms fails at once with an error wrapping
-// ErrInvalidArgument: no ZooKeeper server grants one (the minimum is two
-// ticks, 4s with the default tickTime), and go-zookeeper would time out its
-// own handshake; it is nearly always a forgotten unit (10 for 10*time.Second).
+// ErrInvalidArgument. No server grants one, since the minimum is two ticks,
+// 4s with the default tickTime, and go-zookeeper would time out its own
+// handshake. It is nearly always a forgotten unit, 10 for 10*time.Second.
 func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, opts ...func(*zk.Conn)) (*zk.Conn, error) {
 	if sessionTimeout < minSessionTimeout {
-		return nil, errorf("rwlock: dial %v: %w: session timeout %v is below %v, less than any server grants (a forgotten unit? %d*time.Second)",
-			servers, ErrInvalidArgument, sessionTimeout, minSessionTimeout, int64(sessionTimeout))
+		return nil, &opError{"dial", fmt.Sprint(servers), fmt.Errorf("%w: session timeout %v is below %v, less than any server grants (a forgotten unit? %d*time.Second)",
+			ErrInvalidArgument, sessionTimeout, minSessionTimeout, int64(sessionTimeout))}
 	}
 	log := &dialLogger{}
 	conn, events, err := zkclient.Connect(servers, sessionTimeout, append([]func(*zk.Conn){zk.WithLogger(log)}, opts...)...)
 	if err != nil {
-		return nil, errorf("rwlock: dial %v: %w", servers, err)
+		return nil, &opError{"dial", fmt.Sprint(servers), err}
 	}
 	for {
 		select {
 		case ev, ok := <-events:
 			if !ok {
-				return nil, errorf("rwlock: dial %v: %w", servers, zk.ErrClosing)
+				return nil, &opError{"dial", fmt.Sprint(servers), zk.ErrClosing}
 			}
 			if ev.State == zk.StateHasSession {
 				return conn, nil
 			}
 		case <-ctx.Done():
 			conn.Close()
-			err := errorf("rwlock: dial %v: %w", servers, ctx.Err())
+			err := ctx.Err()
 			if last := log.lastFailure(); last != "" {
 				err = fmt.Errorf("%w (last attempt: %s)", err, last)
 			}
-			return nil, err
+			return nil, &opError{"dial", fmt.Sprint(servers), err}
 		}
 	}
 }

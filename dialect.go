@@ -8,34 +8,29 @@ import (
 	"github.com/zkrwlock/rwlock/internal/lockname"
 )
 
-// A Dialect is the set of names an RWLock gives its nodes, chosen so that
-// the other lock library a path is shared with (a peer) counts them in its
-// queue. The peers cannot be changed, so the lock speaks their language:
-// each recipe knows only its own names and ignores, or misorders, any
-// other.
+// A Dialect is the set of names an RWLock gives its nodes, so that the
+// other lock library a path is shared with, the peer, counts them in its
+// queue. The peers cannot be changed, and each recipe knows only its own
+// names, ignoring or misordering any other. So the lock speaks their
+// language.
 //
 // Whatever its dialect, a lock recognises the names of every family below
-// as readers or writers and queues behind them, so no peer's node is ever
-// ignored. A path shared with a peer must hold only names that peer
-// recognises: use the dialect of the peer family on every zkrwlock client
-// of the path (see docs/peers.md in the repository).
-//
-// Two dialects are declarations about the path's kazoo clients, which
-// their nodes do not show and the lock cannot check: DialectKazoo (no
-// kazoo Lock uses the path) and DialectKazooPatterns (every kazoo lock is
-// made with extra_lock_patterns). A wrong declaration lets a kazoo client
-// be granted beside a holder of ours, and nobody is told.
-//
-// A peer's node is released only when it is deleted: the marks zkrwlock
-// writes into its own nodes' data (the held mark, a downgrade) are trusted
-// only on zkrwlock's own nodes.
+// as readers or writers, and queues behind them, so no peer's node is ever
+// ignored. But a path shared with a peer must hold only names that peer
+// recognises: Curator misorders other names, and go-zookeeper's zk.Lock
+// fails on them. So every zkrwlock client of the path should use the peer
+// family's dialect. DialectKazoo and DialectKazooPatterns declare what the
+// path's kazoo clients do, which their nodes do not show and the lock
+// cannot check. A wrong declaration lets a kazoo client be granted beside a
+// holder of ours, and nobody is told. The file docs/peers.md in the
+// repository tells the rest, such as how a peer's node is released.
 type Dialect int
 
 const (
 	// DialectNative names nodes _c_<guid>-read-<seq> and
-	// _c_<guid>-write-<seq>. kazoo's locks count these names only when
-	// made with extra_lock_patterns, which DialectKazooPatterns declares:
-	// on a DialectNative path, a kazoo node is a blind peer's.
+	// _c_<guid>-write-<seq>. The locks of kazoo count these names only when
+	// made with extra_lock_patterns, which DialectKazooPatterns declares.
+	// On a DialectNative path, a kazoo node is a blind peer's.
 	DialectNative Dialect = iota
 	// DialectCurator names nodes _c_<guid>-__READ__<seq> and
 	// _c_<guid>-__WRIT__<seq>, for Curator's InterProcessReadWriteLock.
@@ -43,12 +38,12 @@ const (
 	// DialectMutex names nodes _c_<guid>-rlock-<seq> and
 	// _c_<guid>-wlock-<seq>, for Curator's InterProcessMutex and
 	// go-zookeeper's zk.Lock, whose own nodes end in lock-<seq>. They see
-	// every node of ours as exclusive; zkrwlock's readers still share.
+	// every node of ours as exclusive, but zkrwlock's readers still share.
 	DialectMutex
 	// DialectKazoo names nodes _c_<guid>-__rlock__<seq> and
-	// _c_<guid>-__lock__<seq>, for kazoo's ReadLock and WriteLock.
-	// kazoo's Lock does not count __rlock__ readers, and its nodes look
-	// like WriteLock's: DialectKazoo declares that no kazoo Lock uses the
+	// _c_<guid>-__lock__<seq>, for kazoo's ReadLock and WriteLock. The Lock
+	// of kazoo does not count __rlock__ readers, and its nodes look like
+	// WriteLock's. So DialectKazoo declares that no kazoo Lock uses the
 	// path. Where one may, use DialectKazooLock.
 	DialectKazoo
 	// DialectKazooLock names nodes _c_<guid>-read__lock__<seq> and
@@ -57,10 +52,11 @@ const (
 	// three kazoo lock classes count these names, so it declares nothing.
 	DialectKazooLock
 	// DialectKazooPatterns names nodes as DialectNative does, for a path
-	// whose kazoo locks are all made with extra_lock_patterns: ReadLock
-	// with ("write-",), WriteLock and Lock with ("write-", "read-"). Then
-	// they count our names. Their nodes look the same without it, so the
-	// user declares it: under DialectNative, kazoo's nodes are refused.
+	// whose kazoo locks are all made with extra_lock_patterns. ReadLock
+	// needs the patterns ("write-",), and WriteLock and Lock need
+	// ("write-", "read-"). Then they count our names. Their nodes look the
+	// same without the patterns, so the user declares them. Under
+	// DialectNative, kazoo's nodes are refused.
 	DialectKazooPatterns
 
 	numDialects = iota
@@ -92,14 +88,14 @@ func (d Dialect) String() string {
 func (d Dialect) valid() bool { return d >= 0 && d < numDialects }
 
 // persistentDir reports whether the lock directory must be persistent
-// rather than a container (see lockname.Family.PersistentDir).
+// rather than a container. See lockname.Family.PersistentDir.
 func (d Dialect) persistentDir() bool { return lockname.Family(d).PersistentDir() }
 
-// blind returns the peers, among those whose markers are set in peers (a
-// bit per index in lockname.Markers, as snapshot.peers), that do not count
-// the names of the lock's dialect in their queue: between such a peer and
-// zkrwlock, mutual exclusion does not hold, in either direction. nil if
-// there are none.
+// blind returns the peers that do not count the names of the lock's dialect
+// in their queue. It looks at the peers whose markers are set in peers, a
+// bit per index in lockname.Markers, as in snapshot.peers. Between such a
+// peer and zkrwlock, mutual exclusion does not hold, in either direction.
+// It returns nil if there are none.
 func (l *RWLock) blind(peers uint16) *mixedError {
 	var m *mixedError
 	for i, mk := range lockname.Markers {
@@ -118,12 +114,12 @@ func (l *RWLock) blind(peers uint16) *mixedError {
 }
 
 // A mixedError says that a lock directory holds nodes of peers that do not
-// see the lock's own: the fleet on the path is mixed, and needs one
+// see the lock's own. The fleet on the path is mixed, and needs one
 // dialect. It wraps ErrInvalidArgument.
 type mixedError struct {
 	dialect Dialect
 	peers   []string // whom, as lockname.Marker.Peer says
-	seenBy  uint8    // the families every one of them sees (lockname.Family.Bit)
+	seenBy  uint8    // the families every one of them sees, as lockname.Family.Bit marks them
 }
 
 func (e *mixedError) Error() string { return "invalid argument: a mixed fleet: " + e.detail() }
@@ -133,8 +129,8 @@ func (e *mixedError) detail() string {
 	seen := func(d Dialect) bool { return e.seenBy&lockname.Family(d).Bit() != 0 }
 	// First a dialect that every such peer counts, whatever else is on the
 	// path. DialectKazoo and DialectKazooPatterns come after it, each with
-	// its condition: they declare what the path's kazoo locks count, which
-	// no node shows (a kazoo Lock's nodes look like WriteLock's).
+	// its condition. They declare what the path's kazoo locks count, which
+	// no node shows, since a kazoo Lock's nodes look like WriteLock's.
 	fix, sure := "keep one family of lock on the path", false
 	// mutant: kazoo-advised-unconditionally
 	for _, d := range []Dialect{DialectNative, DialectCurator, DialectMutex, DialectKazooLock} {
@@ -186,8 +182,8 @@ func (d Dialect) constName() string {
 	return "DialectNative"
 }
 
-// readAs returns whose a node of dialect f's names is taken to be: the
-// lock's own dialect when it makes those names too. Names do not tell
+// readAs returns whose a node of dialect f's names is taken to be. That is
+// the lock's own dialect when it makes those names too. Names do not tell
 // DialectNative from DialectKazooPatterns, and Queue must judge whether
 // kazoo counts a native name as the lock's dialect declares.
 func (l *RWLock) readAs(f Dialect) Dialect {
@@ -198,7 +194,7 @@ func (l *RWLock) readAs(f Dialect) Dialect {
 }
 
 // notePeers warns, once per lock, when a listing showed peer nodes whose
-// library does not see the nodes of the lock's dialect (see blind).
+// library does not see the nodes of the lock's dialect. See blind.
 func (l *RWLock) notePeers(peers uint16) {
 	m := l.blind(peers)
 	if m == nil || l.peersWarned.Swap(true) {

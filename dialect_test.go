@@ -109,7 +109,7 @@ func TestPeersMarksAreNotTrusted(t *testing.T) {
 		ctx := t.Context()
 		lock := func() *RWLock { return newLock(t, s.conn(), WithDialect(DialectCurator)) }
 		peer := s.conn()
-		marks := string(lockname.Data("forged", 0, true, true))
+		marks := string(lockname.Data("forged", 0, lockname.MarkHeld|lockname.MarkDowngraded))
 		g, err := lock().Lock(ctx) // makes the directory
 		require.NoError(t, err)
 		require.NoError(t, g.Release(ctx))
@@ -139,7 +139,7 @@ func TestPeersMarksAreNotTrusted(t *testing.T) {
 		pending(t, reader)
 		pending(t, writer)
 
-		q, err := first.l.Queue(ctx)
+		q, err := first.h.l.Queue(ctx)
 		require.NoError(t, err)
 		require.Len(t, q, 4)
 		assert.Equal(t, Write, q[1].Mode, "a peer's node is never shown downgraded")

@@ -20,10 +20,9 @@ func ExampleDial() {
 
 	// Dial waits for a session, and remembers the session timeout T the
 	// server granted: holders of locks on this connection then ride out a
-	// silent connection of about 0.69·T (a grant is lost when a quarter of
-	// T is left; the lease is renewed every T/16). 20s is at least eight
-	// ticks of a server with the default tickTime of 2s, as the
-	// guarantees ask, and within its default maxSessionTimeout of 40s.
+	// silent connection (docs/guarantees.md says for how long). 20s is at
+	// least eight ticks of a server with the default tickTime of 2s, as
+	// the guarantees ask, and within its default maxSessionTimeout of 40s.
 	conn, err := rwlock.Dial(ctx, []string{"127.0.0.1:2181"}, 20*time.Second)
 	if err != nil {
 		log.Fatal(err) // the context's error if no session came in time

@@ -219,7 +219,7 @@ func TestFirstErrAfterAPauseSeesTheLoss(t *testing.T) {
 			{"Done", func(g *Grant) bool { return doneClosed(g) }},
 			{"nested Lock", func(g *Grant) bool {
 				ctx := ContextWithGrant(context.Background(), g)
-				n, err := g.l.Lock(ctx)
+				n, err := g.h.l.Lock(ctx)
 				if n != nil {
 					n.Release(ctx)
 				}
@@ -644,7 +644,7 @@ func TestReleaseLateRefusedMark(t *testing.T) {
 		require.NoError(t, first.Release(t.Context()))
 		synctest.Wait()
 		g := granted(t, next)
-		require.True(t, g.markRelease, "a writer that waited marks its node as it goes")
+		require.True(t, (g.h.releaseMark != lockname.Unmarked), "a writer that waited marks its node as it goes")
 
 		ctx, cancel := context.WithCancel(t.Context())
 		answer := make(chan struct{})
@@ -663,7 +663,7 @@ func TestReleaseLateRefusedMark(t *testing.T) {
 		assert.ErrorIs(t, g.Err(), ErrReleased)
 		close(answer)
 		synctest.Wait()
-		g.l.background.Wait()
+		g.h.l.background.Wait()
 		assert.Empty(t, s.lockNodes(dir))
 	})
 }

@@ -46,7 +46,7 @@ func TestReaderGrantedOnDataChange(t *testing.T) {
 					require.NoError(t, r0.Release(ctx))
 					synctest.Wait()
 					w = granted(t, wait)
-					require.True(t, w.markRelease)
+					require.True(t, (w.h.releaseMark != lockname.Unmarked))
 				} else {
 					var err error
 					w, err = newLock(t, s.conn()).Lock(ctx)
@@ -165,7 +165,7 @@ func TestRunAheadWithAPeer(t *testing.T) {
 		synctest.Wait()
 		assert.Len(t, s.othersWatchedBy(c), 1, "the predecessor alone")
 
-		_, err = peer.Set(dir+"/"+p, lockname.Data("forged", 0, true, false), -1)
+		_, err = peer.Set(dir+"/"+p, lockname.Data("forged", 0, lockname.MarkHeld), -1)
 		require.NoError(t, err)
 		require.NoError(t, peer.Delete(dir+"/"+p, -1))
 		synctest.Wait()
@@ -191,7 +191,7 @@ func TestReaderIgnoresAPeersChange(t *testing.T) {
 		p := peerNode(t, peer, "_c_"+uuid+"-__WRIT__", "")
 		r := start(ctx, newLock(t, s.conn(), WithDialect(DialectCurator)).RLock)
 		synctest.Wait()
-		_, err = peer.Set(dir+"/"+p, lockname.Data("forged", 0, true, true), -1)
+		_, err = peer.Set(dir+"/"+p, lockname.Data("forged", 0, lockname.MarkHeld|lockname.MarkDowngraded), -1)
 		require.NoError(t, err)
 		synctest.Wait()
 		pending(t, r)

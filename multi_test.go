@@ -114,7 +114,7 @@ func TestReleaseAllLostAnswer(t *testing.T) {
 				}
 				synctest.Wait()
 				for _, g := range grants {
-					g.l.background.Wait()
+					g.h.l.background.Wait()
 				}
 				assert.Zero(t, setNodes(s))
 			})
@@ -134,7 +134,7 @@ func TestReleaseAllMixed(t *testing.T) {
 		ctx := t.Context()
 		read, err := grants[0].Downgrade(ctx)
 		require.NoError(t, err)
-		nested, err := grants[1].l.RLock(ContextWithGrant(ctx, grants[1]))
+		nested, err := grants[1].h.l.RLock(ContextWithGrant(ctx, grants[1]))
 		require.NoError(t, err)
 		require.NoError(t, c.Delete(grants[2].Node(), -1)) // by hand: grants[2] is lost
 		synctest.Wait()
@@ -170,7 +170,7 @@ func TestReleaseAllRefusedAsTheContextEnds(t *testing.T) {
 		ReleaseAll(ctx, grants...)
 		synctest.Wait()
 		for _, g := range grants {
-			g.l.background.Wait()
+			g.h.l.background.Wait()
 		}
 		require.Zero(t, setNodes(s))
 	})
@@ -303,7 +303,7 @@ func TestReleaseAllContextEndsFirst(t *testing.T) {
 				close(answer)
 				synctest.Wait()
 				for _, g := range grants {
-					g.l.background.Wait()
+					g.h.l.background.Wait()
 				}
 				require.Zero(t, setNodes(s))
 			})

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/tier"
 )
 
 // A mutant is the package with one deliberate bug that the simulation
@@ -38,31 +40,31 @@ var mutants = []mutant{
 	{name: "a lease counted from the answer, not the request", edits: []mutantEdit{
 		{file: "internal/zkclient/client.go", point: "lease-from-answer", new: "c.renew(session, sent.Add(time.Since(sent)))"}}},
 	{name: "Err and Done trust the lease clock's timer", edits: []mutantEdit{
-		{file: "grant.go", point: "judge-on-timer-only", new: "if false && r.ctx.Err() == nil {"}}},
+		{file: "hold.go", point: "judge-on-timer-only", new: "if true {"}}},
 	{name: "numbers at the counter's stuck end ordered anyway", edits: []mutantEdit{
 		{file: "internal/lockname/lockname.go", point: "usable-seq", new: "return seq >= 0 || seq < math.MaxInt32"},
 		{file: "nodename.go", point: "self-duplicate", new: "case false:"},
 		{file: "nodename.go", point: "duplicate", new: "if false {"}}},
 	{name: "a token taken from any listing", edits: []mutantEdit{
-		{file: "acquire.go", point: "token-any-listing", new: "case creates == creates:"}}},
+		{file: "list.go", point: "token-any-listing", new: "case creates == creates:"}}},
 	{name: "a reader's token taken from a listing that shows a later writer", edits: []mutantEdit{
-		{file: "acquire.go", point: "reader-token-any-listing", new: "case a.mode == Read:"}}},
+		{file: "list.go", point: "reader-token-any-listing", new: "case m.mode == Read:"}}},
 	{name: "readers ignore writers", edits: []mutantEdit{
 		{file: "reader.go", point: "readers-ignore-writers", new: "if n := before[i]; false && n.mode == Write && !downgraded(n.name) {"}}},
 	{name: "a waiter that gives up marks its node held", edits: []mutantEdit{
-		{file: "acquire.go", point: "abort-marks-held", new: "if err := l.deleteNode(ctx, a.c, a.path, a.session, true); err != nil {"}}},
+		{file: "acquire.go", point: "abort-marks-held", new: "if err := l.deleteNode(ctx, m.a.c, m.path, m.session, lockname.MarkHeld); err != nil {"}}},
 	{name: "a waiter that gives up leaves its node", edits: []mutantEdit{
-		{file: "acquire.go", point: "abort-leaves-node", new: "case a.node != \"\" && false:"}}},
+		{file: "acquire.go", point: "abort-leaves-node", new: "case m.node != \"\" && false:"}}},
 	{name: "the lock trusts the timeout asked for, not the one granted", edits: []mutantEdit{
 		{file: "internal/zkclient/lease.go", point: "trust-asked-timeout", new: "if limit > 0 {"}}},
 	{name: "a reconnection granted less is not heard", edits: []mutantEdit{
 		{file: "internal/zkclient/dial.go", point: "shorter-grant-unheard", new: "if last := d.last.Load(); last == nil || last.session != session {"}}},
 	// The handoff in one notification (see runAhead and await).
 	{name: "a writer granted when its run ahead is gone though a node before w0 is left", edits: []mutantEdit{
-		{file: "watch.go", point: "run-unmarked-w0", new: "return a.confirmOwn(ctx)"}}},
+		{file: "watch.go", point: "run-unmarked-w0", new: "return m.confirmOwn(ctx)"}}},
 	// The simulation has no peers.
 	{name: "a reader takes a peer writer's data change for clearance", run: "TestReaderIgnoresAPeersChange",
-		edits: []mutantEdit{{file: "watch.go", point: "reader-trusts-peer", new: "if a.mode == Read {"}}},
+		edits: []mutantEdit{{file: "watch.go", point: "reader-trusts-peer", new: "case ev.Type == zk.EventNodeDataChanged:"}}},
 	{name: "kazoo's default locks taken to count native names", run: "TestRefusesPeersThatDoNotSeeUs",
 		edits: []mutantEdit{{file: "internal/lockname/lockname.go", point: "kazoo-sees-native",
 			new: `{"__lock__", true, Kazoo, true, guarded | hex32, "kazoo WriteLock or Lock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit() | Native.Bit()},`}}},
@@ -71,29 +73,29 @@ var mutants = []mutant{
 			new: "for _, d := range []Dialect{DialectNative, DialectCurator, DialectMutex, DialectKazoo, DialectKazooLock} {"}}},
 	{name: "a writer watches its run ahead with a peer in the queue", run: "TestRunAheadWithAPeer",
 		edits: []mutantEdit{{file: "watch.go", point: "run-with-peers",
-			new: "if a.mode != Write || len(before) == 0 || before[len(before)-1].mode == Write {"}}},
+			new: "if m.mode != Write || len(before) == 0 || before[len(before)-1].mode == Write {"}}},
 	// Coalesced reads: a joiner admitted on what its process has heard,
 	// with no sync to order its arrival against the server's changes.
 	{name: "a joiner admitted without its sync", flags: []string{"-sim.coalesce"}, edits: []mutantEdit{
-		{file: "coalesce.go", point: "joiner-without-sync", new: "r := zkclient.Reply[struct{}]{Session: s.a.c.Conn().SessionID()}"}}},
+		{file: "join.go", point: "joiner-without-sync", new: "r := zkclient.Reply[struct{}]{Session: s.a.c.Conn().SessionID()}"}}},
 	// A joiner that arrives while a sync is under way let in by its
 	// answer: that sync may have reached the server before a writer's node.
 	{name: "a joiner admitted by a sync sent before it arrived", run: "TestCoalescedJoinerWaitsForASyncSentAfterIt", edits: []mutantEdit{
-		{file: "coalesce.go", point: "joiner-on-an-earlier-sync", new: joinerOnAnEarlierSync}}},
+		{file: "join.go", point: "joiner-on-an-earlier-sync", new: joinerOnAnEarlierSync}}},
 	{name: "a joiner admitted by a sync sent before it arrived, in the simulation", flags: []string{"-sim.coalesce"}, edits: []mutantEdit{
-		{file: "coalesce.go", point: "joiner-on-an-earlier-sync", new: joinerOnAnEarlierSync}}},
+		{file: "join.go", point: "joiner-on-an-earlier-sync", new: joinerOnAnEarlierSync}}},
 	// The session check is the rule's last line (go-zookeeper ends every
 	// watch before a new session): only a unit test reaches it.
 	{name: "a joiner admitted by a sync answered in another session", run: "TestCoalescedJoinerSyncInAnotherSession", edits: []mutantEdit{
-		{file: "coalesce.go", point: "joiner-sync-any-session", new: "sy.ok = r.Err == nil"}}},
+		{file: "join.go", point: "joiner-sync-any-session", new: "sy.ok = r.Err == nil"}}},
 	{name: "a joiner admitted while a connection zk.Connect made is down", run: "TestCoalescedConnectConnectionNoJoinWhileDown", edits: []mutantEdit{
-		{file: "coalesce.go", point: "joiner-connect-state", new: "_ = zk.StateHasSession; return true"}}},
+		{file: "join.go", point: "joiner-connect-state", new: "_ = zk.StateHasSession; return true"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
 	// member's node deleted while the set waits for the others is a hand
 	// deletion, which the simulation does not make: multi_test.go's
 	// real-server test covers it.)
 	{name: "a set granted before all its members", flags: []string{"-sim.set"}, edits: []mutantEdit{
-		{file: "multi.go", point: "set-partial", new: "if errs[i] != nil || next[i] != stepWait {"}}},
+		{file: "acquire.go", point: "set-partial", new: "if errs[i] != nil || next[i] != stepWait {"}}},
 	// A set released together (ReleaseAll). The simulation refuses no
 	// transaction while the session lives (it has no ACLs and no hand
 	// deletions): a unit test covers the refusal.
@@ -106,31 +108,33 @@ var mutants = []mutant{
 	// Revocation changes no grant, so the simulation, which checks the
 	// grants, has nothing to find: unit tests cover whom it reaches.
 	{name: "a revocation reaches its holders only through the names", run: "TestRevokeToldByTheFirstWrite", edits: []mutantEdit{
-		{file: "revoke.go", point: "revoke-no-notice", new: "_ = n"}}},
+		{file: "revocations.go", point: "revoke-no-notice", new: "_ = n"}}},
 	{name: "a grant that a revocation fired its watch after is told only by the next read", run: "TestRevokeListeningIsFreeOnceSet",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-listen-precedes",
-			new: "if slices.Contains(rv.named, n.Seq) && rv.unchangedLocked(g.c) != nil {"}}},
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-listen-precedes",
+			new: "if slices.Contains(rv.named, n.Seq) && rv.unchangedLocked(h.c) != nil {"}}},
 	{name: "a notification handled once is taken again after a lost read", run: "TestRevokeAfterLostReads",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-stale-watch", new: "_ = w"}}},
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-stale-watch", new: "_ = w"}}},
 	{name: "names count in any directory of the path", run: "TestRevokeNamesOfAnotherDirectory",
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-names-dir", new: "named = rev.Nodes"}}},
 	{name: "a listener that came as the read failed is left unserved", run: "TestRevokeServesAListenerAfterAFailedRead",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-stop-again", new: "if false && ls.sent >= n {"}}},
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-stop-again", new: "if false && ls.sent >= n {"}}},
 	{name: "the reading waits for the connection after its last listener left", run: "TestRevokeStopsWaitingWhenNobodyListens",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-wait-idle", new: "err := retry.Wait(context.Background(), c.Conn())"}}},
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-wait-idle", new: "err := retry.Wait(context.Background(), c.Conn())"}}},
 	{name: "a refused read drops the listeners", run: "TestRevokeRetriesARefusedRead",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-final-errors", new: "case !zkclient.ConnectionLoss(r.Err):"}}},
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-final-errors", new: "case !zkclient.ConnectionLoss(r.Err):"}}},
 	{name: "a listener that came during a read and is named is not told", run: "TestRevokeConfirmsAListenerThatCameDuringARead",
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-confirm-later", new: "_ = n"}}},
 	{name: "a listener that came during a read is judged by its names", run: "TestRevokeNamesOfAReadUnderWay",
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-names-later", new: "if false {"}}},
 	{name: "a retired Client starts a reading", run: "TestRevokeListeningOnARetiredClient",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-retired-client", new: "start := !rv.reading && func() bool { g.c.Ref(); return true }()"}}},
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-retired-client", new: "start := !rv.reading && func() bool { h.c.Ref(); return true }()"}}},
 	{name: "a listener named before a reconnection is not told", run: "TestRevokeNamedAcrossAReconnection",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-confirm", new: "if false {"}}},
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-confirm", new: "if false {"}}},
 	{name: "a grant made after a reconnection is taken to come before the watch set until then", run: "TestRevokeAcrossAReconnection",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-base-reconnected",
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-base-reconnected",
 			new: "if n, known := c.ConnectCount(); false && (!known || n != rv.connects) {"}}},
+	{name: "ReleaseAll lets a reader join a node it is about to delete", run: "TestReleaseAllClaimsACoalescedNodeFirst", edits: []mutantEdit{
+		{file: "hold.go", point: "claim-late", new: "_ = h.releasing"}}},
 	{name: "a set release the server refused counts as done", run: "TestReleaseAllRefused", edits: []mutantEdit{
 		{file: "multi.go", point: "set-release-refused", new: "if false {"}}},
 	// The rule the lock had before its lease clock: a grant judged by
@@ -160,13 +164,13 @@ var mutants = []mutant{
 	// without the bound. No safety rule breaks, so the simulation has
 	// nothing to find; the unit test checks when the holder is told.
 	{name: "a bound shortens a hold limit's head start", run: "TestHoldLimitTellsTheHolderFirst", edits: []mutantEdit{
-		{file: "holdlimit.go", point: "bound-shortens-hold-head", new: "if t == 0 { head = g.l.maxHold / 4 }"}}},
+		{file: "holdlimit.go", point: "bound-shortens-hold-head", new: "if t == 0 { head = l.maxHold / 4 }"}}},
 	{name: "a hold limit's node deleted at the notice, not at the limit", edits: []mutantEdit{
-		{file: "holdlimit.go", point: "delete-at-limit", new: "time.AfterFunc(time.Until(at)*0, func() { finish(g.node, \"\", g.session) })"}}},
+		{file: "holdlimit.go", point: "delete-at-limit", new: "time.AfterFunc(time.Until(at)*0, func() { finish(h.path, \"\", h.session) })"}}},
 	{name: "a holder told of its hold limit late gets no head start", flags: []string{"-sim.nocut"}, edits: []mutantEdit{
-		{file: "holdlimit.go", point: "told-late", new: "if told := now.Add(g.holdHead); false && told.After(at) {"}}},
+		{file: "holdlimit.go", point: "told-late", new: "if told := now.Add(lim.head); false && told.After(at) {"}}},
 	{name: "a resumed holder waits for the hold timer", flags: []string{"-sim.nocut"},
-		edits: []mutantEdit{{file: "grant.go", point: "judge-ignores-hold-limit", new: "if false && r.ctx.Err() == nil && r.overHold() {"}}},
+		edits: []mutantEdit{{file: "holdlimit.go", point: "judge-ignores-hold-limit", new: "if false {"}}},
 }
 
 // joinerOnAnEarlierSync lets the joiners waiting for the next sync in on
@@ -194,9 +198,7 @@ func (e mutantEdit) apply(src string) (string, error) {
 // it names, on it: it must fail (and not merely fail to build). It takes a
 // few seconds per mutant.
 func TestSimulationCatchesMutants(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a copy of the module per mutant")
-	}
+	tier.Long(t) // builds a copy of the module per mutant
 	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goTool); err != nil {
 		t.Skipf("no go command: %v", err)

@@ -8,11 +8,11 @@ import (
 	"github.com/zkrwlock/rwlock/internal/lockname"
 )
 
-// The lock's view of its queue, on internal/lockname's grammar of names:
-// the children of the lock directory that are lock nodes, of any family,
-// ordered by their sequence numbers alone (never by the whole name:
-// read-… and write-… sort differently as strings), and the snapshot of
-// those before ours.
+// The lock's view of its queue, on internal/lockname's grammar of names.
+// The queue is the children of the lock directory that are lock nodes, of
+// any family. They are ordered by their sequence numbers alone, never by
+// the whole name, since read-… and write-… sort differently as strings. The
+// snapshot holds those before ours.
 
 // lockNode is a child of the lock directory that parsed as a lock node.
 type lockNode struct {
@@ -20,11 +20,11 @@ type lockNode struct {
 	seq    int32
 	mode   Mode
 	family Dialect // whose names it carries
-	ours   bool    // made by zkrwlock: its data's marks can be trusted
+	ours   bool    // made by zkrwlock, so its data's marks can be trusted
 	marker uint8   // index in lockname.Markers
 }
 
-// parseNode parses a child name; ok is false for a name that is not a
+// parseNode parses a child name. It returns false for a name that is not a
 // lock node of any family, which must be ignored.
 func parseNode(name string) (n lockNode, ok bool) {
 	p, ok := lockname.Parse(name)
@@ -43,26 +43,27 @@ func nodePrefix(dir, guid string, mode Mode, d Dialect) string {
 	return lockname.Prefix(dir, guid, mode == Write, lockname.Family(d))
 }
 
-// snapshot is what one listing of the lock directory told us: the lock
-// nodes that preceded ours, nearest last. Nodes with lower sequence numbers
-// than ours can never appear later, so a snapshot only ever shrinks.
+// snapshot is what one listing of the lock directory told us. It holds the
+// lock nodes that preceded ours, nearest last. It only ever shrinks (see
+// watch.go).
 type snapshot struct {
 	before []lockNode
 	self   lockNode
-	peers  uint16 // the markers (bits by index in lockname.Markers) of peers' nodes listed, before ours or after
+	peers  uint16 // bits, by index in lockname.Markers, of the peers' nodes listed before ours or after
 	after  bool   // a lock node after ours was listed (see coalesce.go)
-	// laterWriter: a writer's node after ours was listed (see dated).
+	// laterWriter reports that a writer's node after ours was listed (see
+	// dated).
 	laterWriter bool
 }
 
-// errNotListed means our node is not among the children: it is gone.
+// errNotListed means our node is not among the children, so it is gone.
 var errNotListed = errors.New("our node is not listed")
 
 // takeSnapshot parses children and keeps those that precede self. It fails
-// with errNotListed when self is not among them, and with an error
-// wrapping ErrSequenceExhausted when the numbers cannot be ordered: self's
-// own is out of range, or a node before it (or it) shares its number with
-// another.
+// with errNotListed when self is not among them. It fails with an error
+// wrapping ErrSequenceExhausted when the numbers cannot be ordered. That is
+// when self's own number is out of range, or when self or a node before it
+// shares its number with another node.
 func takeSnapshot(children []string, self string, buf []lockNode) (snapshot, error) {
 	s := snapshot{before: slices.Grow(buf[:0], len(children))}
 	found := false
@@ -126,8 +127,8 @@ func queueOrder(a, b lockNode) int {
 	return 0
 }
 
-// blocker returns the node we must wait for, by the predicate of our mode;
-// downgraded reports writers known to be downgraded. ok is false when
+// blocker returns the node we must wait for, by the predicate of our mode.
+// downgraded reports writers known to be downgraded. It returns false when
 // nothing blocks us.
 func (s *snapshot) blocker(downgraded func(name string) bool) (n lockNode, ok bool) {
 	if s.self.mode == Write {
@@ -136,7 +137,8 @@ func (s *snapshot) blocker(downgraded func(name string) bool) (n lockNode, ok bo
 	return readBlocker(s.before, downgraded)
 }
 
-// pruneBefore forgets the nodes before n: n held the lock, so they are gone.
+// pruneBefore forgets the nodes before n, which held the lock. So they are
+// gone.
 func (s *snapshot) pruneBefore(n lockNode) {
 	s.before = slices.DeleteFunc(s.before, func(m lockNode) bool { return lockname.Precedes(m.seq, n.seq) })
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -13,51 +12,52 @@ import (
 )
 
 // An Observer hears of every acquisition and every grant of a lock as it
-// ends. The package github.com/zkrwlock/rwlock/stats has one that adds
-// them up (wait and hold histograms, outcomes, losses, requests); the
-// module github.com/zkrwlock/rwlock/otelrwlock has one that feeds
-// OpenTelemetry. Set one with [WithObserver].
+// ends; set one with [WithObserver]. A [StartObserver] hears of them as
+// they begin too. Its methods run on the goroutine that ends the
+// acquisition or the grant, inside the lock's call. So they must be quick,
+// and must not block or call the lock. An Observer shared by several locks
+// must be safe for concurrent use.
 //
-// To hear of them as they begin too, implement [StartObserver].
-//
-// Its methods run on the goroutine that ends the acquisition or the
-// grant, inside the lock's call, so they must be quick and must not block
-// or call the lock; an Observer shared by several locks must be safe for
-// concurrent use.
+// The package github.com/zkrwlock/rwlock/stats adds the events up, into
+// acquisitions by mode and outcome, wait and hold histograms, grants lost
+// by cause, and requests. The package github.com/zkrwlock/rwlock/rwlocktest
+// reports those from a benchmark through testing.B.ReportMetric. The module
+// github.com/zkrwlock/rwlock/otelrwlock feeds the events to OpenTelemetry.
 type Observer interface {
 	// ObserveAcquire is called as an acquisition returns, with the
 	// caller's context.
 	ObserveAcquire(ctx context.Context, e AcquireEvent)
-	// ObserveGrant is called as a grant ends: released, downgraded or
-	// lost. It is called after the grant's Done closes, so that an
-	// observer never delays the news of a loss.
+	// ObserveGrant is called as a grant ends, when it is released,
+	// downgraded or lost. It is called after the grant's Done closes, so
+	// that an observer never delays the news of a loss.
 	ObserveGrant(e GrantEvent)
 }
 
 // An AcquireEvent is one acquisition: a call of Lock, RLock, TryLock or
 // TryRLock, or the one that WithRead, WithWrite, ReadGroup or ReadBatch
-// makes. Nested grants (see [ContextWithGrant]) are none: they make no
-// request and never wait.
+// makes. A nested grant makes none, since it sends no request and never
+// waits.
 type AcquireEvent struct {
 	Lock string // the lock's path
 	Mode Mode   // Read or Write
 	Try  bool   // TryLock or TryRLock
-	// Outcome is how the call ended, in words fit for a metric's label:
-	// "granted"; "would_block" (TryLock or TryRLock found the lock
-	// taken); "cancelled" (the call's context ended first); "failed" (any
-	// other error: a closed connection, a refused request, the node
-	// deleted while waiting, ...).
+	// Outcome is how the call ended, in words fit for a metric's label.
+	// "granted" is a grant, and "would_block" a TryLock or TryRLock that
+	// found the lock taken. "cancelled" means the call's context ended
+	// first. "failed" is any other error, such as a closed connection, a
+	// refused request, or the node deleted while waiting.
 	Outcome  string
 	Start    time.Time     // when the call began
 	Wait     time.Duration // how long it took
 	Requests int           // the requests it sent to ZooKeeper
-	// Relists counts its listings after the one that first showed its
-	// node (see stats.ModeStats.Relists).
+	// Relists counts its listings after the one that first showed its node.
+	// See stats.ModeStats.Relists.
 	Relists int
-	// OneRoundTrip: granted from its first listing, which rode behind its
-	// create, without waiting for anyone (the uncontended case).
+	// OneRoundTrip is true for a call granted from its first listing, which
+	// rode behind its create, without waiting for anyone: the uncontended
+	// case.
 	OneRoundTrip bool
-	Err          error // why it failed (the call returns it wrapped); nil when granted
+	Err          error // why it failed, which the call returns wrapped; nil when granted
 }
 
 // A GrantEvent is the end of a grant.
@@ -65,36 +65,36 @@ type GrantEvent struct {
 	Lock string        // the lock's path
 	Node string        // the grant's node, full path
 	Mode Mode          // Read or Write
-	Hold time.Duration // from the grant (or the downgrade that made it) to its end
-	// Loss is why the grant was lost, in words fit for a metric's label:
-	// "node_deleted" (someone else deleted its node); "session_expired"
-	// (the session expired, or was replaced); "lease_lapsed" (the lease
-	// clock ran out: the connection was silent for too long for the
-	// session to be shown alive, see Grant.Done); "disconnected" (the
-	// connection dropped, and the lock does not know the session
-	// timeout); "hold_limit" (see WithMaxHold); "other" (a closed
-	// connection, a downgrade whose outcome is unknown, ...). It is "" for
-	// a release or a downgrade.
-	Loss     string
-	Requests int   // the requests the grant sent: its release, Token, watches, Downgrade, listings for peers (see WithDialect)
+	Hold time.Duration // from the grant, or the downgrade that made it, to its end
+	// Loss is why the grant was lost, in words fit for a metric's label, or
+	// "" for a release or a downgrade. "node_deleted" means someone else
+	// deleted its node. "session_expired" means the session expired, or was
+	// replaced. "lease_lapsed" means the connection was silent too long for
+	// the lease clock to show the session alive; see Grant.Done.
+	// "disconnected" means the connection dropped, and the lock does not
+	// know the session timeout. "hold_limit" is the end WithMaxHold sets.
+	// "other" is the rest, such as a closed connection, or a downgrade
+	// whose outcome is unknown.
+	Loss string
+	// Requests counts the requests the grant sent. They are its release,
+	// watches, Downgrade, and listings for peers; see WithDialect.
+	Requests int
 	Err      error // ErrReleased, or an error wrapping ErrLost
 }
 
 // A StartObserver is an Observer that also hears of every acquisition and
-// every grant as it begins, so that it can tell what is under way: the
+// every grant as it begins. So it can tell what is under way: the
 // acquisitions waiting now, the grants held now, the oldest wait's age. An
 // Observer hears of a wait only when it ends, which may be minutes later.
-// It is an interface of its own, which the lock looks for with a type
-// assertion (as io.Copy looks for io.WriterTo), so that the Observers
-// written before it keep compiling and working.
+// The lock finds a StartObserver with a type assertion, as io.Copy finds an
+// io.WriterTo, so Observers written before it still compile and work.
 //
 // Every ObserveAcquireStart is followed by one ObserveAcquire with the same
-// Lock, Mode and Start, and every ObserveGrantStart by one ObserveGrant with
-// the same Node, so an observer counts what is under way exactly. Grants
-// are those that own a node, as for ObserveGrant: a nested grant (see
-// [ContextWithGrant]) is none, and the readers that share a node (see
-// [WithReadCoalescing]) are one grant, the node's. A Downgrade ends the
-// write grant and then starts a read grant of the same node.
+// Lock, Mode and Start, and every ObserveGrantStart by one ObserveGrant
+// with the same Node. So an observer counts what is under way exactly.
+// Grants are those that own a node, as for ObserveGrant. A nested grant is
+// none, and the readers that share a node are one grant. A Downgrade ends
+// the write grant and then starts a read grant of the same node.
 type StartObserver interface {
 	Observer
 	// ObserveAcquireStart is called as an acquisition begins, with the
@@ -106,10 +106,9 @@ type StartObserver interface {
 	ObserveGrantStart(e GrantEvent)
 }
 
-// WithObserver makes the lock tell o of every acquisition and grant (see
-// [Observer], and [StartObserver] for one that hears of their starts
-// too). Each WithObserver adds one: observers hear every event, in the
-// order they were given.
+// WithObserver makes the lock tell o of every acquisition and grant; see
+// [Observer] and [StartObserver]. Each WithObserver adds one observer.
+// Observers hear every event, in the order they were given.
 func WithObserver(o Observer) Option {
 	return func(opts *options) {
 		if o == nil {
@@ -124,12 +123,12 @@ func WithObserver(o Observer) Option {
 }
 
 // The rest of this file is how the lock makes the events. It counts the
-// requests of every acquisition and grant as they are sent (tally), and
-// makes an event only where there is an observer to hear it, so a lock
-// without one pays a few atomic adds and two readings of the clock per
-// acquisition, against round trips of hundreds of microseconds.
+// requests of every acquisition and grant as they are sent, with a
+// zkclient.Counter. It makes an event only where there is an observer to
+// hear it. So a lock without one pays a few atomic adds and two readings of
+// the clock per acquisition. A round trip costs hundreds of microseconds.
 
-// outcomeOf says how an acquisition ended (see AcquireEvent.Outcome).
+// outcomeOf says how an acquisition ended, as AcquireEvent.Outcome does.
 func outcomeOf(ctx context.Context, err error) string {
 	switch {
 	case err == nil:
@@ -142,7 +141,7 @@ func outcomeOf(ctx context.Context, err error) string {
 	return "failed"
 }
 
-// lossOf says why a grant ended with cause (see GrantEvent.Loss).
+// lossOf says why a grant ended with cause, as GrantEvent.Loss does.
 func lossOf(cause error) string {
 	switch {
 	case !errors.Is(cause, ErrLost):
@@ -161,22 +160,22 @@ func lossOf(cause error) string {
 	return "other"
 }
 
-// leaseLapsed reports whether err wraps an *zkclient.LeaseLapsedError. It is a
-// function of its own because errors.As's target escapes to the heap:
-// a release, which never gets this far, must not pay for it.
+// leaseLapsed reports whether err wraps an *zkclient.LeaseLapsedError. It
+// is a function of its own because errors.As's target escapes to the heap.
+// A release, which never gets this far, must not pay for it.
 func leaseLapsed(err error) bool {
 	var lapsed *zkclient.LeaseLapsedError
 	return errors.As(err, &lapsed)
 }
 
 // oneRoundTrip reports whether a granted acquisition took a single round
-// trip: its create and the listing sent right behind it (listBehind), and
-// no other request. Change the definition here: it is the only place that
+// trip. Its only requests were its create and the listing that listBehind
+// sent right behind it. Change the definition here, the only place that
 // makes it.
-func oneRoundTrip(a *acquisition) bool { return a.oneTrip && !a.waited && a.requests.Load() <= 2 }
+func oneRoundTrip(m *member) bool { return m.oneTrip && !m.waited && m.requests.Load() <= 2 }
 
-// starting tells the StartObservers that an acquisition in mode w begins
-// at start. Its ObserveAcquire is acquired's, with the same start.
+// starting tells the StartObservers that an acquisition in mode w begins at
+// start. Its ObserveAcquire comes from acquired, with the same start.
 func (l *RWLock) starting(ctx context.Context, w want, start time.Time) {
 	if len(l.starters) == 0 {
 		return
@@ -187,23 +186,11 @@ func (l *RWLock) starting(ctx context.Context, w want, start time.Time) {
 	}
 }
 
-// granted tells the StartObservers that g, a grant that owns its node,
-// begins. Its ObserveGrant is end's.
-func (l *RWLock) granted(g *Grant) {
-	if len(l.starters) == 0 {
-		return
-	}
-	ev := GrantEvent{Lock: l.path, Node: g.node, Mode: g.mode}
-	for _, o := range l.starters {
-		o.ObserveGrantStart(ev)
-	}
-}
-
-// acquired ends an acquisition's figures as it returns: the contention
-// profile's sample, and the observers' event. It runs on the caller's
-// goroutine, inside the public entry point, so that the profile can take
-// the caller's stack.
-func (l *RWLock) acquired(ctx context.Context, a *acquisition, start time.Time, err error) {
+// acquired ends an acquisition's figures as it returns. It records the
+// contention profile's sample, and the observers' event. It runs on the
+// caller's goroutine, inside the public entry point, so that the profile
+// can take the caller's stack.
+func (l *RWLock) acquired(ctx context.Context, a *member, start time.Time, err error) {
 	rate := contentionRate.Load()
 	if rate <= 0 && len(l.observers) == 0 {
 		return
@@ -226,92 +213,47 @@ func (l *RWLock) acquired(ctx context.Context, a *acquisition, start time.Time, 
 	}
 }
 
-// endEvent is the event of g, a grant that owns its node, ending with
-// cause: made as it ends, so that its hold is exact, and told (observeEnd)
-// once it has ended.
-func (l *RWLock) endEvent(g *Grant, cause error) GrantEvent {
-	if len(l.observers) == 0 {
-		return GrantEvent{}
+// observing is the observers' capability. It tells them of each hold as it
+// begins, and as it ends. A Downgrade ends the write grant and begins a
+// read grant of the same node.
+type observing struct{}
+
+func (observing) begin(h *hold) {
+	h.observeStart()
+	h.whenEnded(func(cause error) { h.observeEnd(h.currentMode(), cause) })
+}
+
+func (observing) changed(h *hold, c change) {
+	if c != downgraded {
+		return
 	}
-	return GrantEvent{
-		Lock: l.path, Node: g.node, Mode: g.mode, Hold: time.Since(g.since), Loss: lossOf(cause),
-		Requests: int(g.requests.Load()), Err: cause,
+	h.observeEnd(Write, ErrReleased)
+	h.mu.Lock()
+	h.since = time.Now()
+	h.mu.Unlock()
+	h.requests.Reset()
+	h.observeStart()
+}
+
+// observeStart tells the StartObservers that h begins, in its mode now.
+func (h *hold) observeStart() {
+	ev := GrantEvent{Lock: h.l.path, Node: h.path, Mode: h.currentMode()}
+	for _, o := range h.l.starters {
+		o.ObserveGrantStart(ev)
 	}
 }
 
-func (l *RWLock) observeEnd(ev GrantEvent) {
-	for _, o := range l.observers {
+// observeEnd tells the observers that h's grant of mode ended with cause.
+// It runs as the hold's end hooks do, after its grants' Done closed.
+func (h *hold) observeEnd(mode Mode, cause error) {
+	h.mu.Lock()
+	since := h.since
+	h.mu.Unlock()
+	ev := GrantEvent{
+		Lock: h.l.path, Node: h.path, Mode: mode, Hold: time.Since(since), Loss: lossOf(cause),
+		Requests: int(h.requests.Load()), Err: cause,
+	}
+	for _, o := range h.l.observers {
 		o.ObserveGrant(ev)
 	}
-}
-
-// A tally is the context an acquisition or a grant sends its requests
-// with: its caller's context, and where to count them (see
-// zkclient.Counter). It lives inside the acquisition or the grant, so
-// that counting costs no allocation; it carries no values of its own to
-// the caller's code.
-type tally struct {
-	context.Context
-	n *atomic.Int64 // the acquisition's or the grant's own count
-}
-
-// Value makes t the context's zkclient.Counter: the client counts each
-// request made with it.
-func (t *tally) Value(key any) any {
-	if key == zkclient.CounterKey {
-		return t
-	}
-	return t.Context.Value(key)
-}
-
-// CountRequest is zkclient.Counter's method.
-func (t *tally) CountRequest() { t.n.Add(1) }
-
-// counting returns the acquisition's context for its requests: ctx, with
-// its tally.
-func (a *acquisition) counting(ctx context.Context) context.Context {
-	a.tally = tally{Context: ctx, n: &a.requests}
-	return &a.tally
-}
-
-// counting returns a context for a request g makes on its caller's
-// behalf (Release, Downgrade) with ctx. It is g's one tally for them,
-// so the caller holds g.ops.
-func (g *Grant) counting(ctx context.Context) context.Context {
-	g.opTally = tally{Context: ctx, n: &g.requests}
-	return &g.opTally
-}
-
-// initContext makes g's own context, which ends when g does; the
-// requests g makes with it (Token, its node watch) are counted for g.
-func (g *Grant) initContext() {
-	g.tally = tally{Context: context.Background(), n: &g.requests}
-	g.since = time.Now()
-	g.ctx, g.cancel = context.WithCancelCause(&g.tally)
-}
-
-// acqStats are an acquisition's own figures, for its event.
-type acqStats struct {
-	tally    tally        // its context for requests (see counting)
-	requests atomic.Int64 // the requests it sent
-	relists  atomic.Int32 // its listings after the one that first showed its node
-}
-
-// listing counts, as the acquisition is about to list the directory, a
-// relist: a listing after one that showed the node it has now (locate took
-// its snapshot). Such a listing stands between what let the acquisition go
-// on (a release, a reconnection, a lost answer) and its grant; the first,
-// behind the create or once our node is known, is everyone's.
-func (a *acquisition) listing() {
-	if a.snap.self.name != "" {
-		a.relists.Add(1)
-	}
-}
-
-// grantStats are a grant's own figures, for its event.
-type grantStats struct {
-	since    time.Time    // when it was granted
-	requests atomic.Int64 // the requests it sent
-	tally    tally        // the parent of its context (see initContext)
-	opTally  tally        // Release's and Downgrade's (see counting); guarded by ops
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/zkrwlock/rwlock/internal/lockname"
 )
 
 // recorder is an Observer that keeps what it hears.
@@ -363,5 +364,40 @@ func TestRelists(t *testing.T) {
 			require.NoError(t, granted(t, w).Release(ctx))
 			assert.Equal(t, 1, relists(t, &rec), "it listed again to prove its place")
 		})
+	})
+}
+
+// A writer granted by its first listing, with a node created after its own
+// before that listing, reads its node for the token. That read is one of
+// its requests, and the acquisition took two round trips.
+func TestTokenReadCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		var rec recorder
+		c := s.conn()
+		l := newLock(t, c, WithObserver(&rec))
+		g, err := l.Lock(ctx) // makes the directory
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		other := s.conn()
+		var once atomic.Bool
+		c.setBefore(func(op, p string) error {
+			if op == "children" && p == dir && once.CompareAndSwap(false, true) {
+				_, err := other.Create(nodePrefix(dir, lockname.NewGUID(), Write, DialectNative), nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+				require.NoError(t, err)
+			}
+			return nil
+		})
+		calls := c.calls.Load()
+		g, err = l.Lock(ctx)
+		require.NoError(t, err)
+		used := c.calls.Load() - calls
+		acquires, _ := rec.events()
+		got := acquires[len(acquires)-1]
+		assert.Equal(t, int(used), got.Requests)
+		assert.Equal(t, 3, got.Requests, "create, list and the token's read")
+		assert.False(t, got.OneRoundTrip)
+		require.NoError(t, g.Release(ctx))
 	})
 }

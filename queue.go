@@ -3,6 +3,7 @@ package rwlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -17,53 +18,52 @@ import (
 type Entry struct {
 	Node      string    // full path of the lock node
 	Mode      Mode      // Read for a writer that has been downgraded
-	Seq       int32     // sequence number: the queue order
+	Seq       int32     // sequence number, which is the queue order
 	SessionID int64     // the ZooKeeper session that owns the node
-	Owner     string    // who, as set by WithOwner (default host:pid)
+	Owner     string    // who, as set by WithOwner; host:pid by default
 	Held      bool      // holds the lock now; false while waiting
 	Created   time.Time // when the node was created, by the server's clock
-	// Family is whose names the node carries: DialectKazoo for kazoo's
-	// Lock and WriteLock alike; for native names, the lock's dialect if it
-	// makes them too (DialectKazooPatterns).
+	// Family is whose names the node carries: DialectKazoo for kazoo's Lock
+	// and WriteLock alike, and for native names the lock's own dialect if
+	// it makes them too, such as DialectKazooPatterns.
 	Family Dialect
-	Peer   bool // not made by zkrwlock's guarded names (Curator, kazoo, zk.Lock): Owner is its data as text
-	// Readers is, for this process's own shared read node (see
-	// WithReadCoalescing), how many of its readers hold or wait on it
-	// (the node is one entry); 0 for every other node.
+	Peer   bool // not named by zkrwlock, as a node of Curator, kazoo or zk.Lock is; Owner is then its data as text
+	// Readers counts this process's readers that hold or wait on the node,
+	// if it is their shared read node, and is 0 for every other node; see
+	// WithReadCoalescing.
 	Readers int
-	// MaxHold is the hold limit (WithMaxHold) of the lock that made the
-	// node, from its data; 0 for none, and for a peer's node. A holder's
-	// node goes at MaxHold after its grant, by the holder's clock, so not
-	// before Created+MaxHold.
+	// MaxHold is the hold limit of the lock that made the node, from its
+	// data; 0 for none, and for a peer's node. The node goes at MaxHold
+	// after its grant, by the holder's clock, so not before
+	// Created+MaxHold.
 	MaxHold time.Duration
-	// Set is, for a node LockAll made, the lock directories of the other
-	// locks of its set, as many as its data names (it names up to 8);
-	// nil for a node in no set.
+	// Set lists, for a node LockAll made, the lock directories of the other
+	// locks of its set that its data names, up to 8; nil for no set.
 	Set []string
-	// SetSize is how many locks that set has, this one included; 0 for a
-	// node in no set. It exceeds len(Set)+1 when the data names only some.
+	// SetSize is how many locks that set has, this one included; 0 for no
+	// set. It exceeds len(Set)+1 when the data names only some.
 	SetSize int
-	// Blind is true for a peer's node whose library does not count some
-	// other node of the queue in its own: between them mutual exclusion
-	// does not hold (a mixed fleet: see WithDialect). A peer's Held is
-	// judged by its library's own rules, over the nodes it counts.
+	// Blind marks a peer's node whose library does not count some other
+	// node of the queue, so mutual exclusion between them does not hold. A
+	// peer's Held follows its library's own rules, over the nodes it
+	// counts.
 	Blind bool
 }
 
 // Queue returns the holders and then the waiters of the lock, in queue
-// order, read from ZooKeeper now (one list and one read per node; nodes
-// that vanish meanwhile are left out). Peers' nodes are entries too, with
-// their family; children that are not lock nodes of any family are
-// ignored. A lock directory that does not exist is an empty queue.
+// order, read from ZooKeeper now with one list and one read per node. Nodes
+// that vanish meanwhile are left out. Peers' nodes are entries too, with
+// their family. Children that are not lock nodes of any family are ignored.
+// A lock directory that does not exist is an empty queue.
 func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	if l.conn == nil {
-		return nil, errorf("rwlock: queue: %w: the RWLock was not made by New", ErrInvalidArgument)
+		return nil, &opError{"queue", l.path, fmt.Errorf("%w: the RWLock was not made by New", ErrInvalidArgument)}
 	}
 	c := zkclient.For(l.conn)
 	defer c.Unref()
 	nodes, _, err := l.listQueue(ctx, c)
 	if err != nil {
-		return nil, errorf("rwlock: queue %s: %w", l.path, err)
+		return nil, &opError{"queue", l.path, err}
 	}
 
 	entries := make([]Entry, len(nodes))
@@ -78,7 +78,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 				return nil
 			}
 			if r.Err != nil {
-				return errorf("rwlock: queue %s: %w", path, r.Err)
+				return fmt.Errorf("read %s: %w", path, r.Err)
 			}
 			mode := n.mode
 			if mode == Write && n.ours && lockname.Downgraded(r.V.Data) {
@@ -120,10 +120,10 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 	return queue, nil
 }
 
-// holding judges which of nodes, in queue order, hold the lock: the first,
-// and each reader with no writer before it, modes[i] being nodes[i]'s mode
-// (Read for a writer of ours that was downgraded); a peer's node as its
-// library judges it (peerView).
+// holding judges which of nodes, in queue order, hold the lock. The first
+// node holds, and so does each reader with no writer before it. The mode of
+// nodes[i] is modes[i], which is Read for a writer of ours that was
+// downgraded. A peer's node holds as its library judges it; see peerView.
 func holding(nodes []lockNode, modes []Mode) []bool {
 	held := make([]bool, len(nodes))
 	writerBefore := false
@@ -137,10 +137,10 @@ func holding(nodes []lockNode, modes []Mode) []bool {
 	return held
 }
 
-// listQueue lists the lock directory's lock nodes of every family, in
-// queue order (none if the directory is missing), and notes the peers
-// among them. dir is the directory's czxid (0 if it is missing): a
-// directory made anew numbers its nodes from 0 again.
+// listQueue lists the lock directory's lock nodes of every family, in queue
+// order, and notes the peers among them. A missing directory has none. It
+// returns as dir the directory's czxid, or 0 if it is missing. A directory
+// made anew numbers its nodes from 0 again.
 func (l *RWLock) listQueue(ctx context.Context, c *zkclient.Client) (nodes []lockNode, dir int64, err error) {
 	children := c.List(ctx, l.path)
 	if errors.Is(children.Err, zk.ErrNoNode) {
@@ -164,11 +164,12 @@ func (l *RWLock) listQueue(ctx context.Context, c *zkclient.Client) (nodes []loc
 	return nodes, children.V.Stat.Czxid, nil
 }
 
-// peerView judges the peer's node listed[i] as its library does: it holds
-// when none of the nodes before it that the library counts is in its way
-// (a writer's name blocks everyone after it, any name a writer; the
-// library reads no mark, so a downgraded writer of ours is a writer). blind
-// is true if the library does not count some other node of the queue.
+// peerView judges the peer's node listed[i] as its library does. It holds
+// when none of the nodes before it that the library counts is in its way. A
+// writer's name blocks everyone after it, and any name blocks a writer. The
+// library reads no mark, so a downgraded writer of ours is a writer. The
+// result blind is true if the library does not count some other node of the
+// queue.
 func peerView(listed []lockNode, i int) (held, blind bool) {
 	p := listed[i]
 	held = true

@@ -362,12 +362,12 @@ func TestRevokeNamesOfAnotherDirectory(t *testing.T) {
 			return err
 		})
 		require.NoError(t, newLock(t, op).Revoke(ctx, "the holder"))
-		require.Equal(t, seqOf(t, path.Base(holder.node)), seqOf(t, path.Base(fresh.node)), "numbered as the holder was")
+		require.Equal(t, seqOf(t, path.Base(holder.h.path)), seqOf(t, path.Base(fresh.h.path)), "numbered as the holder was")
 		data, _, err := op.Get(dir)
 		require.NoError(t, err)
 		rev, ok := lockname.ParseRevocation(data)
 		require.True(t, ok)
-		require.Equal(t, []int32{seqOf(t, path.Base(holder.node))}, rev.Nodes, "the second write, in the new directory")
+		require.Equal(t, []int32{seqOf(t, path.Base(holder.h.path))}, rev.Nodes, "the second write, in the new directory")
 		freshRevoked := listens(fresh)
 		assert.False(t, isClosed(freshRevoked), "a node of the new directory")
 		require.NoError(t, fresh.Release(ctx))
@@ -529,7 +529,7 @@ func TestRevokeNamesOfAReadUnderWay(t *testing.T) {
 				var ferr error
 				fresh, ferr = newLock(t, c).Lock(ctx)
 				assert.NoError(t, ferr)
-				assert.Equal(t, seqOf(t, path.Base(holder.node)), seqOf(t, path.Base(fresh.node)))
+				assert.Equal(t, seqOf(t, path.Base(holder.h.path)), seqOf(t, path.Base(fresh.h.path)))
 				freshRevoked = fresh.Revoked()
 			}
 			return err
@@ -618,11 +618,11 @@ func TestRevokeListeningOnARetiredClient(t *testing.T) {
 		require.NoError(t, g.Release(ctx))
 		synctest.Wait()
 		next := zkclient.For(c)
-		retired := next != g.c
+		retired := next != g.h.c
 		next.Unref()
 		require.True(t, retired, "the grant was the Client's last user")
 		assert.Zero(t, c.cost(func() {
-			l.revocationsOn(g.c, true).listen(g)
+			l.listenRevocations(g.h.c).listen(g.h)
 			synctest.Wait()
 		}))
 	})
@@ -802,7 +802,7 @@ func TestRevokeAfterTheFirstLeft(t *testing.T) {
 		require.NoError(t, err)
 		rev, ok := lockname.ParseRevocation(data)
 		require.True(t, ok)
-		assert.Equal(t, []int32{seqOf(t, path.Base(rg.node))}, rev.Nodes)
+		assert.Equal(t, []int32{seqOf(t, path.Base(rg.h.path))}, rev.Nodes)
 		assert.Equal(t, st.Czxid, rev.Dir, "the directory the names were listed in")
 		require.NoError(t, rg.Release(ctx))
 	})
@@ -821,7 +821,7 @@ func TestRevokeWithPeers(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, g.Release(ctx))
 		peer := s.conn()
-		marks := string(lockname.Data("forged", 0, true, true))
+		marks := string(lockname.Data("forged", 0, lockname.MarkHeld|lockname.MarkDowngraded))
 		writer := peerNode(t, peer, "_c_"+uuid+"-__WRIT__", marks)
 		r := start(ctx, lock(s.conn()).RLock)
 		synctest.Wait()
@@ -852,7 +852,7 @@ func TestRevokeWithPeers(t *testing.T) {
 		synctest.Wait()
 		pending(t, w)
 		assert.Equal(t, int64(3), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "readers")) }))
-		assert.Equal(t, []int32{seqOf(t, path.Base(rg.node)), seqOf(t, reader)}, named())
+		assert.Equal(t, []int32{seqOf(t, path.Base(rg.h.path)), seqOf(t, reader)}, named())
 		assert.True(t, isClosed(rRevoked))
 		require.NoError(t, rg.Release(ctx))
 		require.NoError(t, peer.Delete(dir+"/"+reader, -1))

@@ -2,7 +2,6 @@ package rwlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,45 +13,6 @@ import (
 
 	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
-)
-
-// Errors returned by the lock. Match them with [errors.Is]: they are
-// wrapped together with the context of the failure (path, node, the
-// ZooKeeper error that caused it).
-var (
-	// ErrWouldBlock is returned by TryLock and TryRLock when another grant
-	// is in the way. They leave no node behind.
-	ErrWouldBlock = errors.New("rwlock: would block")
-	// ErrLost means a grant ended without Release: its node was deleted,
-	// its session expired, or the lock could no longer show the session
-	// alive for long enough (see Grant.Done). Lock and RLock return it when
-	// their node was deleted by someone else while they waited.
-	ErrLost = errors.New("rwlock: grant lost")
-	// ErrReleased is what Err returns after Release (or Downgrade).
-	ErrReleased = errors.New("rwlock: grant released")
-	// ErrInvalidPath is returned by New for a path ZooKeeper would reject
-	// or that cannot hold a lock.
-	ErrInvalidPath = errors.New("rwlock: invalid path")
-	// ErrUpgrade is returned by Lock when the context carries a read grant
-	// of the same lock: upgrading in place can deadlock two readers.
-	ErrUpgrade = errors.New("rwlock: cannot upgrade a read grant to a write grant")
-	// ErrInvalidArgument is returned for a nil connection, an invalid
-	// option, or an RWLock not made by New.
-	ErrInvalidArgument = errors.New("rwlock: invalid argument")
-	// ErrSequenceExhausted is returned by an acquisition that finds the
-	// lock directory's sequence counter at its end (ZooKeeper does not
-	// wrap it: past 2147483647 nodes get duplicate numbers), so that the
-	// queue cannot be ordered. The acquisition leaves no node behind. The
-	// remedy is a fresh lock directory: a new path, or this one deleted
-	// and created again while nobody uses it.
-	ErrSequenceExhausted = errors.New("rwlock: the lock directory's sequence numbers are exhausted")
-	// ErrHoldLimit is, with ErrLost, the cause of a grant that reached the
-	// lock's hold limit (see WithMaxHold).
-	ErrHoldLimit = errors.New("rwlock: hold limit reached")
-	// ErrRevoked is the cause with which WithRead and WithWrite cancel
-	// their function's context when the grant is revoked (see
-	// RWLock.Revoke).
-	ErrRevoked = errors.New("rwlock: grant revoked")
 )
 
 // Mode says whether a grant is shared or exclusive.
@@ -76,20 +36,19 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// RWLock is a distributed read/write lock: a ZooKeeper directory whose
-// children are the queue of grants and waiters, in the order of their
-// sequence numbers. It is safe for concurrent use, and one RWLock may hold
-// any number of grants at once. Make it with New: the zero value is not
-// usable (its methods return an error wrapping ErrInvalidArgument).
-//
-// Fairness is that order, so FIFO: a waiting writer blocks every reader that
-// queues after it, and no one can overtake a waiter. A grant lasts until it
-// is released or lost; [Grant.Done] tells which.
+// RWLock is a distributed read/write lock. The children of its ZooKeeper
+// directory are the queue of grants and waiters, in the order of their
+// sequence numbers. So the lock is FIFO. A waiting writer blocks every
+// reader that queues after it, and no one can overtake a waiter. A grant
+// lasts until it is released or lost, and [Grant.Done] tells which. An
+// RWLock is safe for concurrent use, and may hold any number of grants at
+// once. Make it with New; the zero value's methods return an error wrapping
+// ErrInvalidArgument.
 type RWLock struct {
 	conn           zkclient.Conn
 	path           string
 	acl            []zk.ACL
-	data           []byte // node data: who holds or waits
+	data           []byte // the node data, which says who holds or waits
 	owner          string
 	log            *slog.Logger
 	sessionTimeout time.Duration // from WithSessionTimeout; 0 when not given
@@ -99,48 +58,45 @@ type RWLock struct {
 
 	observers []Observer      // from WithObserver
 	starters  []StartObserver // those of observers that hear of starts too
-	peerWatch peerWatch
-	coalesce  *coalescer // the shared read node; nil without WithReadCoalescing
+	caps      []capability    // what follows every hold, as hold.go says
+	coalesce  *coalescer      // the shared read node; nil without WithReadCoalescing
 
-	peersWarned  atomic.Bool    // warned of peers that do not see our nodes (see notePeers)
+	peersWarned  atomic.Bool    // notePeers warned of peers that do not see our nodes
 	noContainers atomic.Bool    // the server refused container nodes
-	deletable    atomic.Bool    // this client may delete nodes in the directory (see checkDeletable)
+	deletable    atomic.Bool    // checkDeletable found that this client may delete nodes in the directory
 	background   sync.WaitGroup // deletions that outlived the call that needed them
 }
 
-// New returns the lock whose directory is path, using conn, which it never
-// closes or replaces. It makes no request: the directory and its parents
-// are created, as container nodes (the directory itself persistent in a
-// kazoo dialect), by the first acquisition. New returns an error wrapping
-// ErrInvalidPath for a path that cannot be a lock directory (not absolute,
-// a trailing slash, an empty or relative segment, a control character, the
-// root, anything under /zookeeper, more than 64 KiB), and one wrapping
-// ErrInvalidArgument for a nil conn or option, or an invalid option.
+// New returns the lock whose directory is path, on conn, which it never
+// closes or replaces. New makes no request. The first acquisition creates
+// the directory and its parents, as container nodes except as [WithDialect]
+// says.
+//
+// New returns an error wrapping ErrInvalidPath for a path that is not
+// absolute, or that has a trailing slash, an empty or relative segment, or
+// a control character. The root, anything under /zookeeper and a path over
+// 64 KiB get that error too. A nil conn or option, or an invalid option,
+// gets an error wrapping ErrInvalidArgument.
 func New(conn *zk.Conn, path string, opts ...Option) (*RWLock, error) {
 	if conn == nil {
-		return nil, fmt.Errorf("%w: nil *zk.Conn", ErrInvalidArgument)
+		return nil, &opError{"new", path, fmt.Errorf("%w: nil *zk.Conn", ErrInvalidArgument)}
 	}
 	return newRWLock(conn, path, opts...)
 }
 
 func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error) {
 	if err := lockname.CheckPath(path); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPath, err)
+		return nil, &opError{"new", path, fmt.Errorf("%w: %w", ErrInvalidPath, err)}
 	}
 	o, err := makeOptions(opts)
 	if err != nil {
-		return nil, err
+		return nil, &opError{"new", path, err}
 	}
-	var co *coalescer
-	if o.coalesce {
-		co = &coalescer{live: map[string]*sharedRead{}}
-	}
-	return &RWLock{
-		coalesce:       co,
+	l := &RWLock{
 		conn:           conn,
 		path:           path,
 		acl:            o.acl,
-		data:           lockname.Data(o.owner, o.maxHold, false, false),
+		data:           lockname.Data(o.owner, o.maxHold, 0),
 		owner:          o.owner,
 		log:            o.log,
 		sessionTimeout: o.sessionTimeout,
@@ -149,72 +105,117 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		observers:      o.observers,
 		starters:       o.starters,
 		dialect:        o.dialect,
-	}, nil
+	}
+	if o.coalesce {
+		l.coalesce = &coalescer{live: map[string]*sharedRead{}}
+	}
+	l.caps = l.capabilities()
+	return l, nil
+}
+
+// capabilities returns what follows every hold of l, as its options ask.
+// The observers come first, so that a grant's start is told before anything
+// else can end it.
+func (l *RWLock) capabilities() []capability {
+	var caps []capability
+	if len(l.observers) > 0 {
+		caps = append(caps, observing{})
+	}
+	if l.maxHold > 0 {
+		caps = append(caps, holdLimit{})
+	}
+	return append(caps, revocation{}, &fleetWatch{})
+}
+
+// acquire runs one acquisition of this lock for w. It returns a nested
+// grant when ctx carries one of the lock's, and a coalesced read when the
+// lock coalesces them. Otherwise it makes a node of its own.
+func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
+	if l.conn == nil {
+		return nil, &opError{verb(w), l.path, fmt.Errorf("%w: the RWLock was not made by New", ErrInvalidArgument)}
+	}
+	if g, err := l.nested(ctx, w); g != nil || err != nil {
+		return g, err
+	}
+	if l.coalesce != nil && w.mode == Read && w.block {
+		return l.readShared(ctx)
+	}
+	a := newAcquisition(Request{l, w.mode})
+	a.members[0].block = w.block
+	start := time.Now()
+	l.starting(ctx, w, start)
+	holds, err := a.run(ctx)
+	l.acquired(ctx, a.members[0], start, err)
+	if err != nil {
+		a.release()
+		return nil, &opError{verb(w), l.path, err}
+	}
+	return holds[0].grant(w.mode), nil
 }
 
 // Path returns the lock directory.
 func (l *RWLock) Path() string { return l.path }
 
 // Lock blocks until it holds the lock exclusively, or ctx ends. It queues
-// behind every grant and waiter already there. On failure, including a
-// cancelled ctx, it returns an error (wrapping ctx's error when ctx ended)
-// and leaves no node behind. It rides out connection loss and server
-// restarts while it waits, and queues again if the session expires. If its
-// node is deleted while it waits, it fails with an error wrapping ErrLost:
-// deleted by someone else, or by the server as it expired the session of
-// a process paused past it, which learns of the deletion before it learns
-// of the expiry.
+// behind every grant and waiter already there. On failure, a cancelled ctx
+// included, it returns an error and leaves no node behind. The error wraps
+// ctx's error when ctx ended. While it waits, Lock rides out connection
+// loss and server restarts, and queues again if the session expires. If its
+// node is deleted while it waits, Lock fails with an error wrapping
+// ErrLost. Someone else may have deleted the node. Or the server did, as it
+// expired the session of a process paused past it, which learns of the
+// deletion before the expiry.
 //
-// If ctx carries a grant of this lock (see [ContextWithGrant]), Lock returns
-// a nested grant of a write grant at once, and fails with ErrUpgrade inside
-// a read grant; a grant the lease clock has given up fails with ErrLost.
+// With a context that carries a write grant of this lock, Lock returns a
+// nested grant at once; see [ContextWithGrant]. Inside a read grant it
+// fails with ErrUpgrade, and inside a grant the lease clock has given up,
+// with ErrLost.
 func (l *RWLock) Lock(ctx context.Context) (*Grant, error) {
 	return l.acquire(ctx, want{mode: Write, block: true})
 }
 
-// RLock blocks until it holds the lock shared, or ctx ends. It queues behind
-// every grant and waiter already there: a waiting writer blocks it. On
-// failure it behaves as Lock does.
-//
-// If ctx carries a grant of this lock (see [ContextWithGrant]), RLock
-// returns a nested grant of it at once.
+// RLock blocks until it holds the lock shared, or ctx ends. It queues
+// behind every grant and waiter already there, so a waiting writer blocks
+// it. On failure it behaves as Lock does. If ctx carries a grant of this
+// lock, RLock returns a nested grant of it at once.
 func (l *RWLock) RLock(ctx context.Context) (*Grant, error) {
 	return l.acquire(ctx, want{mode: Read, block: true})
 }
 
-// TryLock returns an exclusive grant if it can have one without waiting,
-// and otherwise an error wrapping ErrWouldBlock, leaving no node behind.
-// Use it sparingly: a caller that retries TryLock in a loop loses its place
-// in the queue every time, and Lock with a deadline is nearly always better.
+// TryLock returns an exclusive grant if it can have one without waiting.
+// Otherwise it returns an error wrapping ErrWouldBlock, and leaves no node
+// behind. Use it sparingly. A caller that retries TryLock in a loop loses
+// its place in the queue each time; Lock with a deadline is nearly always
+// better.
 func (l *RWLock) TryLock(ctx context.Context) (*Grant, error) {
 	return l.acquire(ctx, want{mode: Write})
 }
 
 // TryRLock returns a shared grant if it can have one without waiting, and
-// otherwise an error wrapping ErrWouldBlock, leaving no node behind. It
-// still makes its requests (create, list, delete), so ctx bounds them.
+// otherwise fails as TryLock does. It still makes its requests, a create, a
+// list and a delete, so ctx bounds them.
 func (l *RWLock) TryRLock(ctx context.Context) (*Grant, error) {
 	return l.acquire(ctx, want{mode: Read})
 }
 
-// WithWrite runs fn while holding the lock exclusively, and releases it when
-// fn returns. fn's context carries the grant, and is cancelled, with a cause
-// wrapping ErrLost, when the grant is lost: a migration must stop writing
-// then. Its Err and Done consult the lease clock as [Grant.Err] does, so a
-// check right after a pause sees the loss; contexts derived from it see it
-// at the clock's next look, within a sixteenth of the session timeout.
-// WithWrite then returns an error wrapping ErrLost (joined with fn's
-// error). Errors acquiring the lock are returned as from Lock, without
-// running fn. When fn succeeded under a grant that was never lost, it
-// returns nil even if the release's deletion was cut short by the
-// connection (a failover): the deletion then goes on in the background
-// until the node is gone or its session ends, as [Grant.Release] describes.
+// WithWrite runs fn while holding the lock exclusively, and releases it
+// when fn returns. Errors acquiring the lock are returned as from Lock, and
+// fn does not run. The context fn gets carries the grant. It is cancelled
+// with a cause wrapping ErrLost when the grant is lost, and a migration
+// must stop writing then. Its Err and Done consult the lease clock as
+// [Grant.Err] does. Contexts derived from it see a loss at the clock's next
+// look, which docs/guarantees.md bounds. WithWrite then returns an error
+// wrapping ErrLost, joined with fn's error.
+//
+// If fn succeeded under a grant never lost, WithWrite returns nil, even if
+// a failover cut the release's deletion short. The deletion then goes on in
+// the background, as [Grant.Release] says.
 func (l *RWLock) WithWrite(ctx context.Context, fn func(context.Context) error) error {
 	return l.with(ctx, Write, fn)
 }
 
 // WithRead runs fn while holding the lock shared, and releases it when fn
-// returns; otherwise as WithWrite.
+// returns. Otherwise it behaves as WithWrite does.
 func (l *RWLock) WithRead(ctx context.Context, fn func(context.Context) error) error {
 	return l.with(ctx, Read, fn)
 }

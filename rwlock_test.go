@@ -14,9 +14,6 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/zkrwlock/rwlock/internal/lockname"
-	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 const (
@@ -750,10 +747,11 @@ func TestListingBehindTheCreateTakesOneRoundTrip(t *testing.T) {
 			}
 			return err
 		})
-		a := &acquisition{l: l, c: zkclient.For(c), want: want{mode: Write, block: true}, guid: lockname.NewGUID()}
-		g, err = a.run(ctx)
+		a := newAcquisition(Request{l, Write})
+		holds, err := a.run(ctx)
 		require.NoError(t, err)
-		assert.True(t, a.oneTrip)
+		assert.True(t, a.members[0].oneTrip)
+		g = holds[0].grant(Write)
 		c.setBefore(nil)
 		c.setAfter(nil)
 		require.NoError(t, g.Release(ctx))

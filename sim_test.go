@@ -278,10 +278,11 @@ type sim struct {
 	settled    bool
 	grants     []simGrant
 	release    map[*Grant]time.Time // when the holder called Release
+	from       map[*Grant]*Grant    // the write grant a Downgrade made a read grant of
 	downgraded map[*Grant]time.Time // when the holder of a write grant called Downgrade
 
 	endedMu sync.Mutex
-	ended   map[*Grant]time.Time // when a root grant ended (its holder was told)
+	ended   map[*hold]time.Time // when a node's hold ended (its holder was told)
 	joins   []simJoin
 }
 
@@ -597,7 +598,7 @@ func (s *sim) client(c *simClient) {
 		// once for any other reason, it still counts.
 		lost := errors.Join(g.Err(), g2.errIfAny()) != nil
 		n.mu.Lock()
-		expiredAt, expired := s.net.expired[g.session]
+		expiredAt, expired := s.net.expired[g.h.session]
 		void := lost && expired && !c.zk.frozenAt.Before(start) && !expiredAt.Before(start)
 		c.holding, c.holdEnd = g, time.Now().Add(step.hold)
 		if !void {
@@ -650,7 +651,11 @@ func (s *sim) client(c *simClient) {
 		if s.release == nil {
 			s.release = make(map[*Grant]time.Time)
 		}
-		s.release[g] = time.Now()
+		// Releasing the read grant a Downgrade made releases the node of
+		// the write grant it came from too.
+		for x := g; x != nil; x = s.from[x] {
+			s.release[x] = time.Now()
+		}
 		if g2 != nil {
 			c.other.holding = nil
 			s.release[g2] = time.Now()
@@ -688,26 +693,34 @@ func (s *sim) downgrade(c *simClient, g *Grant) *Grant {
 		return nil
 	}
 	s.logf("c%d downgrades", c.id)
+	if s.from == nil {
+		s.from = make(map[*Grant]*Grant)
+	}
+	s.from[d] = g
 	c.holding = d
-	s.grants = append(s.grants, s.given(c.id, d.l.path, d, false)) // with the write's hold limit
+	s.grants = append(s.grants, s.given(c.id, d.h.l.path, d, false)) // with the write's hold limit
 	return d
 }
 
 // given records g, granted to client id on lock, and when it ends. Call
 // with net.mu held.
 func (s *sim) given(id int, lock string, g *Grant, void bool) simGrant {
-	r := g.root()
-	r.whenEnded(func(error) {
+	h := g.h
+	h.whenEnded(func(error) {
 		s.endedMu.Lock()
 		defer s.endedMu.Unlock()
 		if s.ended == nil {
-			s.ended = make(map[*Grant]time.Time)
+			s.ended = make(map[*hold]time.Time)
 		}
-		if _, ok := s.ended[r]; !ok {
-			s.ended[r] = time.Now()
+		if _, ok := s.ended[h]; !ok {
+			s.ended[h] = time.Now()
 		}
 	})
-	return simGrant{id, lock, g.Mode(), time.Now(), g, r.holdHead, void}
+	var head time.Duration
+	if lim := limitOf(h); lim != nil {
+		head = lim.head
+	}
+	return simGrant{id, lock, g.Mode(), time.Now(), g, head, void}
 }
 
 // checkLimits checks the hold limit's promise (see holdlimit.go) as g is
@@ -721,8 +734,8 @@ func (s *sim) given(id int, lock string, g *Grant, void bool) simGrant {
 func (s *sim) checkLimits(c *simClient, g *Grant) {
 	now := time.Now()
 	for _, o := range s.grants {
-		h := o.g.root() // a coalesced reader's node is its root grant's
-		if o.lock != g.l.path || o.mode == Read && g.Mode() == Read || !errors.Is(context.Cause(h.ctx), ErrHoldLimit) {
+		h := o.g.h // a coalesced reader's node is its node's
+		if o.lock != g.h.l.path || o.mode == Read && g.Mode() == Read || !errors.Is(context.Cause(h.ctx), ErrHoldLimit) {
 			continue
 		}
 		s.endedMu.Lock()
@@ -735,10 +748,11 @@ func (s *sim) checkLimits(c *simClient, g *Grant) {
 		if !now.Before(goes) {
 			continue
 		}
-		if t, ok := s.release[o.g]; ok && t.Before(h.holdNotice) {
+		notice := limitOf(h).notice
+		if t, ok := s.release[o.g]; ok && t.Before(notice) {
 			continue
 		}
-		if t, ok := s.downgraded[o.g]; ok && t.Before(h.holdNotice) && g.Mode() == Read {
+		if t, ok := s.downgraded[o.g]; ok && t.Before(notice) && g.Mode() == Read {
 			continue
 		}
 		if _, expired := s.net.expired[h.session]; expired {
@@ -751,12 +765,18 @@ func (s *sim) checkLimits(c *simClient, g *Grant) {
 	}
 }
 
-// nodeGoes is when the hold limit deletes g's node: the limit, or later
-// for a holder told late (see holdLimitReached).
-func (g *Grant) nodeGoes() time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.holdEnd
+// nodeGoes is when the hold limit deletes h's node: the limit, or later
+// for a holder told late (see limit.reached).
+func (h *hold) nodeGoes() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.until
+}
+
+// limitOf returns h's hold limit; nil for none.
+func limitOf(h *hold) *limit {
+	lim, _ := h.slot(holdLimit{}, nil).(*limit)
+	return lim
 }
 
 // lockSet takes c's two locks with LockAll, in the step's order and modes,
@@ -1289,7 +1309,7 @@ func (s *sim) protected(c *simClient, g *Grant) bool {
 	if c.known {
 		return true
 	}
-	least, ok := s.net.least[g.session]
+	least, ok := s.net.least[g.h.session]
 	return c.bound > 0 && ok && least >= c.bound
 }
 
@@ -1299,18 +1319,18 @@ func (s *sim) protected(c *simClient, g *Grant) bool {
 // Call with net.mu held.
 func (s *sim) lostDuring(c *simClient, g *Grant) string {
 	for _, o := range s.grants[c.stopped:] {
-		if o.client != c.id && !o.void && o.lock == g.l.path && (o.mode == Write || g.Mode() == Write && !c.downgrading) {
-			if t, ok := s.net.expired[o.g.session]; ok && !s.protected(s.clients[o.client], o.g) && !t.After(o.at) {
+		if o.client != c.id && !o.void && o.lock == g.h.l.path && (o.mode == Write || g.Mode() == Write && !c.downgrading) {
+			if t, ok := s.net.expired[o.g.h.session]; ok && !s.protected(s.clients[o.client], o.g) && !t.After(o.at) {
 				continue // go-zookeeper's blind spot, as in check: proves nothing of c's grant
 			}
 			return fmt.Sprintf("c%d was granted %s at %v", o.client, o.mode, at(o.at))
 		}
 	}
-	if t, ok := s.net.expired[g.session]; ok && !t.Before(c.zk.frozenAt) {
+	if t, ok := s.net.expired[g.h.session]; ok && !t.Before(c.zk.frozenAt) {
 		return fmt.Sprintf("the server expired its session at %v", at(t))
 	}
-	if r := g.root(); r.overHold() {
-		return fmt.Sprintf("its hold limit's notice came at %v", at(r.holdNotice))
+	if lim := limitOf(g.h); lim != nil && !time.Now().Before(lim.notice) {
+		return fmt.Sprintf("its hold limit's notice came at %v", at(lim.notice))
 	}
 	return ""
 }
@@ -1355,11 +1375,11 @@ func (s *sim) check() {
 					c.id, now.Sub(noticed), what)
 				return
 			}
-			if _, expired := s.net.expired[g.session]; expired && !s.protected(c, g) {
+			if _, expired := s.net.expired[g.h.session]; expired && !s.protected(c, g) {
 				continue // go-zookeeper's blind spot, which such a grant keeps without a bound the server granted
 			}
 		}
-		if p := g.l.path; g.Mode() == Write && !c.downgrading {
+		if p := g.h.l.path; g.Mode() == Write && !c.downgrading {
 			writers[p] = append(writers[p], c)
 		} else {
 			readers[p] = append(readers[p], c)
@@ -1384,8 +1404,8 @@ func (s *sim) check() {
 func (s *sim) noticed(c *simClient, g *Grant) (since time.Time, what string) {
 	cl := c.zk
 	switch {
-	case cl.c.session.Load() != g.session:
-		since, what = s.net.left[g.session], "another session"
+	case cl.c.session.Load() != g.h.session:
+		since, what = s.net.left[g.h.session], "another session"
 	case cl.c.State() != zk.StateHasSession:
 		since, what = cl.downSince, cl.c.State().String()
 	default:
@@ -1398,15 +1418,15 @@ func (s *sim) noticed(c *simClient, g *Grant) (since time.Time, what string) {
 func (s *sim) status(c *simClient) string {
 	cl, g := c.zk, c.holding
 	var b strings.Builder
-	fmt.Fprintf(&b, "c%d holds %s %s (session %d", c.id, g.Mode(), path.Base(g.Node()), g.session)
-	if t, granted := g.c.Timeout(g.l.sessionTimeout, g.session); granted {
+	fmt.Fprintf(&b, "c%d holds %s %s (session %d", c.id, g.Mode(), path.Base(g.Node()), g.h.session)
+	if t, granted := g.h.c.Timeout(g.h.l.sessionTimeout, g.h.session); granted {
 		fmt.Fprintf(&b, ", timeout %v)", t)
 	} else if t > 0 {
 		fmt.Fprintf(&b, ", timeout unknown, judged by the bound %v)", t)
 	} else {
 		b.WriteString(", timeout unknown)")
 	}
-	if t, ok := s.net.expired[g.session]; ok {
+	if t, ok := s.net.expired[g.h.session]; ok {
 		fmt.Fprintf(&b, "; the server expired the session at %v", at(t))
 	}
 	fmt.Fprintf(&b, "; the server last heard it at %v", at(cl.lastHeard))

@@ -3,35 +3,35 @@ package rwlock
 import (
 	"context"
 	"errors"
-	"time"
 )
 
 // A grantContext is the context a function runs under while a grant is
-// held (WithRead, WithWrite, ReadGroup): it carries the grant and is
-// cancelled, with the loss as its cause, when the grant is lost. Its Err and
-// Done consult the lease clock first, as the grant's own do, so that a
-// function checking its context right after its process was paused sees
-// the loss before the clock's timer has had a chance to fire.
+// held, in WithRead, WithWrite and ReadGroup. It carries the grant. It is
+// cancelled when the grant is lost, with the loss as its cause. Its Err and
+// Done consult the lease clock first, as the grant's own do. So a function
+// that checks its context right after its process was paused sees the loss,
+// before the clock's timer has had a chance to fire.
 type grantContext struct {
 	context.Context
 	g *Grant
 }
 
 func (c grantContext) Done() <-chan struct{} {
-	c.g.judge()
+	c.g.h.judge()
 	return c.Context.Done()
 }
 
 func (c grantContext) Err() error {
-	c.g.judge()
+	c.g.h.judge()
 	return c.Context.Err()
 }
 
-// guard derives the context a function runs under while g is held. onLoss,
-// if not nil, hears of a loss before the context is cancelled; the loss
-// cancels it on the goroutine that ends g. stop, called before releasing
-// g, keeps the release from cancelling it; cancel ends it.
-func guard(ctx context.Context, g *Grant, onLoss func(error)) (_ context.Context, cancel context.CancelCauseFunc, stop func()) {
+// grantCtx derives the context a function runs under while g is held. If
+// onLoss is not nil, it hears of a loss before the context is cancelled.
+// The loss cancels the context on the goroutine that ends g. Calling stop
+// before releasing g keeps the release from cancelling it. Calling cancel
+// ends it.
+func grantCtx(ctx context.Context, g *Grant, onLoss func(error)) (_ context.Context, cancel context.CancelCauseFunc, stop func()) {
 	ctx, cancel = context.WithCancelCause(ContextWithGrant(ctx, g))
 	stop = g.whenEnded(func(cause error) {
 		if onLoss != nil {
@@ -54,13 +54,13 @@ func (g *Grant) lostCause() error {
 	return nil
 }
 
-// with runs fn under a grant of mode: WithRead and WithWrite.
+// with runs fn under a grant of mode, for WithRead and WithWrite.
 func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) error) (err error) {
 	g, err := l.acquire(ctx, want{mode: mode, block: true})
 	if err != nil {
 		return err
 	}
-	fctx, cancel, stop := guard(ctx, g, nil)
+	fctx, cancel, stop := grantCtx(ctx, g, nil)
 	revoked, unlisten := g.Revoked(), make(chan struct{})
 	go func() {
 		select {
@@ -69,20 +69,20 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 		case <-unlisten:
 		}
 	}()
-	defer func() { // also when fn panics: the node must not outlive the call
+	defer func() { // also when fn panics, since the node must not outlive the call
 		close(unlisten)
 		if err != nil && isClosed(revoked) {
 			err = errors.Join(ErrRevoked, err) // fn stopped because it was asked to
 		}
 		stop()
-		g.judge()
+		g.h.judge()
 		lost := g.lostCause()
-		// Before the release: a goroutine fn left running must see its
-		// context end before the next holder can be granted.
+		// Cancel before the release. A goroutine fn left running must see
+		// its context end before the next holder can be granted.
 		cancel(context.Canceled)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout())
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cleanupTimeout)
 		defer rcancel()
-		rerr := finished(g.Release(rctx))
+		rerr := ignoreBackground(g.Release(rctx))
 		if lost != nil {
 			err = errors.Join(lost, err)
 		} else {
@@ -92,12 +92,13 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 	return fn(fctx)
 }
 
-// finished drops a release error that only says the deletion goes on in
-// the background: the grant was held until the release was sent, so fn ran
-// under the lock and its result stands. A failover under the release (the
-// connection cut before its answer) is no failure of the caller's work,
-// and the node goes as soon as the client is back, or with its session.
-func finished(err error) error {
+// ignoreBackground drops a release error that only says the deletion goes
+// on in the background. The grant was held until the release was sent, so
+// fn ran under the lock and its result stands. A failover under the
+// release, which cuts the connection before its answer, is no failure of
+// the caller's work. The node goes as soon as the client is back, or with
+// its session.
+func ignoreBackground(err error) error {
 	if errors.Is(err, errFinishing) {
 		return nil
 	}
@@ -112,7 +113,3 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
-
-// releaseTimeout bounds the release that WithRead, WithWrite and a Group
-// make for their caller.
-func (l *RWLock) releaseTimeout() time.Duration { return l.cleanupTimeout }

@@ -79,7 +79,7 @@ func TestGraceHelp(t *testing.T) {
 	require.NotContains(t, r.stdout, "2562047h", "the stand-in for 'as long as the lock allows' is not shown")
 	require.Equal(t, 1, strings.Count(r.stdout, "(default: that much"), r.stdout)
 	require.Contains(t, r.stdout, "--timeout duration")
-	require.Contains(t, r.stdout, "0.69·T")
+	require.Contains(t, r.stdout, `see "Server loss is ridden out" in docs/guarantees.md`)
 	require.NotContains(t, r.stdout, "three quarters less")
 }
 

@@ -56,9 +56,9 @@ zkrwlock exits 111 with a message saying the lock was lost. The lock is
 lost when its node is deleted, when the session expires, or when ZooKeeper
 has been silent too long. With T the session timeout the server granted
 (--session-timeout asks for one; exec says when the server granted
-another), a grant is lost when a quarter of T is left, and zkrwlock asks
-every T/16: a silent connection is ridden out for about 0.69·T (20s with
-the default 30s). After a silence, SIGKILL follows SIGTERM within T/16 less
+another), a silent connection is ridden out for about 20s with the default
+30s (for any T, see "Server loss is ridden out" in docs/guarantees.md in
+the repository). After a silence, SIGKILL follows SIGTERM within T/16 less
 0.1s (1.775s with the default), the least time the server may take to let
 another client in; after a deleted node or an expired session, at once.
 --grace shortens that time; a longer one does not fit and is refused.
@@ -573,9 +573,9 @@ func (o *execOptions) checkGranted(prog string) error {
 }
 
 // rideOut is about how long a connection may stay silent before the lock
-// is lost, for a session timeout t: a grant is lost when a quarter of t is
-// left, and the lease is renewed every sixteenth of t, so about
-// (3/4 - 1/16)·t ≈ 0.69·t.
+// is lost, for a session timeout t. A grant is lost when a quarter of t is
+// left, and the lease is renewed every sixteenth of t, so it is about
+// (3/4 - 1/16)·t, as "Server loss is ridden out" in docs/guarantees.md says.
 func rideOut(t time.Duration) time.Duration { return (t * 11 / 16).Round(100 * time.Millisecond) }
 
 // stopWindow is how long, at most, a command may run on after SIGTERM with

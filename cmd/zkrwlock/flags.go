@@ -123,11 +123,12 @@ type connFlags struct {
 
 const defaultServers = "127.0.0.1:2181"
 
-// defaultSessionTimeout is 30s, not go-zookeeper's usual 10s: a job under
-// exec rides out a silent connection of about 0.69·T (20s) before its
-// lock is lost, and gets a sixteenth of it, less 0.1s (1.775s), between
-// SIGTERM and SIGKILL then; a holder that dies blocks the others for that
-// long. It is within ZooKeeper's default maxSessionTimeout (20 ticks, 40s).
+// defaultSessionTimeout is 30s, not go-zookeeper's usual 10s. A job under
+// exec then rides out a silent connection of about 20s before its lock is
+// lost (see docs/guarantees.md). It gets a sixteenth of 30s, less 0.1s
+// (1.775s), between SIGTERM and SIGKILL then. A holder that dies blocks the
+// others for 30s. It is within ZooKeeper's default maxSessionTimeout, 20
+// ticks or 40s.
 const defaultSessionTimeout = 30 * time.Second
 
 // authEnv holds the credentials when --auth is not given: unlike a flag,
@@ -143,8 +144,8 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 		"give up (exit 69) when there is no ZooKeeper session after this long")
 	durationVar(fs, &c.sessionTimeout, "session-timeout", defaultSessionTimeout,
 		"ZooKeeper session timeout T to ask for (the server grants one within its minSessionTimeout and "+
-			"maxSessionTimeout; exec says when it differs): how long a dead holder blocks others; a silent "+
-			"connection is ridden out for about 0.69·T")
+			"maxSessionTimeout; exec says when it differs): how long a dead holder blocks others; it also sets "+
+			"how long a silent connection is ridden out (see docs/guarantees.md)")
 	fs.BoolVar(&c.debug, "debug", false, "log every protocol step and the ZooKeeper client's messages on stderr")
 }
 

@@ -8,19 +8,19 @@ import (
 	"time"
 )
 
-// Lock node data is for people first: `zkCli get` on a node prints
+// Lock node data is for people first. `zkCli get` on a node prints:
 //
 //	owner=build-7:4242
 //	max-hold=30s
 //
-// max-hold is the lock's hold limit (WithMaxHold), present only for a lock
-// that has one. It is the duration, not the instant the grant ends: the
-// limit counts from the grant on the holder's monotonic clock, and the
-// instant is known only at the grant, so writing it would cost a request
-// more and would be read against other machines' clocks. The duration is
-// known before the create and rides on it. A reader bounds the end by the
-// node's creation (ctime, the server's clock) plus the limit: the grant
-// comes at or after the create.
+// max-hold is the lock's hold limit, set by WithMaxHold, and present only
+// for a lock that has one. It is the duration, not the instant the grant
+// ends. The limit counts from the grant, on the holder's monotonic clock.
+// The instant is known only at the grant. Writing it would cost a request
+// more, and it would be read against other machines' clocks. The duration
+// is known before the create, and rides on it. A reader bounds the end by
+// the node's ctime, by the server's clock, plus the limit. The grant comes
+// at or after the create.
 //
 // Only the node's holder ever changes it, with one of two marks:
 //
@@ -28,17 +28,22 @@ import (
 //	state=held
 //	mode=read
 //
-// state=held: a writer that waited sets it as it releases, in the
-// transaction that deletes the node, so that the writer behind learns that
-// every node before it is gone and needs no new listing. mode=read: the write grant was downgraded; readers no longer
-// wait for it. Either mark proves that the node held the lock, and so does
-// any change of a lock node's data, which only holders make (a writer marks
-// when it can: a release whose mark could not be written, or that ended in
-// the background, deletes the node plainly, and the writer behind lists
-// once). All of this
-// holds for zkrwlock's own nodes only (Node.Ours): a peer's data is never
-// read for marks. Do not write lock node data by hand, nor through
-// another lock's Grant.Multi: a forged change lets waiters in.
+// A writer that waited sets state=held as it releases, in the
+// transaction that deletes the node. So the writer behind learns that
+// every node before it is gone, and needs no new listing. The mark
+// mode=read says the write grant was downgraded, so readers no longer
+// wait for it.
+//
+// Either mark proves that the node held the lock. So does any change of a
+// lock node's data, since only holders make one. A writer marks when it
+// can. A release whose mark could not be written deletes the node
+// plainly, and so does a release that ended in the background. Then the
+// writer behind lists once.
+//
+// All of this holds for zkrwlock's own nodes only, as Node.Ours tells. A
+// peer's data is never read for marks. Do not write lock node data by
+// hand, nor through another lock's Grant.Multi. A forged change lets
+// waiters in.
 const (
 	ownerKey       = "owner="
 	maxHoldKey     = "max-hold="
@@ -46,9 +51,20 @@ const (
 	downgradedLine = "mode=read\n"
 )
 
-// Data is the data of a node of owner's, under a hold limit of maxHold (0
-// for none), with the marks asked for.
-func Data(owner string, maxHold time.Duration, held, downgraded bool) []byte {
+// A Mark is a holder's change of its node's data. It is none, or a set
+// of the marks below.
+type Mark uint8
+
+const (
+	MarkHeld       Mark = 1 << iota // state=held: written as a waiting writer's node goes
+	MarkDowngraded                  // mode=read: the write grant was downgraded
+
+	Unmarked Mark = 0
+)
+
+// Data is the data of a node of owner's, with marks, under a hold limit
+// of maxHold. A maxHold of 0 means none.
+func Data(owner string, maxHold time.Duration, marks Mark) []byte {
 	b := make([]byte, 0, len(ownerKey)+len(owner)+1+len(maxHoldKey)+24+len(heldLine)+len(downgradedLine))
 	b = append(b, ownerKey...)
 	b = append(b, owner...)
@@ -58,10 +74,10 @@ func Data(owner string, maxHold time.Duration, held, downgraded bool) []byte {
 		b = append(b, maxHold.String()...)
 		b = append(b, '\n')
 	}
-	if held {
+	if marks&MarkHeld != 0 {
 		b = append(b, heldLine...)
 	}
-	if downgraded {
+	if marks&MarkDowngraded != 0 {
 		b = append(b, downgradedLine...)
 	}
 	return b
@@ -77,8 +93,8 @@ func hasLine(data []byte, line string) bool {
 	return bytes.HasPrefix(data, []byte(line)) || bytes.Contains(data, []byte("\n"+line))
 }
 
-// MaxHold returns the hold limit a node's data carries; 0 for none, and
-// for a line that does not parse as a positive duration.
+// MaxHold returns the hold limit a node's data carries. It returns 0 for
+// none, and for a line that does not parse as a positive duration.
 func MaxHold(data []byte) time.Duration {
 	for line := range strings.Lines(string(data)) {
 		if v, ok := strings.CutPrefix(line, maxHoldKey); ok {
@@ -92,8 +108,8 @@ func MaxHold(data []byte) time.Duration {
 	return 0
 }
 
-// Owner returns who holds a node: the owner line, or, for a node some
-// other client made, its data as text.
+// Owner returns who holds a node, as the owner line tells. For a node
+// some other client made, it returns the node's data as text.
 func Owner(data []byte) string {
 	s := string(data)
 	for line := range strings.Lines(s) {
@@ -105,11 +121,11 @@ func Owner(data []byte) string {
 }
 
 // A revocation is written into the lock directory's own data, which no
-// family uses: it adds no child, so peers and waiters never see it. It
+// family uses. It adds no child, so peers and waiters never see it. It
 // names the nodes that held the lock when it was asked for, by sequence
-// number, so that grants made later are not revoked, and the directory
-// they were listed in, by its czxid: sequence numbers start again in a
-// directory made anew.
+// number, so that grants made later are not revoked. It also names the
+// directory they were listed in, by its czxid, since sequence numbers
+// start again in a directory made anew.
 //
 //	revoke=the migration is stuck
 //	by=ops-host:311
@@ -122,11 +138,12 @@ const (
 	dirKey    = "dir="
 )
 
-// maxReason bounds a revocation's reason: it travels to every holder.
+// maxReason bounds a revocation's reason, since it travels to every
+// holder.
 const maxReason = 1 << 10
 
-// A Revocation asks the holders of Nodes (sequence numbers, in the
-// directory whose czxid is Dir) to let go, for Reason, on behalf of By.
+// A Revocation asks the holders of Nodes to let go, for Reason, on behalf
+// of By. Nodes are sequence numbers in the directory whose czxid is Dir.
 type Revocation struct {
 	Reason, By string
 	Nodes      []int32
@@ -154,9 +171,10 @@ func (r Revocation) Data() []byte {
 	return b
 }
 
-// ParseRevocation reads directory data written by Revocation.Data; ok is
-// false for any other data (none, or an older format). The lock takes any
-// change of the directory's data for a revocation: the data is the lock's.
+// ParseRevocation reads directory data written by Revocation.Data. It
+// returns ok == false for any other data, such as none or an older format.
+// The lock takes any change of the directory's data for a revocation,
+// since the data is the lock's.
 func ParseRevocation(data []byte) (r Revocation, ok bool) {
 	lines := strings.Split(string(data), "\n")
 	if len(lines) < 3 || !strings.HasPrefix(lines[0], revokeKey) || !strings.HasPrefix(lines[1], byKey) ||
@@ -186,7 +204,7 @@ func ParseRevocation(data []byte) (r Revocation, ok bool) {
 }
 
 // Names returns the nodes r names, if it was written for the directory
-// whose czxid is dir (or does not say which).
+// whose czxid is dir. It does so too if r does not say which.
 func (r Revocation) Names(dir int64) []int32 {
 	if r.Dir != 0 && r.Dir != dir {
 		return nil
@@ -194,17 +212,17 @@ func (r Revocation) Names(dir int64) []int32 {
 	return r.Nodes
 }
 
-// A node that LockAll made carries its set in its data, written by the
-// same transaction that creates the set, at no request more:
+// A node that LockAll made carries its set in its data. The transaction
+// that creates the set writes it, at no request more:
 //
 //	set-size=3
 //	set=/locks/b
 //	set=/locks/c
 //
-// set-size counts every member, this node's lock included; the set= lines
-// name the other members' lock directories, one a line (ZooKeeper paths
-// hold no newline), the first maxSetShown of them only, so that a set of
-// many locks keeps each node's data small.
+// set-size counts every member, this node's lock included. The set=
+// lines name the other members' lock directories, one a line. ZooKeeper
+// paths hold no newline. Only the first maxSetShown are named, so that a
+// set of many locks keeps each node's data small.
 const (
 	setSizeKey  = "set-size="
 	setKey      = "set="
@@ -230,9 +248,10 @@ func InSet(data []byte, paths []string, self int) []byte {
 	return b
 }
 
-// Set returns the other members' lock directories and the size of the set
-// that a node's data names; size is 0 for a node in no set, and for data
-// whose set-size does not parse or is less than the members it names.
+// Set returns the other members' lock directories and the size of the
+// set that a node's data names. The size is 0 for a node in no set, and
+// for data whose set-size does not parse or is less than the members it
+// names.
 func Set(data []byte) (others []string, size int) {
 	for line := range strings.Lines(string(data)) {
 		line = strings.TrimSuffix(line, "\n")

@@ -1,9 +1,10 @@
-// Package lockname is the grammar of a lock directory's children: the
-// names of lock nodes of every family that may share a directory (zkrwlock
-// in each of its dialects, Curator's read/write lock and mutex,
-// go-zookeeper's zk.Lock, kazoo's locks), their sequence numbers, and the
-// data zkrwlock writes into its own nodes (data.go). The lock and the CLI
-// both read names through it, so that they cannot disagree.
+// Package lockname is the grammar of a lock directory's children. It
+// knows the names of lock nodes of every family that may share a
+// directory, and their sequence numbers. The families are zkrwlock in each
+// of its dialects, Curator's read/write lock and mutex, go-zookeeper's
+// zk.Lock, and kazoo's locks. It also knows the data zkrwlock writes into
+// its own nodes; see data.go. The lock and the CLI both read names through
+// it, so that they cannot disagree.
 package lockname
 
 import (
@@ -14,11 +15,12 @@ import (
 	"strings"
 )
 
-// Lock node names end in a mode marker and the number ZooKeeper appends,
-// <seq>: the parent's signed 32-bit creation counter, formatted as Java's
-// %010d. zkrwlock's are _c_<guid>-<marker><seq>, the marker chosen by the
-// lock's dialect; the guid lets a client find a node whose create response
-// it never saw. Every family's names are recognised, whatever the dialect:
+// Lock node names end in a mode marker and <seq>, the number ZooKeeper
+// appends. That number is the parent's signed 32-bit creation counter,
+// formatted as Java's %010d. zkrwlock's names are _c_<guid>-<marker><seq>,
+// with the marker chosen by the lock's dialect. The guid lets a client
+// find a node whose create response it never saw. Every family's names
+// are recognised, whatever the dialect:
 //
 //	family                     reader                    writer
 //	zkrwlock native            [_c_<guid>-]read-         [_c_<guid>-]write-
@@ -28,26 +30,28 @@ import (
 //	zkrwlock in a dialect      _c_<guid>-__READ__, rlock-, __rlock__, read__lock__
 //	                           _c_<guid>-__WRIT__, wlock-, __lock__
 //
-// (<guid> and <hex>: 32 lowercase hex digits; <uuid>: Java's UUID.toString.)
-// The marker sits right before <seq>: Curator orders its nodes by the text
-// after the last marker, and kazoo matches marker(-?\d{10})$. Only a name
-// made by zkrwlock (our _c_<guid>- prefix and one of our markers) is ours:
-// its data's marks are trusted (see data.go); a peer's node is released
-// when it is deleted, and nothing else tells.
+// A <guid> or a <hex> is 32 lowercase hex digits. A <uuid> is spelled as
+// Java's UUID.toString spells one. The marker sits right before <seq>.
+// It must, because Curator orders its nodes by the text after the last
+// marker, and kazoo matches marker(-?\d{10})$.
 //
-// The counter's end. ZooKeeper 3.8 does not wrap a directory's counter:
+// Only a name made by zkrwlock is ours. It has our _c_<guid>- prefix and
+// one of our markers. The marks in its data are trusted; see data.go. A
+// peer's node is released when it is deleted, and nothing else tells.
+//
+// The counter's end. ZooKeeper 3.8 does not wrap a directory's counter.
 // PrepRequestProcessor computes cversion+1, which overflows in its
-// in-flight record, but DataTree.createNode only ever stores a larger
-// cversion, so the stored counter sticks at 2147483647. Past it, nodes get
-// 2147483647 again and again (duplicates), and creates in flight together
+// in-flight record. But DataTree.createNode only ever stores a larger
+// cversion. So the stored counter sticks at 2147483647. Past it, nodes get
+// 2147483647 again and again, as duplicates. Creates in flight together
 // briefly get negative numbers. No order can be trusted there, so the
-// queue is ordered by the plain integer within 0…2147483646 (Usable,
-// Precedes), and the lock refuses to order a queue outside it.
-// (Serial-number arithmetic, which would order a wrapped counter, also lets
-// a grant held across 2^31 later creates be overtaken.)
+// queue is ordered by the plain integer within 0…2147483646; see Usable
+// and Precedes. The lock refuses to order a queue outside that range.
+// Serial-number arithmetic would order a wrapped counter, but it also
+// lets a grant held across 2^31 later creates be overtaken.
 
 // A Family is whose names a node carries. Its values are the lock's
-// dialects, in the same order (rwlock.Dialect converts to it).
+// dialects, in the same order. An rwlock.Dialect converts to it.
 type Family uint8
 
 const (
@@ -63,9 +67,9 @@ const (
 // Bit is f's bit in a set of families (Marker.SeenBy).
 func (f Family) Bit() uint8 { return 1 << f }
 
-// Names returns the family whose names f makes: f itself, but Native for
-// KazooPatterns. The two differ only in what the path's kazoo locks are
-// declared to count, which no name shows, so no node parses as
+// Names returns the family whose names f makes, which is f itself, but
+// Native for KazooPatterns. The two differ only in what the path's kazoo
+// locks are declared to count. No name shows that, so no node parses as
 // KazooPatterns.
 func (f Family) Names() Family {
 	if f == KazooPatterns {
@@ -75,8 +79,8 @@ func (f Family) Names() Family {
 }
 
 // PersistentDir reports whether a lock directory shared with f must be
-// persistent rather than a container: kazoo makes sure of its lock
-// directory once per lock object, so once the server reaps an empty
+// persistent rather than a container. Kazoo makes sure of its lock
+// directory only once per lock object. So once the server reaps an empty
 // container, a long-lived kazoo lock fails every later acquire with
 // NoNodeError.
 func (f Family) PersistentDir() bool { return f == Kazoo || f == KazooLock || f == KazooPatterns }
@@ -87,7 +91,7 @@ const (
 	uuidLen         = 36
 )
 
-// What may come before a marker: a bitmask of prefix shapes.
+// The shapes of what may come before a marker, as bits of a mask.
 const (
 	bare    uint8 = 1 << iota // nothing: zkrwlock's names before they were protected
 	hex32                     // <hex>: kazoo's uuid4().hex
@@ -106,9 +110,9 @@ type Marker struct {
 	SeenBy uint8  // the families (Bit) whose nodes that peer counts in its queue, as declared (see __lock__)
 }
 
-// Markers, where one ends with another, list the longer one first:
-// read__lock__ before __lock__, rlock- and wlock- before lock-. A Node's
-// Marker is an index in it.
+// Markers lists every family's markers. Where one ends with another,
+// the longer comes first: read__lock__ before __lock__, rlock- and wlock-
+// before lock-. A Node's Marker is an index in Markers.
 var Markers = [...]Marker{
 	{"read-", false, Native, true, guarded | bare, "unprotected read-/write- names", Native.Bit() | KazooPatterns.Bit()},
 	{"write-", true, Native, true, guarded | bare, "unprotected read-/write- names", Native.Bit() | KazooPatterns.Bit()},
@@ -118,27 +122,27 @@ var Markers = [...]Marker{
 	{"wlock-", true, Mutex, true, guarded, "", 0},
 	{"lock-", true, Mutex, false, guarded | uuid36, "Curator InterProcessMutex or go-zookeeper zk.Lock", Mutex.Bit()},
 	{"read__lock__", false, KazooLock, true, guarded, "", 0},
-	// kazoo's ReadLock, WriteLock and Lock see names ending in __lock__;
+	// kazoo's ReadLock, WriteLock and Lock see names ending in __lock__.
 	// WriteLock also sees __rlock__. Made with extra_lock_patterns, they
-	// see read- and write- too; made without (kazoo's default), they do
-	// not. Their nodes look the same either way. Taking them all to see
+	// see read- and write- too. Made without, as kazoo's default is, they
+	// do not. Their nodes look the same either way. Taking them all to see
 	// ours would let a default kazoo lock in beside our holder, unseen.
-	// So only a path that declares the patterns (KazooPatterns) counts on
-	// it. On any other, a kazoo node is a blind peer's: refused, and
-	// announced to holders. A wrong guess then costs a refusal, never two
-	// holders.
+	// So only a path that declares the patterns, as KazooPatterns does,
+	// counts on it. On any other path, a kazoo node is a blind peer's,
+	// refused and announced to holders. A wrong guess then costs a
+	// refusal, never two holders.
 	{"__rlock__", false, Kazoo, true, guarded | hex32, "kazoo ReadLock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit()},
-	// kazoo's Lock makes __lock__ nodes too, as WriteLock does, and does
-	// not count __rlock__: Kazoo's readers. So Kazoo is seen by these
-	// nodes only where no kazoo Lock uses the path, which Kazoo declares,
-	// as KazooPatterns declares the patterns. Only KazooLock's names are
-	// counted by every kazoo lock class, whatever is declared.
+	// kazoo's Lock makes __lock__ nodes too, as WriteLock does. It does
+	// not count __rlock__, the names of Kazoo's readers. So Kazoo is seen
+	// by these nodes only where no kazoo Lock uses the path. Kazoo declares
+	// that, as KazooPatterns declares the patterns. Only KazooLock's names
+	// are counted by every kazoo lock class, whatever is declared.
 	// mutant: kazoo-sees-native
 	{"__lock__", true, Kazoo, true, guarded | hex32, "kazoo WriteLock or Lock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit()},
 }
 
-// markerOf returns the index in Markers of the marker f gives a reader or
-// a writer.
+// markerOf returns the index in Markers of the marker f gives a reader
+// or a writer.
 func markerOf(f Family, write bool) int {
 	var read, wr int
 	switch f {
@@ -171,7 +175,7 @@ type Node struct {
 }
 
 // Bare returns n's name from its marker on, without the guid that
-// protects it: write-0000000007, __WRIT__0000000008.
+// protects it, as in write-0000000007 or __WRIT__0000000008.
 func (n Node) Bare() string {
 	return n.Name[len(n.Name)-len(Markers[n.Marker].Text)-len(FormatSeq(n.Seq)):]
 }
@@ -182,13 +186,15 @@ func Prefix(dir, guid string, write bool, f Family) string {
 	return dir + "/" + protectedPrefix + guid + "-" + Markers[markerOf(f, write)].Text
 }
 
-// Parse parses a child name. Names that are not lock nodes of any family
-// (foreign children, malformed sequences) return ok == false and must be
-// ignored. It does not allocate: it runs for every child of every listing.
+// Parse parses a child name. It returns ok == false for a name that is
+// not a lock node of any family, such as a foreign child or a malformed
+// sequence. The caller must ignore such names. Parse does not allocate,
+// since it runs for every child of every listing.
 func Parse(name string) (n Node, ok bool) {
-	// <seq> is 10 characters, or 11 for a number below -999999999; the
-	// character before it is a marker's last, never a digit or a second
-	// '-', so at most one of the two readings can have a marker before it.
+	// <seq> is 10 characters, or 11 for a number below -999999999.
+	// The character before it is a marker's last, never a digit or a
+	// second '-'. So at most one of the two readings can have a marker
+	// before it.
 	for _, width := range [...]int{10, 11} {
 		if len(name) < width {
 			break
@@ -217,8 +223,8 @@ func Parse(name string) (n Node, ok bool) {
 	return Node{}, false
 }
 
-// shapeOf tells what kind of prefix comes before a marker; 0 for none
-// that any family makes.
+// shapeOf tells what kind of prefix comes before a marker. It returns 0
+// for a prefix that no family makes.
 func shapeOf(prefix string) uint8 {
 	switch {
 	case prefix == "":
@@ -245,7 +251,7 @@ func NewGUID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// GUID returns the guid of a protected name: _c_ + 32 lowercase hex + "-".
+// GUID returns the guid of a protected name, _c_ + 32 lowercase hex + "-".
 func GUID(name string) (string, bool) {
 	const end = len(protectedPrefix) + guidLen
 	if len(name) <= end || name[end] != '-' || !strings.HasPrefix(name, protectedPrefix) {
@@ -267,8 +273,8 @@ func isHex(s string) bool {
 	return true
 }
 
-// isUUID reports whether s is spelled as Java's UUID.toString spells one:
-// 8-4-4-4-12 lowercase hex digits.
+// isUUID reports whether s is spelled as Java's UUID.toString spells
+// one, as 8-4-4-4-12 lowercase hex digits.
 func isUUID(s string) bool {
 	for i := 0; i < len(s); i++ {
 		switch i {
@@ -286,9 +292,9 @@ func isUUID(s string) bool {
 }
 
 // ParseSeq accepts exactly what Java's String.format("%010d", n) produces
-// for an int32 n: ten digits, or a minus sign and nine digits (ten for
-// |n| >= 1e9). Anything else, even a number in another spelling, is not
-// a lock node's.
+// for an int32 n. That is ten digits, or a minus sign and nine digits, or
+// ten when |n| >= 1e9. Anything else, even a number in another spelling,
+// is not a lock node's.
 func ParseSeq(s string) (int32, bool) {
 	neg := strings.HasPrefix(s, "-")
 	digits := s
@@ -318,16 +324,16 @@ func ParseSeq(s string) (int32, bool) {
 	return int32(v), true
 }
 
-// FormatSeq spells seq as ZooKeeper does (Java's %010d, which Go's
-// matches, the sign counted in the width).
+// FormatSeq spells seq as ZooKeeper does, with Java's %010d. Go's %010d
+// matches it, the sign counted in the width.
 func FormatSeq(seq int32) string { return fmt.Sprintf("%010d", seq) }
 
-// Precedes reports whether sequence a was issued before b, for numbers
-// within 0…2147483646 (see Usable).
+// Precedes reports whether sequence a was issued before b. Both must be
+// Usable.
 func Precedes(a, b int32) bool { return a < b }
 
-// Usable reports whether a node's own number can be ordered: within
-// 0…2147483646.
+// Usable reports whether a node's own number can be ordered, that is,
+// whether it is within 0…2147483646.
 func Usable(seq int32) bool {
 	// mutant: usable-seq
 	return seq >= 0 && seq < math.MaxInt32

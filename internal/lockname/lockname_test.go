@@ -210,36 +210,36 @@ func TestCheckPath(t *testing.T) {
 }
 
 func TestData(t *testing.T) {
-	d := Data("host:42", 0, false, false)
+	d := Data("host:42", 0, 0)
 	assert.Equal(t, "owner=host:42\n", string(d))
 	assert.False(t, Downgraded(d))
 	assert.False(t, Held(d))
 	assert.Equal(t, "host:42", Owner(d))
 
-	d = Data("host:42", 0, true, true)
+	d = Data("host:42", 0, MarkHeld|MarkDowngraded)
 	assert.True(t, Downgraded(d))
 	assert.True(t, Held(d))
 	assert.Equal(t, "host:42", Owner(d))
-	assert.True(t, Held(Data("x", 0, false, true)), "a downgrade proves the node held the lock")
+	assert.True(t, Held(Data("x", 0, MarkDowngraded)), "a downgrade proves the node held the lock")
 
 	assert.Equal(t, "someone else", Owner([]byte(" someone else\n")))
 	assert.False(t, Downgraded([]byte("owner=x mode=read\n")))
 }
 
 func TestDataMaxHold(t *testing.T) {
-	d := Data("host:42", 90*time.Second, false, true)
+	d := Data("host:42", 90*time.Second, MarkDowngraded)
 	assert.Equal(t, "owner=host:42\nmax-hold=1m30s\nmode=read\n", string(d))
 	assert.Equal(t, 90*time.Second, MaxHold(d))
 	assert.Equal(t, "host:42", Owner(d))
 	assert.True(t, Downgraded(d))
-	assert.Zero(t, MaxHold(Data("host:42", 0, true, false)), "no limit, no line")
+	assert.Zero(t, MaxHold(Data("host:42", 0, MarkHeld)), "no limit, no line")
 	for _, bad := range []string{"", "max-hold=", "max-hold=soon\n", "max-hold=-5s\n", "owner=x max-hold=5s\n", "10.0.0.7"} {
 		assert.Zero(t, MaxHold([]byte(bad)), "%q", bad)
 	}
 }
 
 func TestSet(t *testing.T) {
-	base := Data("host:42", 0, false, false)
+	base := Data("host:42", 0, 0)
 	d := InSet(base, []string{"/a", "/b", "/c"}, 1)
 	assert.Equal(t, "owner=host:42\nset-size=3\nset=/a\nset=/c\n", string(d))
 	assert.Equal(t, "owner=host:42\n", string(base), "the lock's own data stays")
@@ -281,7 +281,14 @@ func FuzzData(f *testing.F) {
 			return // WithOwner makes an owner one line
 		}
 		d := time.Duration(ns)
-		data := Data(owner, d, held, downgraded)
+		var marks Mark
+		if held {
+			marks |= MarkHeld
+		}
+		if downgraded {
+			marks |= MarkDowngraded
+		}
+		data := Data(owner, d, marks)
 		if want := max(d, 0); MaxHold(data) != want {
 			t.Fatalf("MaxHold(%q) = %v, want %v", data, MaxHold(data), want)
 		}

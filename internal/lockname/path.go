@@ -7,18 +7,18 @@ import (
 )
 
 // maxPath bounds a lock directory's path. ZooKeeper refuses any packet
-// larger than jute.maxbuffer (1 MiB by default) by closing the connection,
-// which a client takes for a connection loss and retries; the longest
-// request the lock sends carries its node's path twice (the held mark's
-// transaction) and its data. No real path comes near the bound.
+// larger than jute.maxbuffer, 1 MiB by default, by closing the connection.
+// A client takes that for a connection loss, and retries. The longest
+// request the lock sends is the held mark's transaction. It carries the
+// node's path twice, and its data. No real path comes near the bound.
 const maxPath = 64 << 10
 
-// CheckPath says why path cannot be a lock directory, or returns nil:
-// ZooKeeper's own rules (absolute, no trailing slash, no empty or relative
-// segments, no control characters), and the lock's: a lock needs a
-// directory of its own, so not the root, nothing under /zookeeper, which
-// the server reserves, and at most 64 KiB, far below the server's packet
-// limit.
+// CheckPath says why path cannot be a lock directory, or returns nil. By
+// ZooKeeper's own rules, the path must be absolute, with no trailing
+// slash, no empty or relative segments and no control characters. By the
+// lock's rules, a lock needs a directory of its own, so the path must not
+// be the root. It must not be under /zookeeper, which the server reserves.
+// And it must be at most 64 KiB, far below the server's packet limit.
 func CheckPath(path string) error {
 	bad := func(why string) error { return fmt.Errorf("%q: %s", shorten(path), why) }
 	switch {

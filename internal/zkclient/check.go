@@ -5,23 +5,25 @@ import (
 	"errors"
 )
 
-// A check is one asking of a yes-or-no question about what the connection
-// may do at a path (may it delete there, say): its answer, once done is
-// closed.
+// A check is one asking of a yes-or-no question about what the
+// connection may do at a path. "May it delete there?" is one such
+// question. Its answer is set once done is closed.
 type check struct {
 	done chan struct{}
 	yes  bool
 	err  error
 }
 
-// Check answers a question about what the connection may do at path, as
-// ask, which sends the request that tells, answers it. Its users ask the
-// same question of the same path, so a yes is remembered for as long as c
-// lives (until Forget), and callers that come while it is being asked wait
-// for its answer (or ctx) instead of asking too. A no or an error is not
-// remembered: what the connection may do can change ((*zk.Conn).AddAuth),
-// and the next caller asks again. The callers that waited share a no, but
-// ask themselves when the asker's context ended first.
+// Check answers a question about what the connection may do at path. It
+// answers as ask does, which sends the request that tells. Its users ask
+// the same question of the same path. So a yes is remembered for as long
+// as c lives, until Forget. Callers that come while the question is being
+// asked wait for its answer instead of asking too, or until ctx ends.
+//
+// A no or an error is not remembered, and the next caller asks again.
+// What the connection may do can change, as after (*zk.Conn).AddAuth. The
+// callers that waited share a no or an error. But they ask again
+// themselves when the asker's context ended first.
 func (c *Client) Check(ctx context.Context, path string, ask func() (bool, error)) (bool, error) {
 	for {
 		c.mu.Lock()
@@ -51,8 +53,9 @@ func (c *Client) ask(path string, ch *check, ask func() (bool, error)) (bool, er
 	yes, err := ask()
 	c.mu.Lock()
 	ch.yes, ch.err = yes, err
-	// A check made before Forget (the entry is no longer ch) is not
-	// remembered either: it may be about what was at path before.
+	// A check made before Forget finds that the entry is no longer ch.
+	// It is not remembered either, since it may be about what was at path
+	// before.
 	if !yes && c.checks[path] == ch {
 		delete(c.checks, path)
 	}
@@ -61,8 +64,8 @@ func (c *Client) ask(path string, ch *check, ask func() (bool, error)) (bool, er
 	return yes, err
 }
 
-// Forget forgets what Check found at path, and the check under way there:
-// the next caller asks again.
+// Forget forgets what Check found at path, and the check under way
+// there. The next caller asks again.
 func (c *Client) Forget(path string) {
 	c.mu.Lock()
 	delete(c.checks, path)

@@ -6,19 +6,11 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 )
-
-// Package zkclient is what a lock needs from ZooKeeper: requests that take
-// a context and say which session served them, watches shared per
-// connection, the lease clock that tells when a holder's session can no
-// longer be shown alive, and the session timeout the server granted. It
-// knows nothing of locks: the lock's grants are Holders to it.
-//
-// One word per idea here: a Client is referenced (Ref, Unref), never
-// acquired or released, which are the lock's words.
 
 // Conn is the part of *zk.Conn a Client uses. The lock's unit tests drive
 // it through an in-memory fake.
@@ -39,10 +31,11 @@ type Conn interface {
 
 var _ Conn = (*zk.Conn)(nil)
 
-// Pauser is a Conn whose process can be stopped: only the simulation's
-// fake is one. Pause blocks while the process is stopped, as the lock's
-// goroutines would not run then: before a request is timed and sent, and
-// as the lease clock's timer, or any timer of the lock's (AfterFunc), fires.
+// Pauser is a Conn whose process can be stopped. Only the simulation's
+// fake is one. Pause blocks while the process is stopped, since the lock's
+// goroutines would not run then. It is called before a request is timed
+// and sent. It is also called as a timer of the lock's fires, the lease
+// clock's and any made with AfterFunc.
 type Pauser interface{ Pause() }
 
 func pause(conn Conn) {
@@ -51,8 +44,9 @@ func pause(conn Conn) {
 	}
 }
 
-// AfterFunc is time.AfterFunc for a timer of the lock's on c: in a stopped
-// process (Pauser) f runs only once the process resumes, as it would.
+// AfterFunc is time.AfterFunc for a timer of the lock's on c. In a
+// stopped process, as a Pauser tells, f runs only once the process
+// resumes, as it would in a real one.
 func (c *Client) AfterFunc(d time.Duration, f func()) *time.Timer {
 	return time.AfterFunc(d, func() {
 		pause(c.zk)
@@ -60,17 +54,18 @@ func (c *Client) AfterFunc(d time.Duration, f func()) *time.Timer {
 	})
 }
 
-// A Client is what every lock on one connection shares: the requests they
-// make, each with a context and timed for the session's lease (lease.go),
-// the watches they set (watch.go), and the holders the lease clock judges.
-// Locks made on the same *zk.Conn share one Client, whatever their paths,
-// so that the lease costs one keepalive per connection and a node is
-// watched at most once per connection.
+// A Client is what every lock on one connection shares. It makes their
+// requests, each with a context and timed for the session's lease; see
+// lease.go. It keeps the watches they set; see watch.go. And it keeps the
+// holders the lease clock judges. Locks made on the same *zk.Conn share
+// one Client, whatever their paths. So the lease costs one keepalive per
+// connection, and a node is watched at most once per connection.
 //
-// A Client lives while something uses it: an acquisition, a grant, a
-// watch registration, a deletion in the background (refs). The registry
-// forgets it when the last user is done, so a connection that is no longer
-// used is not kept alive by the library.
+// A Client lives while something uses it. A user is an acquisition, a
+// grant, a watch registration or a deletion in the background; refs
+// counts them. The registry forgets the Client when the last user is
+// done. So the library does not keep alive a connection that is no longer
+// used.
 type Client struct {
 	zk       Conn
 	sessions Sessions // what the connection tells of its sessions; nil if nothing
@@ -94,7 +89,7 @@ var clients struct {
 	m  map[Conn]*Client
 }
 
-// For returns conn's Client, counting one more user; the user calls
+// For returns conn's Client, and counts one more user. The user calls
 // Unref when done.
 func For(conn Conn) *Client {
 	clients.mu.Lock()
@@ -121,8 +116,8 @@ func (c *Client) Ref() {
 	clients.mu.Unlock()
 }
 
-// RefIfLive counts one more user of c, unless c was retired (its last
-// user left): then it reports false, and the caller must not use c.
+// RefIfLive counts one more user of c, unless c was retired when its
+// last user left. Then it reports false, and the caller must not use c.
 func (c *Client) RefIfLive() bool {
 	clients.mu.Lock()
 	defer clients.mu.Unlock()
@@ -145,19 +140,19 @@ func (c *Client) Unref() {
 	}
 }
 
-// Shared returns what the locks of path on c keep together, made by make
-// on first use: the lock package's state that must be one per lock
-// directory and connection. It lives as long as c, which a user keeps
-// alive with Ref.
-func (c *Client) Shared(path string, make func() any) any {
+// Shared returns what the locks of path on c keep together. It is the
+// lock package's state that must be one per lock directory and
+// connection. init makes it on first use. It lives as long as c, which a
+// user keeps alive with Ref.
+func (c *Client) Shared(path string, init func() any) any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v, ok := c.shared[path]
-	if !ok && make != nil {
+	if !ok && init != nil {
 		if c.shared == nil {
 			c.shared = map[string]any{}
 		}
-		v = make()
+		v = init()
 		c.shared[path] = v
 	}
 	return v
@@ -167,8 +162,8 @@ func (c *Client) Shared(path string, make func() any) any {
 func (c *Client) Conn() Conn { return c.zk }
 
 // ConnectCount returns how many times the connection has had a session,
-// if it tells (a connection made by Dial does): it moves before the
-// watches of a new connection are set again.
+// if it tells, as a connection made by Dial does. The count moves before
+// the watches of a new connection are set again.
 func (c *Client) ConnectCount() (uint64, bool) {
 	if c.sessions == nil {
 		return 0, false
@@ -176,44 +171,60 @@ func (c *Client) ConnectCount() (uint64, bool) {
 	return c.sessions.ConnectCount(), true
 }
 
-// Reply is the outcome of one request: its value, the session that served
-// it (0 when the session changed while it was under way, so that it is not
-// known which one did), and its error.
+// Reply is the outcome of one request: its value, the session that
+// served it, and its error. Session is 0 when the session changed while
+// the request was under way, so that it is not known which one served it.
 type Reply[T any] struct {
 	V       T
 	Session int64
 	Err     error
 }
 
-// A Counter counts the requests made with a context whose Value for
-// CounterKey is it: the lock's tally of requests per acquisition and
-// grant, without an allocation per request.
-type Counter interface{ CountRequest() }
+// A Counter counts the requests made with a context that carries it; see
+// WithCounter. The lock keeps its figures per acquisition and grant with
+// it. The zero value is ready.
+type Counter struct{ n atomic.Int64 }
+
+// Load returns the count.
+func (c *Counter) Load() int64 { return c.n.Load() }
+
+// Add adds n to the count. It counts a request made for several at once.
+func (c *Counter) Add(n int64) { c.n.Add(n) }
+
+// Reset sets the count to 0, and returns what it was.
+func (c *Counter) Reset() int64 { return c.n.Swap(0) }
 
 type counterKey struct{}
 
-// CounterKey is the context key a Counter is found under.
-var CounterKey any = counterKey{}
+// WithCounter returns a copy of ctx whose requests c counts, or ctx itself
+// if c counts them already.
+func WithCounter(ctx context.Context, c *Counter) context.Context {
+	if ctx.Value(counterKey{}) == c {
+		return ctx
+	}
+	return context.WithValue(ctx, counterKey{}, c)
+}
 
 func countRequest(ctx context.Context) {
-	if c, ok := ctx.Value(CounterKey).(Counter); ok {
-		c.CountRequest()
+	if c, ok := ctx.Value(counterKey{}).(*Counter); ok {
+		c.n.Add(1)
 	}
 }
 
-// request sends one request with op, and returns early with ctx's error
-// when ctx ends first: go-zookeeper's calls take no context, and can block
-// for most of a session timeout while it reconnects. A request left behind
-// finishes on its own goroutine; late, if not nil, then receives its
-// outcome, so that a node it created or failed to delete is not forgotten,
-// and the request is sent even when ctx has already ended. Without late,
-// an ended ctx skips the request.
+// request sends one request with op. It returns early with ctx's error
+// when ctx ends first. That is needed because go-zookeeper's calls take no
+// context, and can block for most of a session timeout while it
+// reconnects. A request left behind finishes on its own goroutine, and
+// then late, if not nil, receives its outcome. So a node it created or
+// failed to delete is not forgotten. With late, the request is sent even
+// when ctx has already ended. Without late, an ended ctx skips the
+// request.
 //
-// The session is read before and after the request: only if it is the
-// same is the request known to have run in it (a request queued across an
-// expiry is sent in the new session). A write (or a sync) that the server
-// answered in a known session renews that session's lease: see lease.go.
-func request[T any](c *Client, ctx context.Context, renews bool, op func() (T, error), late func(Reply[T])) Reply[T] {
+// The session is read before and after the request. Only if it is the
+// same is the request known to have run in it. A request queued across an
+// expiry is sent in the new session. A write or a sync that the server
+// answered in a known session renews that session's lease; see lease.go.
+func request[T any](ctx context.Context, c *Client, renews bool, op func() (T, error), late func(Reply[T])) Reply[T] {
 	run := func() Reply[T] {
 		pause(c.zk)
 		before, sent := c.zk.SessionID(), time.Now()
@@ -243,8 +254,8 @@ func request[T any](c *Client, ctx context.Context, renews bool, op func() (T, e
 		return r
 	case <-ctx.Done():
 		if late != nil {
-			// The caller may let go of c before the answer comes: its
-			// handler uses c (a background deletion) until it returns.
+			// The caller may let go of c before the answer comes. The
+			// handler, a background deletion say, uses c until it returns.
 			c.Ref()
 			go func() {
 				defer c.Unref()
@@ -257,11 +268,11 @@ func request[T any](c *Client, ctx context.Context, renews bool, op func() (T, e
 
 // The requests the lock makes. Writes and Sync renew the lease.
 
-// Create creates path; sending, if not nil, is closed as the call to
-// go-zookeeper begins (the lock pipelines a listing behind it).
+// Create creates path. If sending is not nil, it is closed as the call to
+// go-zookeeper begins. The lock pipelines a listing behind it.
 func (c *Client) Create(ctx context.Context, path string, data []byte, flags int32, acl []zk.ACL,
 	sending chan struct{}, late func(Reply[string])) Reply[string] {
-	return request(c, ctx, true, func() (string, error) {
+	return request(ctx, c, true, func() (string, error) {
 		if sending != nil {
 			close(sending)
 		}
@@ -271,7 +282,7 @@ func (c *Client) Create(ctx context.Context, path string, data []byte, flags int
 
 // CreateContainer creates path as a container node.
 func (c *Client) CreateContainer(ctx context.Context, path string, acl []zk.ACL) Reply[string] {
-	return request(c, ctx, true, func() (string, error) { return c.zk.CreateContainer(path, nil, zk.FlagContainer, acl) }, nil)
+	return request(ctx, c, true, func() (string, error) { return c.zk.CreateContainer(path, nil, zk.FlagContainer, acl) }, nil)
 }
 
 // Children lists path's children.
@@ -281,8 +292,8 @@ func (c *Client) Children(ctx context.Context, path string) Reply[[]string] {
 }
 
 // A Listing is a directory's children, with the directory's stat as of
-// the same moment (its Cversion and Pzxid date the last change of its
-// children).
+// the same moment. The stat's Cversion and Pzxid date the last change of
+// its children.
 type Listing struct {
 	Names []string
 	Stat  *zk.Stat
@@ -290,7 +301,7 @@ type Listing struct {
 
 // List lists path's children, with path's stat.
 func (c *Client) List(ctx context.Context, path string) Reply[Listing] {
-	return request(c, ctx, false, func() (Listing, error) {
+	return request(ctx, c, false, func() (Listing, error) {
 		children, stat, err := c.zk.Children(path)
 		return Listing{children, stat}, err
 	}, nil)
@@ -304,7 +315,7 @@ type Node struct {
 
 // Get reads path.
 func (c *Client) Get(ctx context.Context, path string) Reply[Node] {
-	return request(c, ctx, false, func() (Node, error) {
+	return request(ctx, c, false, func() (Node, error) {
 		data, stat, err := c.zk.Get(path)
 		return Node{data, stat}, err
 	}, nil)
@@ -312,18 +323,19 @@ func (c *Client) Get(ctx context.Context, path string) Reply[Node] {
 
 // Set writes path's data, whatever its version.
 func (c *Client) Set(ctx context.Context, path string, data []byte) Reply[*zk.Stat] {
-	return request(c, ctx, true, func() (*zk.Stat, error) { return c.zk.Set(path, data, -1) }, nil)
+	return request(ctx, c, true, func() (*zk.Stat, error) { return c.zk.Set(path, data, -1) }, nil)
 }
 
 // Delete deletes path, whatever its version; late as for Create.
 func (c *Client) Delete(ctx context.Context, path string, late func(Reply[struct{}])) Reply[struct{}] {
-	return request(c, ctx, true, func() (struct{}, error) { return struct{}{}, c.zk.Delete(path, -1) }, late)
+	return request(ctx, c, true, func() (struct{}, error) { return struct{}{}, c.zk.Delete(path, -1) }, late)
 }
 
-// SetAndDelete sets path's data and deletes it in one transaction: the
-// lock's held mark, seen by whoever reads the node as it goes.
+// SetAndDelete sets path's data and deletes it in one transaction. The
+// lock writes its held mark this way, so that whoever reads the node as
+// it goes sees the mark.
 func (c *Client) SetAndDelete(ctx context.Context, path string, data []byte, late func(Reply[struct{}])) Reply[struct{}] {
-	return request(c, ctx, true, func() (struct{}, error) {
+	return request(ctx, c, true, func() (struct{}, error) {
 		_, err := c.zk.Multi(
 			&zk.SetDataRequest{Path: path, Data: data, Version: -1},
 			&zk.DeleteRequest{Path: path, Version: -1},
@@ -332,11 +344,12 @@ func (c *Client) SetAndDelete(ctx context.Context, path string, data []byte, lat
 	}, late)
 }
 
-// Multi runs ops in one transaction: all commit, or none. A failed
-// transaction reports the failing operation's error, and each operation's
-// in the replies. sending and late are Create's.
+// Multi runs ops in one transaction. All commit, or none. A failed
+// transaction reports the failing operation's error. The replies carry
+// each operation's error. The arguments sending and late are as for
+// Create.
 func (c *Client) Multi(ctx context.Context, ops []any, sending chan struct{}, late func(Reply[[]zk.MultiResponse])) Reply[[]zk.MultiResponse] {
-	return request(c, ctx, true, func() ([]zk.MultiResponse, error) {
+	return request(ctx, c, true, func() ([]zk.MultiResponse, error) {
 		if sending != nil {
 			close(sending)
 		}
@@ -344,19 +357,20 @@ func (c *Client) Multi(ctx context.Context, ops []any, sending chan struct{}, la
 	}, late)
 }
 
-// Sync is the lease's keepalive: the cheapest request that a follower must
-// pass on to the leader (see lease.go). For the same reason it orders a
-// moment of ours against the server's changes: the lock's coalesced
-// readers wait for one (see the lock's coalesce.go).
+// Sync is the lease's keepalive. It is the cheapest request that a
+// follower must pass on to the leader; see lease.go. For the same reason,
+// it orders a moment of ours against the server's changes. The lock's
+// coalesced readers wait for one; see the lock's coalesce.go.
 func (c *Client) Sync(ctx context.Context) Reply[struct{}] {
-	return request(c, ctx, true, func() (struct{}, error) {
+	return request(ctx, c, true, func() (struct{}, error) {
 		_, err := c.zk.Sync("/")
 		return struct{}{}, err
 	}, nil)
 }
 
 // answered reports whether err is the server's answer to a write, given
-// only once the leader has seen it: success, or an error the leader found.
+// only once the leader has seen the write. That is success, or an error
+// the leader found.
 func answered(err error) bool {
 	switch {
 	case err == nil:
@@ -364,11 +378,12 @@ func answered(err error) bool {
 	case ConnectionLoss(err), SessionGone(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false
 	}
-	// Only the errors the leader's PrepRequestProcessor finds, which it
-	// proposes as error transactions: a follower answers them only after
-	// the leader has. A follower (or observer) with eager ACL checks answers
-	// ZNOAUTH and INVALIDACL on its own (ZooKeeperServer.authWriteRequest),
-	// so those prove nothing about the leader.
+	// Only the errors the leader's PrepRequestProcessor finds count. It
+	// proposes them as error transactions, so a follower answers them
+	// only after the leader has. A follower or an observer with eager ACL
+	// checks answers ZNOAUTH and INVALIDACL on its own, in
+	// ZooKeeperServer.authWriteRequest. So those prove nothing about the
+	// leader.
 	for _, e := range []error{zk.ErrNoNode, zk.ErrNodeExists, zk.ErrNotEmpty, zk.ErrBadVersion} {
 		if errors.Is(err, e) {
 			return true
@@ -377,17 +392,18 @@ func answered(err error) bool {
 	return false
 }
 
-// ConnectionLoss reports errors after which the request may or may not have
-// reached the server and the session may still be alive: retry once the
-// client has reconnected, and treat the outcome of a create as unknown.
+// ConnectionLoss reports errors after which the request may or may not
+// have reached the server, and the session may still be alive. Retry once
+// the client has reconnected. Treat the outcome of a create as unknown.
 func ConnectionLoss(err error) bool {
 	if errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
 		errors.Is(err, zk.ErrSessionMoved) {
 		return true
 	}
-	// go-zookeeper hands a request whose write failed that write's own
-	// error (EPIPE, ECONNRESET when the server has just dropped the
-	// connection), and then reconnects as after any connection loss.
+	// A request whose write failed gets that write's own error from
+	// go-zookeeper, such as EPIPE, or ECONNRESET when the server has just
+	// dropped the connection. Then go-zookeeper reconnects, as after any
+	// connection loss.
 	var netErr net.Error
 	return errors.As(err, &netErr)
 }
@@ -398,13 +414,13 @@ func SessionGone(err error) bool {
 	return errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing)
 }
 
-// Unimplemented reports the server's UNIMPLEMENTED (-6) error, which
-// go-zookeeper has no sentinel for.
+// Unimplemented reports the server's UNIMPLEMENTED error, code -6. There
+// is no sentinel for it in go-zookeeper.
 func Unimplemented(err error) bool {
 	return err != nil && err.Error() == "unknown error: -6"
 }
 
-// Backoff spaces out retries after a connection loss, and notices a
+// Backoff spaces out retries after a connection loss. It notices a
 // connection that its owner closed for good. The zero value is ready.
 type Backoff struct{ next time.Duration }
 
@@ -412,9 +428,9 @@ var errConnClosed = fmt.Errorf("%w: the *zk.Conn was closed", zk.ErrConnectionCl
 
 // Wait sleeps, longer each time, and then until the client has a session
 // again. A request made while go-zookeeper reconnects would wait in its
-// queue anyway, and sent the moment it reconnects, it races with
-// go-zookeeper re-registering its watches (an upstream data race on
-// lastZxid, go-zookeeper/zk#35).
+// queue anyway. And sent the moment it reconnects, the request races with
+// go-zookeeper re-registering its watches. That is an upstream data race
+// on lastZxid, go-zookeeper/zk#35.
 func (b *Backoff) Wait(ctx context.Context, c Conn) error {
 	b.next = min(max(2*b.next, 10*time.Millisecond), 500*time.Millisecond)
 	down := c.State() != zk.StateHasSession // as the wait begins: once it is back, settle as below
@@ -426,14 +442,14 @@ func (b *Backoff) Wait(ctx context.Context, c Conn) error {
 		switch c.State() {
 		case zk.StateHasSession:
 			if waited {
-				// Just reconnected: give go-zookeeper the moment it takes
+				// Just reconnected. Give go-zookeeper the moment it takes
 				// to re-register its watches before our request goes out.
 				return sleep(ctx, settleAfterReconnect)
 			}
 			return nil
 		case zk.StateDisconnected:
 			// While it reconnects, go-zookeeper passes through this state
-			// in an instant; it stays in it only after Close.
+			// in an instant. It stays in it only after Close.
 			if suspect {
 				return errConnClosed
 			}
@@ -449,7 +465,7 @@ func (b *Backoff) Wait(ctx context.Context, c Conn) error {
 }
 
 // settleAfterReconnect is how long a retry waits after the session is
-// back (see Wait).
+// back; see Wait.
 const settleAfterReconnect = 10 * time.Millisecond
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -15,11 +15,12 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Connect connects like zk.Connect, with go-zookeeper's options opts, and
-// taps the connection: Clients on it know the session timeout the server
-// granted at every handshake (see Handshakes). If this go-zookeeper keeps
-// its dialer where tap cannot find it, the connection is left untapped,
-// with a warning: locks on it then treat any disconnection as a loss.
+// Connect connects like zk.Connect, with go-zookeeper's options opts. It
+// also taps the connection, so that Clients on it know the session timeout
+// the server granted at every handshake; see Handshakes. A go-zookeeper
+// version may keep its dialer where tap cannot find it. Then the connection
+// is left untapped, with a warning, and locks on it treat any disconnection
+// as a loss.
 func Connect(servers []string, timeout time.Duration, opts ...func(*zk.Conn)) (*zk.Conn, <-chan zk.Event, error) {
 	info := &Handshakes{}
 	tapped := true
@@ -42,33 +43,9 @@ func Connect(servers []string, timeout time.Duration, opts ...func(*zk.Conn)) (*
 }
 
 // Handshakes is what a connection made by Connect learns of its sessions
-// from the server's answers to its handshakes. The zero value is ready.
-//
-// Why the wire, and why the smallest T: go-zookeeper asks each server it
-// (re)connects to for the timeout it was last granted, and each server
-// clamps that to its own [minSessionTimeout, maxSessionTimeout] and
-// applies it at once (ZooKeeperServer.processConnectRequest, then
-// touchSession). The leader expires the session T after the touch it
-// processed last, for that touch's T, which is not always the latest
-// connection's: a follower relays its last touch, with its own
-// connection's T, at its next ping, which may come after the client moved
-// to another server (seen in TestFaultGrantedReconnectShorter); and after
-// a leader election or a restart the new leader counts every session
-// afresh by the T it was created with (getSessionWithTimeOuts). Every one
-// of those is a T the client was answered with, so the lock uses the
-// smallest answered in the session. The answer is read before
-// go-zookeeper reports the session and before it starts the loops that
-// answer requests, on the same goroutine, so any request answered on a
-// connection is judged with that connection's T. go-zookeeper's own log
-// line of it is not used: an application may silence or replace the
-// logger.
-//
-// A handshake the server took but whose answer never arrives (the
-// connection dies in between) changes T unheard; WithSessionTimeout at or
-// below the smallest maxSessionTimeout of any member covers it.
-//
-// An answer with the session also renews the lease: the server, and
-// through it the leader, touched the session after the handshake was sent.
+// from the server's answers to its handshakes. It keeps the smallest
+// session timeout the server granted in each session, and tells its
+// listeners of every answer. The zero value is ready.
 type Handshakes struct {
 	last     atomic.Pointer[sessionTimeout]
 	connects atomic.Uint64 // handshakes answered with a session: one per connection
@@ -77,6 +54,37 @@ type Handshakes struct {
 	listeners map[*func(session int64, sent time.Time)]struct{} // told of each answer; guarded by mu
 }
 
+// Why read the wire, and why take the smallest T? On each connection,
+// go-zookeeper asks the server for the timeout it was last granted. Each
+// server clamps that to its own range, from minSessionTimeout to
+// maxSessionTimeout. It applies the result at once, in
+// ZooKeeperServer.processConnectRequest and then touchSession.
+//
+// The leader expires the session T after the touch it processed last, by
+// that touch's T. That is not always the latest connection's T, in two
+// cases:
+//   - A follower relays its last touch at its next ping, with its own
+//     connection's T. That ping may come after the client moved to
+//     another server. TestFaultGrantedReconnectShorter shows it.
+//   - After a leader election or a restart, the new leader counts every
+//     session afresh, by the T it was created with. See
+//     getSessionWithTimeOuts.
+//
+// Every one of those is a T the client was answered with. So the lock uses
+// the smallest T answered in the session. The answer is read on the
+// goroutine that dials, before go-zookeeper reports the session and before
+// it starts the loops that answer requests. So any request answered on a
+// connection is judged with that connection's T. The lock does not use
+// go-zookeeper's own log line of the answer, since an application may
+// silence or replace the logger.
+//
+// The server may take a handshake whose answer never arrives, when the
+// connection dies in between. That changes T unheard. WithSessionTimeout
+// at or below the smallest maxSessionTimeout of any member covers it.
+//
+// An answer with the session also renews the lease, as lease.go says
+// under "Which T".
+
 // sessionTimeout is the smallest timeout the server granted in a session.
 type sessionTimeout struct {
 	session int64
@@ -84,11 +92,11 @@ type sessionTimeout struct {
 }
 
 // tap wraps the dialer opts left on c, so that every connection reports
-// its handshake's answer. It reports false when it cannot: go-zookeeper
-// keeps the dialer in an unexported field, read here while zk.Connect
-// applies its options, before its goroutines start; a version that moved
-// it leaves the lock without T on the connection (any disconnection is a
-// loss), never with a wrong one.
+// its handshake's answer. It reports false when it cannot. The dialer is
+// in an unexported field of go-zookeeper's. Tap reads it while zk.Connect
+// applies its options, before its goroutines start. A go-zookeeper version
+// that moved the field leaves the lock without T on the connection, never
+// with a wrong one. Then any disconnection is a loss.
 func (d *Handshakes) tap(c *zk.Conn) bool {
 	field := reflect.ValueOf(c).Elem().FieldByName("dialer")
 	if !field.IsValid() || field.Type() != reflect.TypeFor[zk.Dialer]() {
@@ -108,11 +116,12 @@ func (d *Handshakes) tap(c *zk.Conn) bool {
 	return true
 }
 
-// tapConn passes a connection's bytes through untouched, and hands the
-// head of the first packet it reads, the server's answer to the handshake,
-// to its Handshakes. go-zookeeper reads that answer with io.ReadFull, length
-// first, so it may arrive in any number of Reads, all on the goroutine
-// that dialed; later Reads come from a goroutine started after it.
+// tapConn passes a connection's bytes through untouched. It hands the
+// head of the first packet it reads, the server's answer to the
+// handshake, to its Handshakes. go-zookeeper reads the answer with
+// io.ReadFull, length first. So it may arrive in any number of Reads, all
+// on the goroutine that dialed. Later Reads come from a goroutine started
+// after it.
 type tapConn struct {
 	net.Conn
 	info *Handshakes
@@ -121,9 +130,10 @@ type tapConn struct {
 	done bool
 }
 
-// AnswerHead is the part of a handshake's answer the tap reads: the
-// packet's length, then the protocol version, the timeout in milliseconds
-// and the session id, big-endian (go-zookeeper's connectResponse).
+// AnswerHead is the part of a handshake's answer the tap reads. It holds
+// the packet's length, then the protocol version, the timeout in
+// milliseconds and the session id, all big-endian. This is the head of
+// go-zookeeper's connectResponse.
 const AnswerHead = 4 + 4 + 4 + 8
 
 func (c *tapConn) Write(p []byte) (int, error) {
@@ -146,9 +156,9 @@ func (c *tapConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Answered records the answer to a handshake sent at sent: session 0
-// means the session had expired (go-zookeeper opens a new one next); a
-// new session starts a new record; the same one keeps the smallest
+// Answered records the answer to a handshake sent at sent. Session 0
+// means the session had expired, and go-zookeeper opens a new one next. A
+// new session starts a new record. The same session keeps the smallest
 // timeout. The listeners hear of every answer with a session.
 func (d *Handshakes) Answered(head []byte, sent time.Time) {
 	ms := int32(binary.BigEndian.Uint32(head[8:12]))
@@ -185,9 +195,9 @@ func (d *Handshakes) TimeoutOf(session int64) time.Duration {
 // ConnectCount returns how many answers carried a session.
 func (d *Handshakes) ConnectCount() uint64 { return d.connects.Load() }
 
-// OnHandshake calls fn, on go-zookeeper's goroutine, with every answer to
-// a handshake that carries a session, after TimeoutOf has taken it in,
-// until stop. fn must not block.
+// OnHandshake calls fn with every answer to a handshake that carries a
+// session, until stop. It calls fn on go-zookeeper's goroutine, after
+// TimeoutOf has taken the answer in. So fn must not block.
 func (d *Handshakes) OnHandshake(fn func(session int64, sent time.Time)) (stop func()) {
 	key := &fn
 	d.mu.Lock()
@@ -203,8 +213,9 @@ func (d *Handshakes) OnHandshake(fn func(session int64, sent time.Time)) (stop f
 	}
 }
 
-// dialed maps connections made by Connect to what Connect learns of them. It holds
-// them weakly: an entry goes when its connection is garbage collected.
+// dialed maps connections made by Connect to what Connect learns of
+// them. It holds them weakly, so an entry goes when its connection is
+// garbage collected.
 var dialed sync.Map // weak.Pointer[zk.Conn] -> *Handshakes
 
 func remember(c *zk.Conn, info *Handshakes) {
@@ -213,9 +224,9 @@ func remember(c *zk.Conn, info *Handshakes) {
 	runtime.AddCleanup(c, func(key weak.Pointer[zk.Conn]) { dialed.Delete(key) }, key)
 }
 
-// sessionsOf returns what conn tells of its sessions: a connection made
-// by Connect, or one that tells itself (the unit tests' fake); nil for any
-// other.
+// sessionsOf returns what conn tells of its sessions. A connection made
+// by Connect tells, and so does one that tells itself, as the unit tests'
+// fake does. It returns nil for any other.
 func sessionsOf(conn Conn) Sessions {
 	switch c := conn.(type) {
 	case *zk.Conn:
@@ -228,16 +239,17 @@ func sessionsOf(conn Conn) Sessions {
 	return nil
 }
 
-// Sessions is what a connection tells of its sessions: one made by
-// Connect (Handshakes), or the lock's unit tests' fake.
+// Sessions is what a connection tells of its sessions. Handshakes is one,
+// for a connection made by Connect. The lock's unit tests' fake is
+// another.
 type Sessions interface {
 	// TimeoutOf returns the smallest session timeout the server granted
 	// session so far, or 0 if unknown.
 	TimeoutOf(session int64) time.Duration
-	// ConnectCount returns how many times the client has had a session:
-	// it moves before the watches of a new connection are set again.
+	// ConnectCount returns how many times the client has had a session.
+	// It moves before the watches of a new connection are set again.
 	ConnectCount() uint64
 	// OnHandshake calls fn with each answer to a handshake, sent at sent,
-	// that carries a session: the server touched it after sent.
+	// that carries a session. The server touched the session after sent.
 	OnHandshake(fn func(session int64, sent time.Time)) (stop func())
 }

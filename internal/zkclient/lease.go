@@ -9,146 +9,171 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// When is a grant lost? The promise is that its holder is told (Done
-// closes, Err fails, WithWrite's function sees its context cancelled)
-// before another client can be granted the lock. Another client can be
-// granted it only once our node is gone: deleted by someone, or by the
-// server when it expires our session.
+// When is a grant lost? The promise is that its holder is told before
+// another client can be granted the lock. Being told means that Done
+// closes, Err fails, and WithWrite's function sees its context cancelled.
+// Another client can be granted the lock only once our node is gone.
+// Either someone deleted it, or the server did when it expired our
+// session.
 //
 // # The lease
 //
-// A ZooKeeper server expires a session T (the granted session timeout)
-// after it last heard from the client, never sooner: every packet from the
-// client renews the session, and the expiry is rounded up to the server's
-// next tick. So a request sent at time s by our clock, and answered in the
-// session, proves that the session lives until s + T by our clock (the
-// server received it after s). The lock keeps that proof itself, per
-// connection: it records when it sent each request that counts, and the
-// latest one answered in the session is the lease. It never infers the
-// lease from go-zookeeper's connection state or from packets received:
-// go-zookeeper resets its read deadline on every packet, watch
-// notifications included, and a notification proves that the server sent
-// something, not that it heard from us. go-zookeeper's own pings are
-// invisible to a library.
+// A ZooKeeper server expires a session T after it last heard from the
+// client, never sooner. T is the session timeout the server granted. Every
+// packet from the client renews the session. The server rounds the expiry
+// up to its next tick. Now take a request sent at time s by our clock, and
+// answered in the session. The server received it after s, so the answer
+// proves that the session lives until s + T by our clock.
+//
+// The lock keeps that proof itself, per connection. It records when it
+// sent each request that counts. The latest one answered in the session is
+// the lease. The lock never infers the lease from go-zookeeper's
+// connection state, nor from packets received. Every packet resets
+// go-zookeeper's read deadline, watch notifications included. But a
+// notification proves that the server sent something, not that it heard
+// from us. A library cannot see go-zookeeper's own pings.
 //
 // Only writes and syncs count. In an ensemble, the leader alone expires
-// sessions; a follower tells it which sessions it heard from only in its
-// replies to the leader's pings, every tickTime/2 (Learner.ping). A
-// follower cut off from the leader goes on answering reads for up to
-// syncLimit ticks while the leader may expire our session, so a read
-// proves nothing. A write or a sync is passed on to the leader, and the
-// follower answers only after the leader has: the answer proves that the
-// follower was in touch with the leader after s. It still does not prove
-// that the leader heard of us: if the follower loses the leader right
-// after answering, what it heard since its last ping reply is never
-// relayed, and the leader may expire the session up to tickTime/2, plus
-// the gap between our requests, before s + T.
+// sessions. A follower tells the leader which sessions it heard from only
+// in its replies to the leader's pings. Those come every tickTime/2, and
+// Learner.ping answers them. A follower cut off from the leader goes on
+// answering reads for up to syncLimit ticks. Meanwhile the leader may
+// expire our session, so a read proves nothing. A follower passes a write
+// or a sync on to the leader, and answers only after the leader has. So
+// the answer proves that the follower was in touch with the leader after
+// s. It still does not prove that the leader heard of us. If the follower
+// loses the leader right after answering, what it heard since its last
+// ping reply is never relayed. The leader may then expire the session
+// before s + T, by up to tickTime/2 plus the gap between our requests.
 //
 // # The keepalive and the head start
 //
-// While a grant is held on a connection, the lock sends a sync every T/16
-// unless a write renewed the lease meanwhile: one request per connection,
-// however many grants it holds. One that goes unanswered is tried again
-// within 100 ms, so that a keepalive waits in go-zookeeper's queue while it
-// reconnects and goes out the moment it has. A grant is lost at
-// lease end − H, the head start, H = T/4 ([HeadStart]). A connection may
-// stay silent (a partition, a server restart, a leader election) for up to
-// T − H − T/16, about 0.69·T, without losing its grants: 6.9 s with
-// T = 10 s.
+// While a grant is held on a connection, the lock sends a sync every T/16,
+// unless a write renewed the lease meanwhile. That is one request per
+// connection, however many grants it holds. A keepalive that goes
+// unanswered is tried again within retryUnanswered, 100 ms. So while
+// go-zookeeper reconnects, a keepalive waits in its queue, and goes out
+// the moment it has reconnected.
+//
+// A grant is lost at the lease's end minus the head start H. HeadStart
+// gives H = T/4. So a connection may stay silent for up to T − H − T/16
+// without losing its grants. A partition, a server restart and a leader
+// election are such silences. The figure in seconds is in
+// docs/guarantees.md, "Server loss is ridden out".
 //
 // On a standalone server, the holder has all of H to stop before the
-// session can expire. In an ensemble the server it talks to may be out of
-// touch with the leader at the worst moment, and the leader then expires
-// the session earlier than the lease says: up to tickTime/2 plus the gap
-// between our requests through a follower (above); up to a tick plus that
-// gap through an observer behind an ObserverMaster (two relays); up to a
-// tick through a deposed leader, which answers syncs as reads until it sees
-// it has lost its quorum (syncLimit+1 ticks), while the followers give it
-// up after syncLimit ticks and the new leader counts every session's T
-// afresh. With T at least eight ticks (16 s with ZooKeeper's default
-// tickTime of 2 s) all of these are at most T/8 + T/16, and the holder has
-// at least T/16 left; Grant.Deadline reports the earliest expiry under
-// that assumption. With fewer ticks, such a worst case can let another
-// client in first; the fencing token is the defence that does not depend
-// on time.
+// session can expire. In an ensemble, the server it talks to may lose
+// touch with the leader at the worst moment. The leader then expires the
+// session earlier than the lease says. How much earlier depends on the
+// server the client talks to:
+//   - A follower: up to tickTime/2 plus the gap between our requests, as
+//     above.
+//   - An observer behind an ObserverMaster: up to a tick plus that gap.
+//     There are two relays.
+//   - A deposed leader: up to a tick. It answers syncs as reads until it
+//     sees it has lost its quorum, after syncLimit+1 ticks. The followers
+//     give it up after syncLimit ticks. The new leader then counts every
+//     session's T afresh.
 //
-// Time is the monotonic clock, or the wall clock where it says more: the
-// monotonic clock stands still while a machine is suspended, the server's
-// does not. (A wall clock stepped forward can only end grants early.)
-// Err and Done consult the clock at every call, so a process that was
-// paused (SIGSTOP, a stopped VM) sees the loss at its first check after
-// resuming, even before the clock's timer has fired.
+// Take T of at least eight ticks, so that a tick is at most T/8. The gap
+// between our requests is at most the keepalive interval, T/16. Then each
+// of these is at most T/8 + T/16, which RelayAllowance returns. So the
+// holder has at least T/16 left. Grant.Deadline reports the earliest expiry
+// under that assumption. Below eight ticks, such a worst case can let
+// another client in first. The fencing token is the defence that does not
+// depend on time. What eight ticks are with the server's defaults is in
+// docs/guarantees.md.
+//
+// Time is the monotonic clock, or the wall clock where that says more.
+// The monotonic clock stands still while a machine is suspended, and the
+// server's clock does not. A wall clock stepped forward can only end
+// grants early. Err and Done consult the clock at every call. So a paused
+// process sees the loss at its first check after resuming, even before
+// the clock's timer has fired. SIGSTOP and a stopped VM are such pauses.
 //
 // # Which T
 //
 // The T of the lease is the one the server granted, never the one asked
-// for: a server clamps what a client asks for to its own
-// [minSessionTimeout, maxSessionTimeout] (2 and 20 ticks by default), and
-// a reconnection may land on a server that grants less. A connection made
-// by rwlock.Dial reads the granted T from the server's answer to every
-// handshake (dial.go), and a grant is judged by the smallest T granted in
-// its session so far, capped by WithSessionTimeout if given: the
-// judgement, the keepalive pace, the next look and Grant.Deadline all
-// use it, and a change makes the clock look at once. An answered
-// handshake renews the lease too: the server touched the session after it
-// was sent, a follower only once the leader had (it revalidates the
-// session with the leader before it answers). Why the smallest, and the
-// one case of a T the lock does not hear (a lost answer), are in dial.go.
-// On any other connection the lock cannot check what the server granted
-// (go-zookeeper does not expose it), so it does not know T.
+// for. A server clamps what a client asks for to its own range, from
+// minSessionTimeout to maxSessionTimeout, by default 2 to 20 ticks. And a
+// reconnection may land on a server that grants less.
+//
+// A connection made by rwlock.Dial reads the granted T from the server's
+// answer to every handshake; see dial.go. A grant is judged by the
+// smallest T granted in its session so far, capped by WithSessionTimeout
+// if given. The judgement, the keepalive pace, the next look and
+// Grant.Deadline all use that T. A change of T makes the clock look at
+// once.
+//
+// An answered handshake renews the lease too. The server touched the
+// session after the handshake was sent. A follower revalidates the session
+// with the leader before it answers. So through a follower, the leader too
+// touched the session after the handshake was sent. The comment after
+// Handshakes, in dial.go, says why the lock takes the smallest T. It also
+// covers the one case of a T the lock does not hear, an answer that is
+// lost.
+//
+// On any other connection, go-zookeeper does not expose what the server
+// granted. So the lock cannot check it, and it does not know T.
 //
 // # Without the granted T
 //
 // On a connection that does not tell T, any disconnection of a holder is
-// a loss, checked at every Err and Done and every 20 ms: the safe default
-// of Curator's SUSPENDED rule. It catches a disconnection only once
-// go-zookeeper has noticed it.
+// a loss. That is the safe default of Curator's SUSPENDED rule. The lock
+// checks for it at every Err and Done, and every UnknownTimeoutPoll. It
+// catches a disconnection only once go-zookeeper has noticed it.
 //
-// With WithSessionTimeout(d), the lease clock runs there too, with d as an
-// upper bound: the judgement, the keepalive pace and the next look use d as
-// they would a granted T. A bound can end a grant, never keep one. The
-// server may have granted less than d, so a disconnection is still a loss,
-// and Deadline knows no time: the session may expire at any moment.
+// With WithSessionTimeout(d), the lease clock runs there too, with d as
+// an upper bound. The judgement, the keepalive pace and the next look use
+// d as they would a granted T. A bound can end a grant, never keep one.
+// The server may have granted less than d, so a disconnection is still a
+// loss. And Deadline knows no time, since the session may expire at any
+// moment.
 //
-// If the server granted at least d at every handshake of the session, the
-// lease by d ends no later than the real one. (Each handshake sets the
-// session's timeout anew: a reconnection to a member with a lower
-// maxSessionTimeout grants less.) So a grant is then lost, with the head
-// start, before the server can expire its session: through a silent
-// partition that go-zookeeper has not noticed, or a pause. In an ensemble
-// the margins above need d of at least eight ticks: the keepalives go
-// every d/16, and a tick must be at most d/8. If the smallest T the server
-// granted in the session is below d but above 3d/4, a standalone server
-// still cannot expire the session before the grant is lost at 3d/4 of
-// silence, but the head start is only T - 3d/4; at 3d/4 or below, nothing
-// is promised.
+// Say the server granted at least d at every handshake of the session.
+// Then the lease by d ends no later than the real one. Every handshake
+// matters, since each one sets the session's timeout anew. A
+// reconnection to a member with a lower maxSessionTimeout grants less.
+// Under that condition, a grant is lost with the head start before the
+// server can expire its session. That holds through a silent partition
+// that go-zookeeper has not noticed, and through a pause. In an ensemble,
+// the margins above need d of at least eight ticks. The keepalives go
+// every d/16, and a tick must be at most d/8.
 //
-// The clock is consulted before go-zookeeper's state: a process back from
-// a pause sees its loss even while go-zookeeper still says it has its
-// session (its receive loop has not yet read the server's close).
+// Now say the smallest T granted in the session is below d but above
+// 3d/4. A standalone server still cannot expire the session before the
+// grant is lost, at 3d/4 of silence. But the head start is only T − 3d/4.
+// At 3d/4 or below, nothing is promised.
+//
+// The clock is consulted before go-zookeeper's state. So a process back
+// from a pause sees its loss even while go-zookeeper still says it has
+// its session. That happens when its receive loop has not yet read the
+// server's close.
 //
 // Without either, the lock has only go-zookeeper's state, and keeps its
-// blind spot: connect with Dial, or pass WithSessionTimeout.
+// blind spot. To close it, connect with Dial, or pass WithSessionTimeout.
 //
 // # Other causes
 //
-// A session found replaced (go-zookeeper opens a new one after an expiry)
-// ends its grants at once. A node deleted by someone else is learnt from
-// the watch on it, which fires when the next waiter's does: no client can
-// promise a head start for that cause, and the fencing token
-// (Grant.Token) is the defence.
+// After an expiry, go-zookeeper opens a new session. A session found
+// replaced that way ends its grants at once. A node deleted by someone else
+// is learnt from the watch on it, which fires when the next waiter's does.
+// So no client can promise a head start for that cause. The fencing token,
+// Grant.Token, is the defence.
 
 // HeadStart returns how long before its session may expire a grant is
-// declared lost, for a session timeout t: a quarter of it. See Grant.Done.
+// declared lost, for a session timeout t. It is a quarter of t. See
+// Grant.Done.
 func HeadStart(t time.Duration) time.Duration {
 	// mutant: headstart
 	return t / 4
 }
 
 // RelayAllowance is how much earlier than the lease's end the leader may
-// expire a session whose server was out of touch with it at the worst
-// moment: at most a tick plus the keepalive interval, T/8 + T/16 for a
-// session of eight ticks or more (see above).
+// expire a session. That happens when the session's server lost touch
+// with the leader at the worst moment. It is at most a tick plus the
+// keepalive interval, for a session of eight ticks or more. The proof in
+// lease.go gives the steps.
 func RelayAllowance(t time.Duration) time.Duration { return t/8 + RenewInterval(t) }
 
 // retryUnanswered is how soon a keepalive that was not answered is tried
@@ -162,15 +187,15 @@ func RenewInterval(t time.Duration) time.Duration { return t / 16 }
 // unknown are judged by the connection's state.
 const UnknownTimeoutPoll = 20 * time.Millisecond
 
-// lease is what the requests of one connection prove: session lives until
-// since + T.
+// lease is what the requests of one connection prove. The session lives
+// until since + T.
 type lease struct {
 	session int64
 	since   time.Time // when the latest counting request answered in session was sent
 }
 
-// elapsed is the time since t, by the monotonic clock or, if it says
-// more, by the wall clock (see above).
+// elapsed is the time from t to now. It reads the monotonic clock, or the
+// wall clock if that says more; see above.
 func elapsed(t, now time.Time) time.Duration {
 	return max(now.Sub(t), now.Round(0).Sub(t.Round(0)))
 }
@@ -189,9 +214,9 @@ func (c *Client) renew(session int64, sent time.Time) {
 	}
 }
 
-// leaseEnd returns when session surely lives until, for timeout t, and
-// whether the lease knows (it does not for another session than the one it
-// last renewed). Call with c.mu held.
+// leaseEndLocked returns the time until which session surely lives, for
+// timeout t. It also reports whether the lease knows. It does not know for
+// a session other than the one it last renewed. Call it with c.mu held.
 func (c *Client) leaseEndLocked(session int64, t time.Duration) (time.Time, bool) {
 	if t <= 0 || c.lease.session != session || c.lease.since.IsZero() {
 		return time.Time{}, false
@@ -199,12 +224,14 @@ func (c *Client) leaseEndLocked(session int64, t time.Duration) (time.Time, bool
 	return c.lease.since.Add(t), true
 }
 
-// Timeout returns the session timeout t that the lease clock judges a
-// holder in session by, whose lock caps it at limit (0: no cap), and whether
-// the server granted at least t (see above). On a connection that tells, t
-// is the smallest the server granted in the session, no more than limit,
-// and granted is true. On any other, t is limit, an upper bound that only
-// ends grants, and granted is false. t is 0 when there is neither.
+// Timeout returns the session timeout t by which the lease clock judges a
+// holder in session. The holder's lock caps t at limit, unless limit is 0.
+// Timeout also reports whether the server granted at least t.
+//
+// On a connection that tells, granted is true, and t is the smallest
+// timeout the server granted in the session, capped at limit. On any
+// other connection, granted is false, and t is limit, an upper bound that
+// only ends grants. When there is neither, t is 0.
 func (c *Client) Timeout(limit time.Duration, session int64) (t time.Duration, granted bool) {
 	if c.sessions != nil {
 		// mutant: state-rule
@@ -221,23 +248,24 @@ func (c *Client) Timeout(limit time.Duration, session int64) (t time.Duration, g
 	return limit, false
 }
 
-// A Holder is what the lease clock judges: one grant of the lock.
+// A Holder is what the lease clock judges. It is one node the lock holds,
+// whatever the number of grants on it.
 type Holder interface {
 	// Session is the session that owns the holder's node.
 	Session() int64
-	// Limit caps the session timeout the holder is judged by (the lock's
-	// WithSessionTimeout); on a connection that does not tell T, it is the
-	// bound the holder is judged by. 0 for none.
+	// Limit caps the session timeout the holder is judged by. It is the
+	// lock's WithSessionTimeout, or 0 for none. On a connection that does
+	// not tell T, it is the bound the holder is judged by.
 	Limit() time.Duration
 	// Lost tells the holder it is lost, and why. The clock calls it
 	// holding none of its locks, once for each time it finds the holder
-	// lost; the holder ends itself (and Unholds) on the first.
+	// lost. The holder ends itself on the first call, and is removed.
 	Lost(cause error)
 }
 
-// handshake takes in an answer to a handshake sent at sent: it renews the
-// lease (the server touched the session after sent), and makes the clock
-// look at once, since the timeout may have changed. It runs on
+// handshake takes in an answer to a handshake sent at sent. It renews the
+// lease, since the server touched the session after sent. And it makes the
+// clock look at once, since the timeout may have changed. It runs on
 // go-zookeeper's goroutine, so it only moves the timer.
 func (c *Client) handshake(session int64, sent time.Time) {
 	c.renew(session, sent)
@@ -248,8 +276,8 @@ func (c *Client) handshake(session int64, sent time.Time) {
 	}
 }
 
-// Fresh reports whether session's lease still has more than the head start
-// and margin to run, for timeout t.
+// Fresh reports whether session's lease still has more than the head
+// start and margin to run, for timeout t.
 func (c *Client) Fresh(session int64, t, margin time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -278,16 +306,16 @@ func (e *LeaseLapsedError) Error() string {
 // the lock does not know the session timeout the server granted.
 var ErrDisconnected = errors.New("disconnected, and the session timeout is unknown")
 
-// judgeLocked returns why h is lost at now, or nil if it is held as far as
-// the clock and the session can tell. Call with c.mu held.
+// judgeLocked returns why h is lost at now. It returns nil if h is held,
+// as far as the clock and the session can tell. Call it with c.mu held.
 func (c *Client) judgeLocked(h Holder, now time.Time) error {
 	session := h.Session()
 	if c.zk.SessionID() != session {
 		return zk.ErrSessionExpired // go-zookeeper silently made a new session
 	}
 	t, granted := c.Timeout(h.Limit(), session)
-	// The clock first: go-zookeeper's state lags behind a pause or a
-	// silent partition, and the clock does not.
+	// The clock first, since go-zookeeper's state lags behind a pause or
+	// a silent partition, and the clock does not.
 	if t > 0 {
 		if _, ok := c.leaseEndLocked(session, t); !ok {
 			return &LeaseLapsedError{Bound: !granted} // never renewed in this session: nothing proves it alive
@@ -300,7 +328,7 @@ func (c *Client) judgeLocked(h Holder, now time.Time) error {
 		}
 	}
 	// A lease by a bound proves the session alive only if the server
-	// granted at least the bound; it may have granted less, and a
+	// granted at least the bound. It may have granted less, and then a
 	// disconnection may be the session's end.
 	if !granted && c.zk.State() != zk.StateHasSession {
 		return ErrDisconnected
@@ -309,7 +337,7 @@ func (c *Client) judgeLocked(h Holder, now time.Time) error {
 }
 
 // Judge tells h it is lost if the clock says so. The lock calls it at
-// every Err and Done; the clock's timer calls it for every holder in time.
+// every Err and Done. The clock's timer judges every holder in time too.
 func (c *Client) Judge(h Holder) {
 	c.mu.Lock()
 	why := c.judgeLocked(h, time.Now())
@@ -320,10 +348,9 @@ func (c *Client) Judge(h Holder) {
 }
 
 // Deadline returns the earliest time at which the server may expire h's
-// session as far as the lease knows, counting the worst case of an
-// ensemble (RelayAllowance); ok is false if the lease does not know. A
-// lease by a bound knows nothing of the sort: the server may have granted
-// less.
+// session, as far as the lease knows. It counts the worst case of an
+// ensemble, RelayAllowance. It returns false if the lease does not know. A
+// lease by a bound never knows, since the server may have granted less.
 func (c *Client) Deadline(h Holder) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -335,16 +362,16 @@ func (c *Client) Deadline(h Holder) (time.Time, bool) {
 	return end.Add(-RelayAllowance(t)), true
 }
 
-// Hold puts h under the lease clock until Unhold.
-func (c *Client) Hold(h Holder) {
+// AddHolder puts h under the lease clock until RemoveHolder.
+func (c *Client) AddHolder(h Holder) {
 	c.mu.Lock()
 	c.holders[h] = struct{}{}
 	c.mu.Unlock()
 	c.tick()
 }
 
-// Unhold takes h from under the lease clock.
-func (c *Client) Unhold(h Holder) {
+// RemoveHolder takes h from under the lease clock.
+func (c *Client) RemoveHolder(h Holder) {
 	c.mu.Lock()
 	delete(c.holders, h)
 	c.stopIfIdleLocked()
@@ -357,8 +384,9 @@ func (c *Client) stopIfIdleLocked() {
 	}
 }
 
-// tick is the lease clock's look: it tells the holders that are lost,
-// renews the lease when it is due, and sets its timer for the next look.
+// tick is the lease clock's look. It tells the holders that are lost, and
+// renews the lease when it is due. Then it sets its timer for the next
+// look.
 func (c *Client) tick() {
 	pause(c.zk)
 	now := time.Now()
@@ -389,10 +417,10 @@ func (c *Client) tick() {
 		soonest(c.lease.since.Add(t - HeadStart(t)))
 	}
 	if minT > 0 {
-		// Renew when the lease is a keepalive interval old, with at most
-		// one keepalive in flight, and the next sent an interval after the
-		// last, or soon if that one went unanswered (a disconnected
-		// client fails them at once, or holds them until it reconnects).
+		// Renew when the lease is a keepalive interval old. At most one
+		// keepalive is in flight. The next goes an interval after the
+		// last, or soon if that one went unanswered. A disconnected client
+		// fails keepalives at once, or holds them until it reconnects.
 		every := RenewInterval(minT)
 		due := c.lease.since.Add(every)
 		if c.lease.session != c.zk.SessionID() {
@@ -413,10 +441,10 @@ func (c *Client) tick() {
 		default:
 			soonest(due)
 		}
-		// And at least every keepalive interval: timers run on the
+		// And look at least every keepalive interval. Timers run on the
 		// monotonic clock, which stands still while the machine is
-		// suspended, so a deadline set before a suspend would fire late;
-		// each look reads the wall clock too (see elapsed).
+		// suspended. So a deadline set before a suspend would fire late.
+		// Each look reads the wall clock too; see elapsed.
 		soonest(now.Add(every))
 	}
 	switch d := max(next.Sub(now), time.Millisecond); {

@@ -7,21 +7,23 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Watches are shared per connection: at most one registration per node,
+// Watches are shared per connection. At most one registration per node,
 // kind and connection is outstanding at a time.
 //
 // go-zookeeper cannot remove a watch. Each GetW or ChildrenW call adds a
-// channel that lives until the node changes (or the session ends), and
+// channel that lives until the node changes or the session ends. And
 // every live watch is sent to the server again at each reconnection. A
-// waiter that gives up (its context ended) cannot take its watch back, so
-// if every waiter set its own, a hundred timed-out Lock calls behind a
-// long-held grant would leave a hundred channels. Instead, a caller that
-// finds a registration outstanding for the node it wants to watch reads
-// the node without a watch and shares the registration: any change after
-// the registration was set fires it, and ZooKeeper delivers that event
-// before the answer to any later read, so the caller can never miss a
-// change that its read did not already show. It may be woken for a change
-// its read did show; every waiter looks again when woken.
+// waiter that gives up when its context ends cannot take its watch back.
+// So if every waiter set its own, a hundred timed-out Lock calls behind a
+// long-held grant would leave a hundred channels.
+//
+// Instead, a caller that finds a registration outstanding for the node it
+// wants to watch reads the node without a watch, and shares the
+// registration. Any change after the registration was set fires it.
+// ZooKeeper delivers that event before the answer to any later read. So
+// the caller can never miss a change that its read did not already show.
+// It may be woken for a change its read did show, but every waiter looks
+// again when woken.
 
 type watchKind int8
 
@@ -36,17 +38,15 @@ type watchKey struct {
 }
 
 // A Watch is one registration, shared by its callers in the session
-// that set it. (go-zookeeper ends every watch of an expired session with an
-// EventNotWatching; a caller of the new session must not take that for the
-// end of its own.)
-//
-// go-zookeeper sends the watch's one event into raw and closes it. A
-// goroutine relays it to fired and to the subscribers; FiredNow also takes
-// it from raw if it is there, so that a caller that has just seen a later
-// event or answer of the session knows, without a request and without
-// waiting for the relay, whether this watch fired before: go-zookeeper puts
-// each event in its channel before it reads the next packet.
+// that set it. When a session expires, go-zookeeper ends each of its
+// watches with an EventNotWatching. A caller of the new session must not
+// take that for the end of its own.
 type Watch struct {
+	// go-zookeeper sends the watch's one event into raw and closes it. A
+	// goroutine relays the event to fired and to the subscribers. FiredNow
+	// also takes the event from raw if it is there, without waiting for
+	// the relay.
+
 	mu      sync.Mutex
 	pending bool                         // the request that sets it is under way
 	ready   chan struct{}                // closed when it is settled, set or not
@@ -58,7 +58,7 @@ type Watch struct {
 	done    bool                         // the event is published
 }
 
-// Fired returns a channel that is closed when the watch has fired; then
+// Fired returns a channel that is closed when the watch has fired. Then
 // Event tells what happened.
 func (w *Watch) Fired() <-chan struct{} { return w.fired }
 
@@ -66,7 +66,11 @@ func (w *Watch) Fired() <-chan struct{} { return w.fired }
 func (w *Watch) Event() zk.Event { return w.event }
 
 // FiredNow reports whether the watch has fired, as of the last packet
-// go-zookeeper has read, and publishes the event if it has.
+// go-zookeeper has read. It publishes the event if the watch has fired.
+// Say a caller has just seen a later event or answer of the session.
+// FiredNow then tells it whether this watch fired before, without a
+// request and without waiting. That holds because go-zookeeper puts each
+// event in its channel before it reads the next packet.
 func (w *Watch) FiredNow() bool {
 	w.mu.Lock()
 	if w.done {
@@ -76,7 +80,7 @@ func (w *Watch) FiredNow() bool {
 	select {
 	case ev, ok := <-w.raw:
 		if !ok {
-			// Closed and empty: the relay took the event and is about to
+			// Closed and empty. The relay took the event and is about to
 			// publish it.
 			w.mu.Unlock()
 			<-w.fired
@@ -92,9 +96,9 @@ func (w *Watch) FiredNow() bool {
 	}
 }
 
-// unfired reports whether the watch is set and has not fired: neither
-// published, nor waiting in go-zookeeper's channel (sharing one that has
-// fired would only wake the caller for nothing).
+// unfired reports whether the watch is set and has not fired. Its event
+// is neither published nor waiting in go-zookeeper's channel. Sharing a
+// watch that has fired would only wake the caller for nothing.
 func (w *Watch) unfired() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -116,9 +120,9 @@ func runSubs(subs map[*func(zk.Event)]struct{}, ev zk.Event) {
 	}
 }
 
-// Subscribe runs fn, once, when the watch fires (at once if it has), on
-// the goroutine that publishes the event. cancel stops that, if it has not
-// happened yet.
+// Subscribe runs fn once when the watch fires, on the goroutine that
+// publishes the event. If the watch has fired, it runs fn at once. Calling
+// cancel stops fn from running, if it has not run yet.
 func (w *Watch) Subscribe(fn func(zk.Event)) (cancel func()) {
 	w.mu.Lock()
 	if w.done {
@@ -139,9 +143,9 @@ func (w *Watch) Subscribe(fn func(zk.Event)) (cancel func()) {
 	}
 }
 
-// GetW reads path and watches its data: the watch fires when the node's
-// data changes or the node is deleted. A data watch, unlike the exists
-// watch of ExistsW, is never set on a missing node, so a node that went
+// GetW reads path and watches its data. The watch fires when the node's
+// data changes or the node is deleted. A data watch is never set on a
+// missing node, unlike the exists watch of ExistsW. So a node that went
 // before we looked leaves no watch behind. The watch is nil when the read
 // failed.
 func (c *Client) GetW(ctx context.Context, path string) (Reply[Node], *Watch) {
@@ -149,7 +153,7 @@ func (c *Client) GetW(ctx context.Context, path string) (Reply[Node], *Watch) {
 		Node
 		ch <-chan zk.Event
 	}
-	r, w := watchShared(c, ctx, watchKey{path, dataWatch},
+	r, w := watchShared(ctx, c, watchKey{path, dataWatch},
 		func() (result, <-chan zk.Event, error) {
 			data, stat, ch, err := c.zk.GetW(path)
 			return result{Node{data, stat}, ch}, ch, err
@@ -162,14 +166,14 @@ func (c *Client) GetW(ctx context.Context, path string) (Reply[Node], *Watch) {
 }
 
 // GetWPrivate is GetW with a watch of its own, never shared with another
-// caller. go-zookeeper fires every channel it has for the node when an
-// event comes, one sent again after a reconnection included: the watch
-// tells only of changes that this read's answer does not show if the
-// caller sets no other data or exists watch on the node on this
+// caller. When an event comes, go-zookeeper fires every channel it has
+// for the node. That includes a watch sent again after a reconnection. So
+// the watch tells only of changes that this read's answer does not show,
+// if the caller sets no other data or exists watch on the node on this
 // connection. The watch is nil when the read failed.
 func (c *Client) GetWPrivate(ctx context.Context, path string) (Reply[Node], *Watch) {
 	w := &Watch{fired: make(chan struct{})}
-	r := request(c, ctx, false, func() (Node, error) {
+	r := request(ctx, c, false, func() (Node, error) {
 		before := c.zk.SessionID()
 		data, stat, ch, err := c.zk.GetW(path)
 		c.settle(watchKey{}, w, ch, before, err, false)
@@ -181,31 +185,25 @@ func (c *Client) GetWPrivate(ctx context.Context, path string) (Reply[Node], *Wa
 	return r, w
 }
 
-// ChildrenW lists path's children and watches them: the watch fires when
-// a child is created or deleted, or when path itself is deleted (a lock
-// node has no children, so a child watch on one fires only when it goes).
-//
-// With private, the watch is the caller's own, never shared: an
-// acquisition's watch on its lock directory fires at the latest when its
-// own node goes, so it cannot pile up, while sharing it would hand the next
-// acquisition on the connection a watch that the last one's release has
-// just fired, and a wake for nothing.
-func (c *Client) ChildrenW(ctx context.Context, path string, private bool) (Reply[[]string], *Watch) {
+// ChildrenW lists path's children and watches them. The watch fires when
+// a child is created or deleted, or when path itself is deleted. A lock
+// node has no children, so a child watch on one fires only when it goes.
+func (c *Client) ChildrenW(ctx context.Context, path string) (Reply[[]string], *Watch) {
 	op := func() ([]string, <-chan zk.Event, error) {
 		children, _, ch, err := c.zk.ChildrenW(path)
 		return children, ch, err
 	}
-	if private {
-		r, w := c.ListW(ctx, path)
-		return Reply[[]string]{r.V.Names, r.Session, r.Err}, w
-	}
-	return watchShared(c, ctx, watchKey{path, childWatch}, op, func() Reply[[]string] { return c.Children(ctx, path) })
+	return watchShared(ctx, c, watchKey{path, childWatch}, op, func() Reply[[]string] { return c.Children(ctx, path) })
 }
 
-// ListW is ChildrenW with a private watch, and the directory's stat.
+// ListW is ChildrenW with a watch of the caller's own, never shared, and
+// with the directory's stat. An acquisition's watch on its lock directory
+// fires at the latest when its own node goes, so it cannot pile up.
+// Sharing it would hand the next acquisition on the connection a watch
+// that the last one's release has just fired, a wake for nothing.
 func (c *Client) ListW(ctx context.Context, path string) (Reply[Listing], *Watch) {
 	w := &Watch{fired: make(chan struct{})}
-	r := request(c, ctx, false, func() (Listing, error) {
+	r := request(ctx, c, false, func() (Listing, error) {
 		before := c.zk.SessionID()
 		children, stat, ch, err := c.zk.ChildrenW(path)
 		c.settle(watchKey{}, w, ch, before, err, false)
@@ -217,11 +215,12 @@ func (c *Client) ListW(ctx context.Context, path string) (Reply[Listing], *Watch
 	return r, w
 }
 
-// watchShared reads and watches key's node: at most one registration per
-// node, kind and connection is ever under way or outstanding. A caller that
-// finds one being set waits for it; one that finds it set and not yet fired
-// reads the node with plain, and shares it (see the top of this file).
-func watchShared[T any](c *Client, ctx context.Context, key watchKey,
+// watchShared reads and watches key's node. At most one registration per
+// node, kind and connection is ever under way or outstanding. A caller
+// that finds one being set waits for it. A caller that finds one set and
+// not yet fired reads the node with plain, and shares the registration.
+// The top of this file says why that is safe.
+func watchShared[T any](ctx context.Context, c *Client, key watchKey,
 	set func() (T, <-chan zk.Event, error), plain func() Reply[T]) (Reply[T], *Watch) {
 	for {
 		c.mu.Lock()
@@ -241,8 +240,8 @@ func watchShared[T any](c *Client, ctx context.Context, key watchKey,
 			if r.Err != nil || r.Session == w.session {
 				return r, w
 			}
-			// The registration is of an earlier session, about to end with
-			// it: set ours.
+			// The registration is of an earlier session, and about to end
+			// with it. Set ours.
 			c.mu.Lock()
 			if c.watches[key] == w {
 				delete(c.watches, key)
@@ -253,9 +252,9 @@ func watchShared[T any](c *Client, ctx context.Context, key watchKey,
 		w = &Watch{pending: true, ready: make(chan struct{}), fired: make(chan struct{})}
 		c.watches[key] = w
 		c.mu.Unlock()
-		// Settled by the request itself, so that a caller that stops
+		// The request itself settles it, so that a caller that stops
 		// waiting leaves the registration tracked, not lost.
-		r := request(c, ctx, false, func() (T, error) {
+		r := request(ctx, c, false, func() (T, error) {
 			before := c.zk.SessionID()
 			v, ch, err := set()
 			c.settle(key, w, ch, before, err, true)
@@ -268,9 +267,10 @@ func watchShared[T any](c *Client, ctx context.Context, key watchKey,
 	}
 }
 
-// settle ends the pending state of w: with the watch set (err nil) in the
-// session that was before the request (if it still is), it tracks
-// go-zookeeper's channel until it fires; otherwise it forgets w.
+// settle ends the pending state of w. If err is nil, the watch is set,
+// and settle tracks go-zookeeper's channel until it fires. Otherwise
+// settle forgets w. A set watch belongs to the session that was there
+// before the request, if that session still is.
 func (c *Client) settle(key watchKey, w *Watch, ch <-chan zk.Event, before int64, err error, shared bool) {
 	session := c.zk.SessionID()
 	if session != before {
