@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
@@ -326,12 +327,12 @@ func TestMixedFleetAdvice(t *testing.T) {
 	}
 }
 
-// A holder hears of a blind peer's node that comes after its grant, in one
-// notification and one listing, and its grant is lost with a cause that
-// names the dialect to use; its node goes. Every way of holding: granted at
-// once, after waiting, downgraded, several grants of one process. The
-// peers: a Curator writer, and a reader of kazoo's default ReadLock, which
-// does not count native names either.
+// A holder hears of a blind peer's node that comes after its grant within
+// fleetInterval (the fake's round trip takes no time), and its grant is
+// lost with a cause that names the dialect to use; its node goes. Every
+// way of holding: granted at once, after waiting, downgraded, several
+// grants of one process. The peers: a Curator writer, and a reader of
+// kazoo's default ReadLock, which does not count native names either.
 func TestHolderLosesToABlindPeer(t *testing.T) {
 	peers := map[string]string{ // the peer's node -> the dialect to use
 		"_c_" + uuid + "-__WRIT__": "WithDialect(DialectCurator)",
@@ -381,6 +382,7 @@ func TestHolderLosesToABlindPeer(t *testing.T) {
 						require.NoError(t, g.Err())
 					}
 					peer := peerNode(t, s.conn(), prefix, "")
+					time.Sleep(fleetInterval)
 					synctest.Wait()
 					for _, g := range gs {
 						require.True(t, isClosed(g.Done()), "told")
