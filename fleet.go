@@ -111,6 +111,7 @@ func (pw *fleetWatch) join(h *hold) {
 	if !start {
 		return
 	}
+	// mutant: fleet-due-from-grant
 	dir, due := h.listing, h.listedAt.Add(fleetInterval)
 	if dir != nil && dir.FiredNow() {
 		dir = nil // changed since the listing that granted h, so check when due

@@ -137,6 +137,12 @@ var mutants = []mutant{
 		{file: "hold.go", point: "claim-late", new: "_ = h.releasing"}}},
 	{name: "a set release the server refused counts as done", run: "TestReleaseAllRefused", edits: []mutantEdit{
 		{file: "multi.go", point: "set-release-refused", new: "if false {"}}},
+	// The fleet watch (fleet.go): a holder finds a blind peer by its own
+	// check, within D of the peer's create.
+	{name: "the fleet watch never checks", flags: []string{"-sim.peer"}, edits: []mutantEdit{
+		{file: "fleet.go", point: "fleet-never-checks", new: "wait := time.Until(due) + time.Hour"}}},
+	{name: "the fleet watch's first check dated from the grant, not from its listing", flags: []string{"-sim.peer"}, edits: []mutantEdit{
+		{file: "fleet.go", point: "fleet-due-from-grant", new: "dir, due := h.listing, time.Now().Add(fleetInterval)"}}},
 	// The rule the lock had before its lease clock: a grant judged by
 	// go-zookeeper's state alone, as if T were unknown. It must fail in both
 	// ways the issue reported, and where notifications keep coming through
