@@ -437,7 +437,8 @@ func TestKazooPatternsDeclaresKazooSeesUs(t *testing.T) {
 }
 
 // The holders' watch costs nothing while the directory does not change, and
-// one listing per change while a process holds, whatever its grants.
+// at most one listing per interval while it does and a process holds,
+// whatever its grants.
 func TestHolderPeerWatchCost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
@@ -461,13 +462,23 @@ func TestHolderPeerWatchCost(t *testing.T) {
 			require.NoError(t, err)
 		}
 		other := newLock(t, s.conn())
-		assert.Equal(t, int64(3), c.cost(func() {
+		comesAndGoes := func() {
 			g, err := other.RLock(ctx)
 			require.NoError(t, err)
 			synctest.Wait()
 			require.NoError(t, g.Release(ctx))
-		}), "another process's reader comes and goes: one listing each time for the three holders, "+
-			"and the newest holder's watch on its own node, which its listing's watch left to it")
+		}
+		assert.Equal(t, int64(1), c.cost(comesAndGoes), "another process's reader comes and goes: "+
+			"the newest holder's watch on its own node, which its listing's watch left to it; "+
+			"no listing yet, since the first check is one interval after the holders' listing")
+		assert.Equal(t, int64(1), c.cost(func() { time.Sleep(fleetInterval) }), "one listing for the three holders, when due")
+		assert.Equal(t, int64(0), c.cost(func() {
+			comesAndGoes()
+			comesAndGoes()
+			time.Sleep(fleetInterval - time.Millisecond)
+		}), "the reader comes and goes twice more: no listing within the interval")
+		assert.Equal(t, int64(1), c.cost(func() { time.Sleep(time.Millisecond) }), "then one, for both")
+		assert.Equal(t, int64(0), c.cost(func() { time.Sleep(3 * fleetInterval) }), "and none while nothing changes")
 		for _, g := range gs {
 			require.NoError(t, g.Release(ctx))
 		}

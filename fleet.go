@@ -76,8 +76,9 @@ type fleetWatch struct {
 }
 
 // fleetInterval is the least time between two listings of the fleet watch.
-// With 100 ms, D stays under 200 ms while a listing's round trip does. A
-// shorter interval would list more often in a busy directory.
+// With 100 ms, D is at most 200 ms while a listing's round trip takes at
+// most 100 ms. A shorter interval would list more often in a busy
+// directory; a longer one would leave the overlap with a peer longer.
 const fleetInterval = 100 * time.Millisecond
 
 func (pw *fleetWatch) begin(h *hold) { pw.join(h) }

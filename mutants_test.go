@@ -149,7 +149,7 @@ var mutants = []mutant{
 	// a one-way partition; or the model is not faithful enough to trust its
 	// verdict on the lease. (A two-way partition right after a
 	// notification no longer tells it apart: the holders' listing for
-	// peers that each notification starts (peers.go) is in flight when the
+	// peers that a notification may start (fleet.go) is in flight when the
 	// link goes, and a lock that knows no T gives its grants up as soon as
 	// go-zookeeper reports the disconnection.)
 	{name: "the state rule: a stopped process", flags: []string{"-sim.nocut"},
