@@ -107,6 +107,7 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat, sent time.Time
 		return 0, err
 	}
 	m.l.debug("listed", m.path)
+	// mutant: queue-beside-blind-peer
 	if mixed := m.l.blind(snap.peers); mixed != nil {
 		// Before or after ours, such a node breaks exclusion. Refuse to
 		// queue, loudly. abort deletes our node.
