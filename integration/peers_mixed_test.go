@@ -115,10 +115,12 @@ const fleetD = 200 * time.Millisecond
 // of the peer's create (issue 33). The reference point is the node's ctime,
 // the server's clock as it ran the create, which is this machine's clock.
 // Alone: nobody else queues, so the holder's watch is the one its grant's
-// listing set. Queueing: another client queues and gives up every few
-// milliseconds, so the holder lists once per interval, and the peer comes
-// at any point of one; the first of those attempts that lists the peer's
-// node is refused at once.
+// listing set. Queueing: a writer waits behind the holder, and another
+// client queues and gives up every few milliseconds, so the holder lists
+// once per interval, and the peer comes at any point of one. The first of
+// those attempts that lists the peer's node is refused at once. The waiter
+// is refused once the holder's node goes, or, granted on its listing from
+// before the peer, told at its first check.
 func TestPeersBlindPeerToldWithinD(t *testing.T) {
 	runs := []struct {
 		name, peer string
@@ -150,7 +152,10 @@ func TestPeersBlindPeerToldWithinD(t *testing.T) {
 			refused := make(chan time.Time, 1)
 			stop := make(chan struct{})
 			var wait func(*testing.T, time.Duration)
+			var waiter *acquisition
 			if run.queueing {
+				waiter = goAcquire(t, ctx, connect(t, srv.Addr(0), peerSession).lock(t, path).Lock)
+				zktest.WaitFor(t, 10*time.Second, func() bool { return len(lockNodes(t, op.conn, path)) == 2 }, "the waiter queues")
 				other := connect(t, srv.Addr(0), peerSession).lock(t, path)
 				var tries atomic.Int64
 				wait = goAll(func() error {
@@ -207,6 +212,18 @@ func TestPeersBlindPeerToldWithinD(t *testing.T) {
 					close(stop)
 				}
 				wait(t, 10*time.Second)
+				w, err := waiter.wait(t)
+				if err == nil {
+					select {
+					case <-w.Done():
+						err = w.Err()
+						t.Logf("the waiter was granted on its listing from before the peer, and told within %v", time.Since(waiter.at))
+					case <-time.After(10 * time.Second):
+						mustRelease(t, w)
+						t.Fatal("the waiter was granted beside the peer, and not told")
+					}
+				}
+				require.ErrorIs(t, err, rwlock.ErrInvalidArgument, "the waiter refused, or told")
 			}
 			waitNodes(t, op.conn, path, 10*time.Second, grants[0].node)
 			p.letGo(t)
