@@ -21,9 +21,11 @@ import (
 //
 // The promise. A grant made before a blind peer's create is told within D
 // of that create, as the server orders it. D is fleetInterval plus one
-// listing's round trip, on a healthy connection. A node of a blind peer
-// ends every grant of the lock in the process, with a cause that names the
-// dialect to use.
+// listing's round trip, on a healthy connection. A grant made after the
+// create, on a listing from before it, is told by then too, or a round
+// trip after its grant if that is later. A node of a blind peer ends every
+// grant of the lock in the process, with a cause that names the dialect to
+// use.
 //
 // How. While a process holds grants of a lock, it keeps a child watch on
 // the lock directory. When the watch fires, it lists the directory with a
@@ -54,9 +56,11 @@ import (
 // What it costs. At most one listing per interval per holding process
 // while the directory changes, none while it does not. The grants of a
 // process share the watching. A grant released before its first check
-// lists nothing. So does a lone holder, in W1 (see BENCHMARKS.md). Its
-// watch fires only when its own release deletes its node, and then nobody
-// is left to list for.
+// lists nothing, as in W3 (see BENCHMARKS.md). A grant made more than an
+// interval after its listing, after a long wait, lists once at its grant,
+// as in W6r. A lone holder lists nothing, as in W1. Its watch fires only
+// when its own release deletes its node, and then nobody is left to list
+// for.
 //
 // Why no announcement. An acquisition that finds a blind peer could tell
 // the holders through the lock directory's data, in one notification. We
