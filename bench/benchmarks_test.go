@@ -61,6 +61,14 @@ func BenchmarkW6r(b *testing.B) {
 // deadlocks (none).
 func BenchmarkW8(b *testing.B) { benchMulti(b) }
 
+// BenchmarkW9 is W9, many locks on a 3-node ensemble: 64 sessions, each
+// cycle a write Lock/Release of one of 1,000 locks drawn at random, beside
+// the same sessions making raw create+delete pairs of the lock's nodes;
+// four phases of 5 s, raw, lock, lock, raw, after every session took every
+// lock once. Lock cycles/s, raw pairs/s and their ratio. It starts an
+// ensemble of its own, or uses ZKRWLOCK_BENCH_ENSEMBLE.
+func BenchmarkW9(b *testing.B) { benchManyLocks(b) }
+
 // BenchmarkDrain is the scale series: W6 with 100, 300 and 1000 queued
 // writers, and W6r with 1000 readers behind one writer (JSON workloads
 // W6-<n> and W6r-<n>). Every waiter is a session of its own.

@@ -2,8 +2,11 @@ package bench
 
 import (
 	"math"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -171,4 +174,42 @@ func (m *metrics) report(b *testing.B) {
 		}
 		b.ReportMetric(med, u)
 	}
+}
+
+// cpuTicks are the clock ticks all the machine's CPUs have spent, busy
+// (user, nice and system, as scripts/compare-peers.sh counts them) and in
+// all, from /proc/stat; zero where there is no /proc/stat.
+type cpuTicks struct{ busy, all int64 }
+
+func machineTicks() cpuTicks {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTicks{}
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return cpuTicks{}
+	}
+	var t cpuTicks
+	for i, f := range fields[1:] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return cpuTicks{}
+		}
+		t.all += n
+		if i < 3 {
+			t.busy += n
+		}
+	}
+	return t
+}
+
+// busyShare is the share of the machine's CPU time that was busy from t0
+// to t1 (both cores at once on this machine count as 1), or -1 unknown.
+func busyShare(t0, t1 cpuTicks) float64 {
+	if t1.all <= t0.all {
+		return -1
+	}
+	return float64(t1.busy-t0.busy) / float64(t1.all-t0.all)
 }
