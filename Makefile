@@ -1,6 +1,9 @@
 # zkrwlock: `make demo` and `make test` work on a fresh Debian machine with Go.
 GO ?= go
 export ZKRWLOCK_REQUIRE_ZK ?= 1
+# A test pass pipes go test -json into scripts/testlog: its failure must fail the recipe.
+SHELL := bash
+.SHELLFLAGS := -o pipefail -c
 
 # Modules of their own beside the lock's, so that their dependencies
 # (github.com/google/pprof, OpenTelemetry) stay out of its go.mod; go test
@@ -8,16 +11,23 @@ export ZKRWLOCK_REQUIRE_ZK ?= 1
 # released version of the lock; go.work builds them all from this checkout,
 # and scripts/check-consumer.sh builds them as a user's module would.
 MODULES := lockprof otelrwlock
+# Every package of the three modules, named from here through go.work.
+PACKAGES := ./... $(foreach m,$(MODULES),./$(m)/...)
 
-# The oldest Go the library supports: go.mod's go directive. make check vets
-# with it and make test runs the root package's unit tests with it too
-# (downloaded through the module proxy the first time).
+# The oldest Go the library supports: go.mod's go directive. make soak vets
+# with it and runs the root package's unit tests with it too (downloaded
+# through the module proxy the first time).
 GO_FLOOR ?= go1.25.0
+
+# Where make test and make soak keep the go test -json events of their
+# passes, for make slowest and make check-tiers.
+LOGS ?= $(CURDIR)/.test-logs
+TESTLOG := $(GO) run ./scripts/testlog
 
 SIM_SCHEDULES ?= 2000000
 SIM_FIRST ?= $(shell date +%s)
 
-.PHONY: demo test check sim chaos fuzz zookeeper peers bench
+.PHONY: demo test soak check release-check check-tiers slowest sim chaos fuzz zookeeper peers bench
 
 zookeeper:
 	@./scripts/install-zookeeper.sh
@@ -31,31 +41,54 @@ peers:
 demo: zookeeper
 	$(GO) run ./cmd/demo
 
-## test: every test, against real ZooKeeper servers the tests start and real Curator
-## and kazoo peers (a missing server or peer fails; bench/peers also runs the peers'
-## benchmark harnesses briefly), with the race detector; then the ensemble's mixed
-## workload through a leader kill without it (go-zookeeper's own data race); then
-## 100,000 simulated fault schedules (about a minute on two free cores)
-## The fault tests that reconnect with requests in flight (TestHoldLimit's
-## partitioned trials among them) run without the race detector, in the pass
-## below: go-zookeeper v1.0.4 has a data race of its own there (Conn.lastZxid,
-## written by recvLoop while sendSetWatches reads it; go-zookeeper/zk#35), which
-## fails them under -race on a busy machine. The root package's simulation keeps
-## the race detector on our reconnection code.
-ZK35 := ^TestFault|^TestLockAllLostMultiResponse$$|^TestLockAllThroughLeaderKill$$|^TestRevokeThrough|^TestHoldLimit$$/^partitioned$$
+# tier runs one tier's tests ($(1) names it, $(2) adds go test flags):
+# every package with the race detector, then, in a build without it, the
+# tests that pass skipped with tier.NoRace (internal/tier). No test is
+# named here: each says its tier itself.
+define tier
+	@mkdir -p $(LOGS)
+	$(GO) test -race -count=1 -json $(2) $(PACKAGES) | $(TESTLOG) -o $(LOGS)/$(1)-race.json
+	@$(TESTLOG) -skipped tier.NoRace $(LOGS)/$(1)-race.json | { rc=0; while read -r pkg run; do \
+		echo "$(GO) test -count=1 $(2) -run '$$run' $$pkg" >&2; \
+		$(GO) test -count=1 -json $(2) -run "$$run" "$$pkg" || rc=1; done; exit $$rc; } | \
+		$(TESTLOG) -o $(LOGS)/$(1)-norace.json
+endef
 
+## test: the everyday tier: make check, then go test -race -short:
+## the unit, fake and simulation tests (a short simulation), and the tests against
+## real ZooKeeper servers the tests start and real Curator and kazoo peers (a missing
+## server or peer fails) that take no long waits; then, without the race detector,
+## the ones it skipped (tier.NoRace: go-zookeeper's own data race on a reconnection).
+## make soak runs every test it skips (tier.Long).
 test: zookeeper peers check
-	$(GO) test -race -count=1 -timeout 15m -skip '$(ZK35)' ./...
-	@for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -timeout 15m ./..."; \
-		(cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done
-	@# Built without the race detector only: see integration/faults_ensemble_mixed_test.go.
-	$(GO) test -count=1 -timeout 15m -run '$(ZK35)|^TestChaos$$' ./integration/
+	$(call tier,test,-short -timeout 10m)
+
+## soak: the rest (CI runs both): release-check, then the whole suite without -short,
+## so at full size (the fault tests that wait out session timeouts, elections and
+## partitions, the peers' benchmark harnesses, the simulations at their default sizes,
+## every mutant the simulation must catch, TestChaos at its default length), with the
+## race detector and then without it for the tests it skipped; then 100,000 simulated
+## fault schedules, and the root package's unit tests with the oldest Go. The
+## simulations and their mutants run with the current Go only: Go 1.25.0's synctest
+## can leave a schedule waiting forever on a WaitGroup it does not count as durably
+## blocked, or abort one ("WaitGroup.Add called from multiple synctest bubbles") for
+## a WaitGroup that never left its bubble.
+soak: zookeeper peers release-check
+	$(call tier,soak,-timeout 30m)
+	$(TESTLOG) -ran $(LOGS)/soak-race.json $(LOGS)/soak-norace.json
 	$(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' -sim.schedules=100000 -v .
-	@# The simulations (and their mutants) run above, with the current Go only: Go
-	@# 1.25.0's synctest can leave a schedule waiting forever on a WaitGroup it does
-	@# not count as durably blocked, or abort one ("WaitGroup.Add called from
-	@# multiple synctest bubbles") for a WaitGroup that never left its bubble.
 	GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -count=1 -skip 'TestSimulation' -timeout 10m .
+
+## check-tiers: after make test and make soak, fails unless every test make test
+## skipped passed in make soak (CI runs it)
+check-tiers:
+	$(TESTLOG) -ran $(LOGS)/test-race.json $(LOGS)/test-norace.json $(LOGS)/soak-race.json $(LOGS)/soak-norace.json
+
+## slowest: each package's time and the 20 slowest tests in the last run of a tier
+## (TIER=test, the default, or TIER=soak)
+TIER ?= test
+slowest:
+	@$(TESTLOG) -slowest 20 $(LOGS)/$(TIER)-race.json $(LOGS)/$(TIER)-norace.json
 
 ## chaos: the randomized fault run (integration/chaos_test.go) for MINUTES minutes: a
 ## 3-node ensemble, client processes taking two locks alone and in sets, under hold
@@ -103,15 +136,16 @@ bench: zookeeper
 	if [ -s "$$out.jsonl" ]; then cat "$$out.jsonl"; fi; \
 	echo "bench: $$out.jsonl, $$out.txt" >&2; exit $$rc
 
-## check: formatting, and vet, which also compiles api_test.go: the exported
-## API, name by name and signature by signature; then a module outside the
-## repository that uses otelrwlock and lockprof, built as a user would build it
-## (GOWORK=off; scripts/check-consumer.sh)
+## check: formatting, and vet with the current Go, which also compiles
+## api_test.go: the exported API, name by name and signature by signature
 check:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
-	$(GO) vet ./...
-	GOTOOLCHAIN=$(GO_FLOOR) $(GO) vet ./...
+	$(GO) vet $(PACKAGES)
+
+## release-check: the slower checks, in make soak: vet with the oldest Go and for
+## macOS; then a module outside the repository that uses otelrwlock and lockprof,
+## built as a user would build it (GOWORK=off; scripts/check-consumer.sh)
+release-check:
+	GOTOOLCHAIN=$(GO_FLOOR) $(GO) vet $(PACKAGES)
 	GOOS=darwin $(GO) vet ./...
-	@for m in $(MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./... && \
-		GOTOOLCHAIN=$(GO_FLOOR) $(GO) vet ./...) || exit 1; done
 	./scripts/check-consumer.sh

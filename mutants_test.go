@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/tier"
 )
 
 // A mutant is the package with one deliberate bug that the simulation
@@ -196,9 +198,7 @@ func (e mutantEdit) apply(src string) (string, error) {
 // it names, on it: it must fail (and not merely fail to build). It takes a
 // few seconds per mutant.
 func TestSimulationCatchesMutants(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a copy of the module per mutant")
-	}
+	tier.Long(t) // builds a copy of the module per mutant
 	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goTool); err != nil {
 		t.Skipf("no go command: %v", err)

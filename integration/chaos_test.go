@@ -1,5 +1,3 @@
-//go:build !race
-
 package integration
 
 import (
@@ -27,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -62,6 +61,8 @@ var (
 // -chaos.keep, and a run that fails keeps its history there too
 // (chaos_history_test.go).
 func TestChaos(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())

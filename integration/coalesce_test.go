@@ -19,6 +19,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -308,6 +309,7 @@ func TestCoalescedLossReachesEveryJoiner(t *testing.T) {
 // a server that refuses the client, which knows at once that it is
 // disconnected and cannot get back before the session expires.
 func TestCoalescedFaultLossReachesEveryJoinerFirst(t *testing.T) {
+	tier.Long(t)
 	const timeout = 4 * time.Second
 	srv := faultServer(t, 1) // its own: the times compared are the point
 	for _, fault := range []struct {
@@ -422,6 +424,7 @@ func coalescedFaultTrial(t *testing.T, addr string, timeout time.Duration, fault
 // up 2T/3 after its last packet, before the lease ends; with
 // WithSessionTimeout well under T ("lease first") the lease ends first.
 func TestCoalescedReaderWaitsBehindAWriterItHasNotHeardOf(t *testing.T) {
+	tier.Long(t)
 	const timeout = 4 * time.Second
 	srv := faultServer(t, 1) // its own: the session's expiry is timed
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -26,6 +27,8 @@ import (
 // grant or waiter owns: a fresh client acquires as soon as the clients have
 // reconnected and finished their deletions.
 func TestFaultCutsInFlight(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	t.Parallel()
 	srv := sharedServer(t)
 	path := zktest.LockPath(t, "/it")
@@ -193,6 +196,7 @@ func cutWorker(ctx context.Context, l *rwlock.RWLock, x *exclusion, st *cutStats
 // it; or, if its caller gave up meanwhile, the node is deleted by guid in the
 // background. Either way no second node and no orphan.
 func TestFaultLostCreateResponse(t *testing.T) {
+	tier.NoRace(t, zk35)
 	t.Parallel()
 	srv := sharedServer(t)
 	for _, tc := range []struct {
@@ -261,6 +265,7 @@ func TestFaultLostCreateResponse(t *testing.T) {
 // connection loss: an acquisition rides it out, and a failed release's
 // delete is finished in the background once the client is back.
 func TestFaultRequestWriteFails(t *testing.T) {
+	tier.NoRace(t, zk35)
 	t.Parallel()
 	srv := sharedServer(t)
 	for _, tc := range []struct {

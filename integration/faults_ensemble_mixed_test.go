@@ -1,5 +1,3 @@
-//go:build !race
-
 package integration
 
 import (
@@ -19,22 +17,18 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
-
-// This file is built without the race detector only: `make test` runs it
-// in a pass of its own. go-zookeeper v1.0.4 has a data race of its own on
-// a reconnection (Conn.lastZxid, written by recvLoop as answers come while
-// sendSetWatches reads it: go-zookeeper/zk#35, still open), and a dozen
-// workers with requests in flight as the leader dies make it likely enough
-// to fail a run under -race. The other fault tests keep the race detector
-// on our code across reconnections.
 
 // A 3-member ensemble loses its leader to kill -9 while a mixed workload
 // runs on clients spread over every member: mutual exclusion holds
 // throughout, the workload makes progress again once a leader is elected,
-// and nothing is left in the end.
+// and nothing is left in the end. A dozen workers with requests in flight
+// as the leader dies make go-zookeeper's own race (zk35) likely.
 func TestFaultEnsembleLeaderKillMixedRun(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	t.Parallel()
 	const timeout = 6 * time.Second
 	cl := faultServer(t, 3)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -18,6 +19,8 @@ import (
 // the queue. (A mixed workload through the same fault:
 // faults_ensemble_mixed_test.go.)
 func TestFaultEnsembleLeaderKill(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	t.Parallel()
 	const timeout = 6 * time.Second
 	cl := faultServer(t, 3)

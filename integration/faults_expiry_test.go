@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -19,6 +20,7 @@ import (
 // with a new session on the same *zk.Conn. The server deleted the node, so
 // another client acquires at once.
 func TestFaultSessionExpiry(t *testing.T) {
+	tier.NoRace(t, zk35)
 	t.Parallel()
 	srv := sharedServer(t)
 	// Long enough that the reconnection which learns of the expiry comes

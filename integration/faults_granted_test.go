@@ -20,6 +20,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -36,6 +37,8 @@ var grantedTrials = flag.Int("granted.trials", 2, "trials of each granted-timeou
 // reported by the smaller timeout. The same holds when the application
 // silenced go-zookeeper's logger, from which the lock once learnt T.
 func TestFaultGrantedReconnectShorter(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	const asked, lower = 24 * time.Second, 3 * time.Second
 	cl := faultServer(t, 3)
 	// Member 2 restarted with a lower maximum.
@@ -142,6 +145,8 @@ func requireToldFirst(t *testing.T, g *rwlock.Grant, done <-chan time.Time, gran
 // it and treats any disconnection as a loss, whatever WithSessionTimeout
 // says.
 func TestFaultGrantedAskedMoreThanMax(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	const asked, maxGranted = 4 * time.Second, 2 * time.Second
 	srv := zkserver.Start(t, zkserver.Config{TickTime: faultTick, MinSessionTimeout: time.Second, MaxSessionTimeout: maxGranted})
 	for _, how := range []string{"Dial", "Connect"} {
@@ -312,6 +317,8 @@ func TestHelperGrantedNested(t *testing.T) {
 // trial puts another of the three calls first (after the first, the grant
 // has ended whoever noticed), each in a process of its own.
 func TestFaultGrantedNestedAfterPause(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	const timeout = 2 * time.Second
 	srv := faultServer(t, 1)
 	orders := []string{"Lock,RLock,Downgrade", "RLock,Downgrade,Lock", "Downgrade,Lock,RLock"}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -28,6 +29,8 @@ var leaderTrials = flag.Int("leader.trials", 4,
 // the member, and requires the grant held past the moment a lease taken
 // just before the kill would have ended.
 func TestFaultLeaderKillHolderKeepsGrant(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	const timeout = 10 * time.Second
 	cl := faultServer(t, 3)
 
@@ -112,6 +115,8 @@ func describeLoss(lostAt time.Duration, err error) string {
 // session is back on another member. Before, every call returned
 // "release …: zk: connection closed".
 func TestFaultLeaderKillUnderReleaseIsNoFailure(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	const timeout = 10 * time.Second
 	const calls = 16
 	cl := faultServer(t, 3)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -43,6 +44,8 @@ const cutTimeout = 4 * time.Second
 // ping cycle. The holder must learn of its loss before the waiter is
 // granted.
 func TestFaultCutAfterDirectoryNotification(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	srv := faultServer(t, 1) // its own: the times measured are the point
 	var heads []time.Duration
 	for i := range *leaseReps {
@@ -84,6 +87,8 @@ func TestFaultCutAfterDirectoryNotification(t *testing.T) {
 // after that watch's notification, late in the holder's ping cycle. The
 // holder must learn of its loss before the waiter is granted.
 func TestFaultCutAfterAppNotification(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	srv := faultServer(t, 1)
 	var heads []time.Duration
 	for i := range *leaseReps {
@@ -137,6 +142,8 @@ func TestFaultCutAfterAppNotification(t *testing.T) {
 // holder when it answered. Rules old and new agree here; the holder must
 // learn of its loss first.
 func TestFaultCutAfterPingReply(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	srv := faultServer(t, 1)
 	var heads []time.Duration
 	for i := range *leaseReps {
@@ -324,6 +331,8 @@ func (h *writeHolder) wait(t *testing.T) error {
 // lease it had before the fault would have ended, Err is nil, the other
 // client is still kept out, and Release deletes the node.
 func TestFaultPartitionRiddenOut(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	srv := sharedServer(t)
 	const timeout = 10 * time.Second
 	for _, tc := range []struct {

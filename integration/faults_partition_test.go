@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -18,6 +19,8 @@ import (
 // session expires: within the session timeout, the server's tick and a
 // margin.
 func TestFaultPartitionHolderLearnsFirst(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	const timeout = 4 * time.Second
 	srv := faultServer(t, 1) // its own: the times measured are the point
 	p := proxied(t, srv.Addr(0))
@@ -98,6 +101,7 @@ func waitWatched(t *testing.T, _ *zkserver.Cluster, g *rwlock.Grant) {
 // only the cases that cut the connection tell a lock that knows the timeout
 // from one that does not.
 func TestFaultShortDisconnection(t *testing.T) {
+	tier.NoRace(t, zk35)
 	srv := sharedServer(t)
 	for _, tc := range []struct {
 		name     string
@@ -196,6 +200,7 @@ func TestFaultShortDisconnection(t *testing.T) {
 // Release while the holder is cut off fails, but the node is deleted in the
 // background once the session is back: no node of a live session is left.
 func TestFaultReleaseWhilePartitioned(t *testing.T) {
+	tier.NoRace(t, zk35)
 	t.Parallel()
 	srv := sharedServer(t)
 	for _, tc := range []struct {

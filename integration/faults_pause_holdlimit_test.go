@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -83,6 +84,8 @@ func TestHelperPausedOverHold(t *testing.T) {
 // deleted by the holder's own client, so the waiter is granted only after
 // the holder was told.
 func TestFaultPausedOverHold(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	// The session outlives the pause (a silence of about 0.69·10s is
 	// ridden out), so the limit, not the lease, ends the grant; the notice
 	// comes min(10s/4, 5s/2) = 2.5s before the limit.

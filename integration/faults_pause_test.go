@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -114,6 +115,8 @@ func TestHelperPausedHolder(t *testing.T) {
 // before the holder's first call is up to the scheduler, hence the
 // repetitions (-lease.reps), each with a process of its own.
 func TestFaultPausedHolder(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	const timeout = 2 * time.Second
 	srv := faultServer(t, 1)
 	var firsts []string
@@ -317,6 +320,7 @@ func report(prefix string, v any) {
 // CPU. No request is in flight across a reconnection (the lost grant's
 // node went with its session), so it runs under the race detector.
 func TestPausedHolderOnZKConnect(t *testing.T) {
+	tier.Long(t)
 	const timeout = 2 * time.Second
 	srv := faultServer(t, 1)
 	for _, procs := range []int{1, runtime.NumCPU()} {

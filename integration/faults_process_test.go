@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -68,6 +69,8 @@ func TestHelperHolder(t *testing.T) {
 // in tick-sized buckets) and a margin; and at least two thirds of the
 // timeout (the holder pinged the server no longer than a third ago).
 func TestFaultHolderKilled(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	const timeout = 4 * time.Second
 	srv := faultServer(t, 1) // its own: the times measured are the point
 	path := zktest.LockPath(t, "/it")

@@ -8,6 +8,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -16,6 +17,8 @@ import (
 // queue, and is granted once the holder releases. The holder knows a
 // session timeout long enough to ride out the restart, and keeps its grant.
 func TestFaultWaiterSurvivesRestart(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	t.Parallel()
 	const timeout = 30 * time.Second // a third of it covers a JVM restart on a loaded machine
 	srv := faultServer(t, 1)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -84,6 +85,7 @@ func TestHoldLimit(t *testing.T) {
 		check(t, "fault-free", *holdTrials, func(int) (*client, func()) { return holders, nil })
 	})
 	t.Run("partitioned", func(t *testing.T) {
+		tier.NoRace(t, zk35)
 		check(t, "partitioned", max(*holdTrials/5, 1), func(i int) (*client, func()) {
 			p := faultproxy.Start(t, srv.Addr(0))
 			holder := connect(t, p.Addr(), timeout)

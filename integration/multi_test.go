@@ -16,12 +16,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 	"github.com/zkrwlock/rwlock/stats"
 )
 
-var setsFor = flag.Duration("sets.for", 15*time.Second, "how long TestLockAllRandomOrders runs")
+var setsFor = flag.Duration("sets.for", 15*time.Second, "how long TestLockAllRandomOrders runs (3s with -short)")
 
 // Four locks, mixed modes, two of their directories missing: one
 // transaction and the listings behind it; one token; nothing left after.
@@ -190,7 +191,11 @@ func TestLockAllRandomOrders(t *testing.T) {
 		paths[i] = fmt.Sprintf("%s/%d", root, i)
 	}
 	var sets atomic.Int64
-	deadline := time.Now().Add(*setsFor)
+	duration := *setsFor
+	if testing.Short() {
+		duration = min(duration, 3*time.Second)
+	}
+	deadline := time.Now().Add(duration)
 	var wg sync.WaitGroup
 	for c := range nClients {
 		cl := connect(t, srv.ConnectString(), 0)
@@ -226,7 +231,7 @@ func TestLockAllRandomOrders(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("%d sets of 2-%d locks granted by %d clients in %v", sets.Load(), nPaths, nClients, *setsFor)
+	t.Logf("%d sets of 2-%d locks granted by %d clients in %v", sets.Load(), nPaths, nClients, duration)
 	for i := range excl {
 		assert.Zero(t, excl[i].violations.Load(), "exclusion on %s", paths[i])
 	}
@@ -294,6 +299,7 @@ func TestLockAllAfterExpiry(t *testing.T) {
 // if its caller gave up meanwhile, they are deleted by guid in the
 // background. Either way no second node and no orphan.
 func TestLockAllLostMultiResponse(t *testing.T) {
+	tier.NoRace(t, zk35)
 	srv := sharedServer(t)
 	for _, giveUp := range []bool{false, true} {
 		t.Run(fmt.Sprint("gave up ", giveUp), func(t *testing.T) {
@@ -360,6 +366,8 @@ func TestLockAllLostMultiResponse(t *testing.T) {
 // holds: the set is granted once the holder releases, keeps its grants
 // through the second kill, and leaves no node.
 func TestLockAllThroughLeaderKill(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	const timeout = 10 * time.Second
 	cl := faultServer(t, 3)
 	addrs := cl.Addrs()
@@ -573,6 +581,7 @@ func TestReleaseAllRefusedByACL(t *testing.T) {
 // outlives it (deleted by the transaction, or in the background after the
 // reconnection).
 func TestFaultReleaseAllLostMulti(t *testing.T) {
+	tier.NoRace(t, zk35)
 	srv := sharedServer(t)
 	for _, withhold := range []bool{true, false} {
 		t.Run(map[bool]string{true: "answer lost", false: "not sent"}[withhold], func(t *testing.T) {

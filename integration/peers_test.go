@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -161,6 +162,7 @@ func runMixed(t *testing.T, d rwlock.Dialect, m mix) {
 // ours and its own family's clients wait. Its session lives on until the
 // server expires it, and nobody may be granted before then.
 func TestPeersHolderKilled(t *testing.T) {
+	tier.Long(t)
 	for _, tc := range []struct {
 		dialect rwlock.Dialect
 		holder  mix // one holder (COUNT 0)

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -128,6 +129,7 @@ var replayDelay = 500 * time.Millisecond
 // granted on B's event: its own node is gone, and C, queued behind A on
 // another client, holds the lock.
 func TestNoGrantOnANodeDeletedDuringAReconnection(t *testing.T) {
+	tier.Long(t)
 	cl := faultServer(t, 1)
 	const T = 20 * time.Second // the lease stays fresh: no sync before the grant
 	admin := connect(t, cl.ConnectString(), T).conn

@@ -10,6 +10,7 @@ import (
 
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/internal/faultproxy"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
 
@@ -90,6 +91,7 @@ func TestRevokeToldByTheFirstWrite(t *testing.T) {
 // The holder's connection breaks as the revocation is made: the watch,
 // sent again when the client reconnects, fires for the change it missed.
 func TestRevokeThroughAReconnection(t *testing.T) {
+	tier.NoRace(t, zk35)
 	srv := sharedServer(t)
 	p := faultproxy.Start(t, srv.Addr(0))
 	a, op := connect(t, p.Addr(), 10*time.Second), connect(t, srv.ConnectString(), 0)
@@ -118,6 +120,8 @@ func TestRevokeThroughAReconnection(t *testing.T) {
 // before the revocation is made: the holder hears of it on the member it
 // moves to.
 func TestRevokeThroughLeaderKill(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
 	const timeout = 10 * time.Second
 	cl := faultServer(t, 3)
 	leader, err := cl.Leader()

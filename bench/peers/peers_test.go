@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/zkrwlock/rwlock/internal/delayproxy"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -62,6 +63,7 @@ var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W6r"}
 // reads, no error, no violation, and the requests per acquisition each
 // recipe is known to take.
 func TestHarnesses(t *testing.T) {
+	tier.Long(t)
 	cs := server.Get(t).ConnectString()
 	for _, tc := range []struct {
 		impl      string

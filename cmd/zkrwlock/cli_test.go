@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/tier"
 )
 
 // Tests of the command line itself, in process; they need no ZooKeeper
@@ -141,6 +143,7 @@ func TestUnreachableServer(t *testing.T) {
 		{"ls", "--json", "/locks"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
+			tier.Long(t) // waits out the default --connect-timeout
 			r := runIn(t, nil, append([]string{args[0], "--zk", addr}, args[1:]...)...)
 			require.Equal(t, exitUnavailable, r.code, r.stderr)
 			requireOneLine(t, r.stderr)

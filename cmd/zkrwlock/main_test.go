@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -34,7 +36,23 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	catchIgnoredSignals()
 	os.Exit(testMain(m))
+}
+
+// catchIgnoredSignals makes every process the tests start begin with the
+// forwarded signals at their defaults, whatever this one inherited. The
+// tests send zkrwlock signals and expect what it does with them. Under
+// nohup, SIGHUP comes ignored, and exec keeps an ignored signal ignored:
+// zkrwlock would rightly leave it so. Exec resets a caught signal to its
+// default instead. So a signal ignored here is caught, on a channel never
+// read: this process still drops it.
+func catchIgnoredSignals() {
+	for _, sig := range forwarded {
+		if signal.Ignored(sig) {
+			signal.Notify(make(chan os.Signal, 1), sig)
+		}
+	}
 }
 
 func testMain(m *testing.M) int {
@@ -46,7 +64,7 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	binary = filepath.Join(dir, "zkrwlock")
 	args := []string{"build", "-o", binary}
-	if raceEnabled {
+	if tier.RaceEnabled {
 		args = append(args, "-race")
 	}
 	build := exec.Command("go", append(args, ".")...)

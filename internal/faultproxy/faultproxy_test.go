@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 )
 
@@ -43,6 +44,7 @@ func TestPassAndBlackholeRaw(t *testing.T) {
 }
 
 func TestBlackholePartitionsClient(t *testing.T) {
+	tier.Long(t)
 	// 6s: after the partition the client gives up at 2/3 of it, then waits
 	// 1s before redialing its only server, and must be back before the
 	// server expires the session.

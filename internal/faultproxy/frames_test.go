@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
+	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zkserver"
 )
 
@@ -94,6 +95,7 @@ func TestFramedRejectsGarbage(t *testing.T) {
 // session timeout after it, not earlier (the reply passed) and not later
 // (nothing passed after it).
 func TestFramedBlackholeAfterPingReply(t *testing.T) {
+	tier.Long(t)
 	const sessionTimeout = 3 * time.Second
 	zkc := zkserver.Start(t, fastTicks)
 	p := StartFramed(t, zkc.Addr(0))

@@ -6,12 +6,15 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/tier"
 )
 
 // A seeded cluster starts with the nodes of Config.Seed, and the server
 // numbers a seeded node's next sequential child from its Cversion. A member
 // restarted later keeps what happened since: the seed is written once.
 func TestSeed(t *testing.T) {
+	tier.Long(t)
 	const top = 2147483000
 	c := Start(t, Config{Seed: []Node{
 		{Path: "/locks/top", Cversion: top},

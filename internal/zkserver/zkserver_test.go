@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/zkrwlock/rwlock/internal/tier"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -81,6 +83,7 @@ func TestStandalone(t *testing.T) {
 }
 
 func TestEnsemble(t *testing.T) {
+	tier.Long(t)
 	ctx := t.Context()
 	c := Start(t, Config{Servers: 3})
 	require.Equal(t, 3, c.Len())
