@@ -91,6 +91,7 @@ type manyPhase struct {
 	elapsed         time.Duration
 	packets         int64
 	spent           usage
+	gcs             uint32 // the client's garbage collections
 	t0, t1          cpuTicks
 }
 
@@ -158,22 +159,35 @@ func runManyLocks(b *testing.B, s *servers, p sizes, name string, m *metrics) (*
 	st0 := rec.Stats()
 	var phases []manyPhase
 	var errs []error
+	// Per lock phase, the lock's own counts: the share of grants made from
+	// the listing behind the create, and its requests per acquisition.
+	var oneTrip, libReq []float64
 	for _, lock := range manyPhases {
+		s0 := rec.Stats()
 		ph, err := runManyPhase(b, s, clients, dirs, lock, p.duration, chk)
 		if err != nil {
 			errs = append(errs, err)
 			break
 		}
 		phases = append(phases, ph)
+		if d := rec.Stats().Sub(s0); lock && d.Write.Granted > 0 {
+			oneTrip = append(oneTrip, math.Round(1000*float64(d.Write.OneRoundTrip)/float64(d.Write.Granted))/1000)
+			libReq = append(libReq, math.Round(100*float64(d.Requests)/float64(d.Write.Granted))/100)
+		}
 	}
 	st := rec.Stats().Sub(st0)
 
 	// The sums of the lock phases and of the raw phases.
 	var lk, raw manyPhase
 	lk.lo, raw.lo = math.MaxInt64, math.MaxInt64
-	var rates []float64
+	var rates, reqs, cpus []float64
+	var gcs []uint32
 	for _, ph := range phases {
 		rates = append(rates, math.Round(float64(ph.count)/ph.elapsed.Seconds()))
+		n := float64(max(ph.count, 1))
+		reqs = append(reqs, math.Round(100*float64(ph.packets)/n)/100)
+		cpus = append(cpus, math.Round(us(ph.spent.cpu)/n))
+		gcs = append(gcs, ph.gcs)
 		sum := &raw
 		if ph.lock {
 			sum = &lk
@@ -211,6 +225,11 @@ func runManyLocks(b *testing.B, s *servers, p sizes, name string, m *metrics) (*
 	r.put("phase_s", p.duration.Seconds())
 	r.put("phases", []string{"raw", "lock", "lock", "raw"})
 	r.put("phase_rates", rates)
+	r.put("phase_req_per_op", reqs)
+	r.put("phase_client_cpu_us_per_op", cpus)
+	r.put("phase_gcs", gcs)
+	r.put("lock_phase_one_round_trip_share", oneTrip)
+	r.put("lock_phase_lib_req_per_acq", libReq)
 	r.put("warmup_s", warm.Seconds())
 	r.put("warmup_cycles_per_s", float64(len(clients)*len(dirs))/warm.Seconds())
 	r.put("warmup_req_per_acq", per(float64(w1-w0-int64(len(s.addrs))), int64(len(clients)*len(dirs))))
@@ -334,6 +353,7 @@ func runManyPhase(b *testing.B, s *servers, clients []*manyClient, dirs []string
 		})
 	}
 	ph.t0 = machineTicks()
+	gc0 := numGC()
 	use := startUsage()
 	b.StartTimer()
 	t0 := now()
@@ -343,6 +363,7 @@ func runManyPhase(b *testing.B, s *servers, clients []*manyClient, dirs []string
 	ph.elapsed = now() - t0
 	b.StopTimer()
 	ph.spent = use.since()
+	ph.gcs = numGC() - gc0
 	ph.t1 = machineTicks()
 	p1, err := s.mntr("zk_packets_received")
 	if err != nil {
@@ -418,4 +439,11 @@ func parentOf(p string) string {
 		}
 	}
 	return "/"
+}
+
+// numGC is the number of garbage collections the process has completed.
+func numGC() uint32 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.NumGC
 }
