@@ -77,7 +77,10 @@
 // acquisitions, cycles_per_s, raw_pairs, raw_pairs_per_s, lock_over_raw,
 // the latencies of acquire, release, create and delete, zk_req_per_acq,
 // zk_req_per_pair, and machine_busy and raw_machine_busy (the share of
-// the machine's CPU busy in the lock and raw phases, from /proc/stat).
+// the machine's CPU busy in the lock and raw phases, from /proc/stat);
+// zkrwlock's also per phase, phase_req_per_op, phase_client_cpu_us_per_op
+// and phase_gcs, and per lock phase the lock's own counts,
+// lock_phase_one_round_trip_share and lock_phase_lib_req_per_acq.
 //
 // RB32/RL32 have keys of their own: fns, grants_per_batch, batches,
 // batches_per_s, batch_p50_us, batch_p99_us, zk_req_per_batch,

@@ -31,7 +31,8 @@
 # zookeeper.log, proxy-<D>ms.log (how late each proxy was), for W9
 # ensemble.log and ensemble-proxy-<D>ms-<member>.log; and table.md, the
 # table printed at the end (go run ./bench/peers/compare OUTDIR prints it
-# again). A round takes about 20 minutes on 2 cores.
+# again). A round takes about 20 minutes on 2 cores, and W9 about 3 minutes
+# more per implementation and setting (most of it its warm-up).
 #
 # Environment:
 #   DELAYS="0 0.5 1 2"                    ms added each way; 0 is loopback
