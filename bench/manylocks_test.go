@@ -91,7 +91,8 @@ type manyPhase struct {
 	elapsed         time.Duration
 	packets         int64
 	spent           usage
-	gcs             uint32 // the client's garbage collections
+	gcs             uint32        // the client's garbage collections
+	server          time.Duration // the servers' CPU, when the harness started them; else 0
 	t0, t1          cpuTicks
 }
 
@@ -180,13 +181,14 @@ func runManyLocks(b *testing.B, s *servers, p sizes, name string, m *metrics) (*
 	// The sums of the lock phases and of the raw phases.
 	var lk, raw manyPhase
 	lk.lo, raw.lo = math.MaxInt64, math.MaxInt64
-	var rates, reqs, cpus []float64
+	var rates, reqs, cpus, servers []float64
 	var gcs []uint32
 	for _, ph := range phases {
 		rates = append(rates, math.Round(float64(ph.count)/ph.elapsed.Seconds()))
 		n := float64(max(ph.count, 1))
 		reqs = append(reqs, math.Round(100*float64(ph.packets)/n)/100)
 		cpus = append(cpus, math.Round(us(ph.spent.cpu)/n))
+		servers = append(servers, math.Round(us(ph.server)/n))
 		gcs = append(gcs, ph.gcs)
 		sum := &raw
 		if ph.lock {
@@ -228,6 +230,9 @@ func runManyLocks(b *testing.B, s *servers, p sizes, name string, m *metrics) (*
 	r.put("phase_req_per_op", reqs)
 	r.put("phase_client_cpu_us_per_op", cpus)
 	r.put("phase_gcs", gcs)
+	if s.cluster != nil {
+		r.put("phase_server_cpu_us_per_op", servers)
+	}
 	r.put("lock_phase_one_round_trip_share", oneTrip)
 	r.put("lock_phase_lib_req_per_acq", libReq)
 	r.put("warmup_s", warm.Seconds())
@@ -354,6 +359,10 @@ func runManyPhase(b *testing.B, s *servers, clients []*manyClient, dirs []string
 	}
 	ph.t0 = machineTicks()
 	gc0 := numGC()
+	var sv0 time.Duration
+	if s.cluster != nil {
+		sv0 = serverCPU(s.cluster.Dir())
+	}
 	use := startUsage()
 	b.StartTimer()
 	t0 := now()
@@ -364,6 +373,9 @@ func runManyPhase(b *testing.B, s *servers, clients []*manyClient, dirs []string
 	b.StopTimer()
 	ph.spent = use.since()
 	ph.gcs = numGC() - gc0
+	if s.cluster != nil {
+		ph.server = serverCPU(s.cluster.Dir()) - sv0
+	}
 	ph.t1 = machineTicks()
 	p1, err := s.mntr("zk_packets_received")
 	if err != nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -212,4 +213,37 @@ func busyShare(t0, t1 cpuTicks) float64 {
 		return -1
 	}
 	return float64(t1.busy-t0.busy) / float64(t1.all-t0.all)
+}
+
+// serverCPU is the CPU time (user and system) that the processes whose
+// command line names dir have used so far: the members of a cluster the
+// harness started, whose arguments carry its directory. It is 0 where
+// /proc is missing. /proc counts in ticks of 10 ms (USER_HZ is 100 on
+// Linux), so it suits phases of seconds.
+func serverCPU(dir string) time.Duration {
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var ticks int64
+	for _, path := range cmdlines {
+		cmd, err := os.ReadFile(path)
+		if err != nil || !strings.Contains(string(cmd), dir) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join(filepath.Dir(path), "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's name, which may hold spaces:
+		// state is the first, utime the 12th, stime the 13th.
+		_, rest, ok := strings.Cut(string(stat), ") ")
+		f := strings.Fields(rest)
+		if !ok || len(f) < 13 {
+			continue
+		}
+		u, errU := strconv.ParseInt(f[11], 10, 64)
+		s, errS := strconv.ParseInt(f[12], 10, 64)
+		if errU == nil && errS == nil {
+			ticks += u + s
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
