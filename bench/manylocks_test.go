@@ -29,9 +29,10 @@ import (
 //
 // One run: the sessions; the directories, made by the harness as
 // persistent nodes, as a user's locks would find them; then every session
-// takes every lock once, unmeasured. That warms the servers' JIT, and makes
-// each session's first acquisition in each directory, which checks the
-// DELETE permission (once per directory and connection: directory.go).
+// takes every lock once, unmeasured. That warms the servers' JIT. It also
+// leaves out of the measure each session's first acquisition in each
+// directory, which checks the DELETE permission (once per directory and
+// connection: directory.go).
 // Then four measured phases of the contention duration: raw, lock, lock,
 // raw, so that a drift of the machine over the run weighs on both sides.
 

@@ -600,8 +600,8 @@ public final class CuratorBench {
         for (int c = 0; c < n; c++) {
             for (int i = 0; i < nLocks; i++) mutexes[c][i] = new InterProcessMutex(cs.get(c), dirs[i]);
         }
-        Holders[] holders = new Holders[nLocks];
-        for (int i = 0; i < nLocks; i++) holders[i] = new Holders();
+        Holders[] perLock = new Holders[nLocks]; // the check, lock by lock
+        for (int i = 0; i < nLocks; i++) perLock[i] = new Holders();
 
         // The warm-up: client c takes every lock once, from lock c*locks/clients on.
         AtomicReference<Throwable> failure = new AtomicReference<>();
@@ -614,8 +614,8 @@ public final class CuratorBench {
                     for (int k = 0; k < nLocks; k++) {
                         int i = (int) (((long) id * nLocks / n + k) % nLocks);
                         mutexes[id][i].acquire();
-                        holders[i].enter(true);
-                        holders[i].leave(true);
+                        perLock[i].enter(true);
+                        perLock[i].leave(true);
                         mutexes[id][i].release();
                     }
                 } catch (Throwable e) {
@@ -658,8 +658,8 @@ public final class CuratorBench {
                                     continue;
                                 }
                                 t1 = System.nanoTime();
-                                holders[i].enter(true);
-                                holders[i].leave(true);
+                                perLock[i].enter(true);
+                                perLock[i].leave(true);
                                 m.release();
                             } else {
                                 String path = cf.create().withProtection().withMode(CreateMode.EPHEMERAL_SEQUENTIAL)
@@ -709,7 +709,7 @@ public final class CuratorBench {
         for (String dir : dirs) cs.get(0).delete().quietly().forPath(dir); // the tree does not grow from run to run
 
         long violations = 0;
-        for (Holders h : holders) violations += h.violations.get();
+        for (Holders h : perLock) violations += h.violations.get();
         double lockRate = elapsed[1] == 0 ? 0 : count[1] / (elapsed[1] / 1e9);
         double rawRate = elapsed[0] == 0 ? 0 : count[0] / (elapsed[0] / 1e9);
         r.put("clients", n);
