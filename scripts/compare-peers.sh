@@ -20,7 +20,9 @@
 # -servers 3, on tmpfs like the standalone server), only in the settings of
 # W9_DELAYS, through one delay proxy per member; Curator's InterProcessMutex
 # and zkrwlock (`make -s bench BENCH=^BenchmarkW9$` with
-# ZKRWLOCK_BENCH_ENSEMBLE), each beside raw create+delete pairs of its own run.
+# ZKRWLOCK_BENCH_ENSEMBLE), each beside raw create+delete pairs of its own run;
+# the script adds to each W9 line the ensemble's CPU over the run,
+# ensemble_cpu_s (warm-up included).
 # A run during which other processes on the machine used more than
 # MAX_FOREIGN_CPU CPU-seconds is repeated after 20 s, at most twice.
 #
@@ -101,6 +103,7 @@ declare -A ens_addr
 if [[ " $workloads " == *" W9 "* ]]; then
 	"$bin/zkserve" -servers 3 -log "$out/ensemble.log" >"$out/ensemble.addr" 2>>"$out/runs.log" &
 	pids+=($!)
+	ens_pid=$!
 	wait_line "$out/ensemble.addr" "${pids[-1]}"
 	ens=$(cat "$out/ensemble.addr")
 	log "W9 ensemble $ens (log: $out/ensemble.log)"
@@ -146,10 +149,12 @@ done
 # the run) or reaped, in clock ticks.
 hz=$(getconf CLK_TCK)
 busy_ticks() { awk '/^cpu /{ print $2 + $3 + $4 }' /proc/stat; }
-own_ticks() {
+own_ticks() { tree_ticks $$; }
+# tree_ticks PID : the ticks of PID and every process under it.
+tree_ticks() {
 	# A process may exit between the glob and its read: cat then fails, and
 	# the others still count.
-	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root=$$ '
+	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root="$1" '
 		{
 			s = $0; sub(/^.*\) /, "", s); split(s, f, " ")  # f[1] is the state, after pid and (comm)
 			ppid[$1] = f[2]; t[$1] = f[12] + f[13] + f[14] + f[15]  # utime stime cutime cstime
@@ -184,7 +189,7 @@ run() {
 # other processes' load overlapped it; its lines go to JSONL.
 measure() {
 	local setting=$1 impl=$2 w=$3 a=$4 jsonl=$5 runlog=$6
-	local attempt lines rc b0 o0 foreign
+	local attempt lines rc b0 o0 e0 ens foreign
 	for attempt in 1 2 3; do
 		if [ "$impl" = zkrwlock ]; then
 			# make bench names its result files by the second: one run a second.
@@ -193,11 +198,20 @@ measure() {
 		fi
 		echo "=== $(date +%T) $impl $w $setting, attempt $attempt" >>"$runlog"
 		b0=$(busy_ticks) o0=$(own_ticks)
+		if [ "$w" = W9 ]; then e0=$(tree_ticks "$ens_pid"); fi
 		rc=0
 		lines=$(run "$impl" "$w" "$a" 2>>"$runlog") || rc=$?
 		foreign=$(awk -v b="$(($(busy_ticks) - b0))" -v o="$(($(own_ticks) - o0))" -v hz="$hz" \
 			'BEGIN { f = (b - o) / hz; printf "%.2f", f < 0 ? 0 : f }')
-		log "$setting $impl $w: exit $rc, foreign CPU ${foreign}s"
+		ens=""
+		if [ "$w" = W9 ]; then
+			# The ensemble's CPU over the whole run, warm-up included: a key
+			# of W9's lines, and in the log.
+			ens=$(awk -v e="$(($(tree_ticks "$ens_pid") - e0))" -v hz="$hz" 'BEGIN { printf "%.2f", e / hz }')
+			lines=$(sed "s/}\$/, \"ensemble_cpu_s\": $ens}/" <<<"$lines")
+			ens=", ensemble CPU ${ens}s"
+		fi
+		log "$setting $impl $w: exit $rc, foreign CPU ${foreign}s$ens"
 		if awk -v f="$foreign" -v m="$max_foreign" 'BEGIN { exit !(f > m) }' && [ "$attempt" -lt 3 ]; then
 			log "  busy machine: again in 20 s"
 			sleep 20 &

@@ -408,15 +408,18 @@ func (res *results) writeW9Runs(w io.Writer, col column) bool {
 				strconv.FormatFloat(vals["cycles_per_s"][i], 'f', 0, 64),
 				strconv.FormatFloat(vals["raw_pairs_per_s"][i], 'f', 0, 64),
 				strconv.FormatFloat(vals["lock_over_raw"][i], 'f', 2, 64),
-				strconv.FormatFloat(vals["machine_busy"][i], 'f', 2, 64)}
+				strconv.FormatFloat(vals["machine_busy"][i], 'f', 2, 64), "–"}
+			if e := vals["ensemble_cpu_s"]; len(e) == n { // scripts/compare-peers.sh adds it
+				line[len(line)-1] = strconv.FormatFloat(e[i], 'f', 1, 64)
+			}
 			lines = append(lines, line)
 		}
 	}
 	if len(lines) == 0 {
 		return false
 	}
-	writeRow(w, "W9", "run", "lock cycles/s", "raw pairs/s", "lock/raw", "machine busy")
-	writeRow(w, "---", "---", "---", "---", "---", "---")
+	writeRow(w, "W9", "run", "lock cycles/s", "raw pairs/s", "lock/raw", "machine busy", "ensemble CPU s, whole run")
+	writeRow(w, "---", "---", "---", "---", "---", "---", "---")
 	for _, l := range lines {
 		writeRow(w, l...)
 	}
