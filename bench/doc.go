@@ -78,8 +78,10 @@
 // the latencies of acquire, release, create and delete, zk_req_per_acq,
 // zk_req_per_pair, and machine_busy and raw_machine_busy (the share of
 // the machine's CPU busy in the lock and raw phases, from /proc/stat);
-// zkrwlock's also per phase, phase_req_per_op, phase_client_cpu_us_per_op
-// and phase_gcs, and per lock phase the lock's own counts,
+// zkrwlock's also per phase, phase_req_per_op, phase_client_cpu_us_per_op,
+// phase_gcs, phase_end_watches (the servers' zk_watch_count) and, on an
+// ensemble the harness started, phase_server_cpu_us_per_op (from /proc);
+// and per lock phase the lock's own counts,
 // lock_phase_one_round_trip_share and lock_phase_lib_req_per_acq.
 //
 // RB32/RL32 have keys of their own: fns, grants_per_batch, batches,

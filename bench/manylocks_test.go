@@ -94,6 +94,7 @@ type manyPhase struct {
 	spent           usage
 	gcs             uint32        // the client's garbage collections
 	server          time.Duration // the servers' CPU, when the harness started them; else 0
+	watches         int64         // the servers' zk_watch_count at its end
 	t0, t1          cpuTicks
 }
 
@@ -184,6 +185,7 @@ func runManyLocks(b *testing.B, s *servers, p sizes, name string, m *metrics) (*
 	lk.lo, raw.lo = math.MaxInt64, math.MaxInt64
 	var rates, reqs, cpus, servers []float64
 	var gcs []uint32
+	var watches []int64
 	for _, ph := range phases {
 		rates = append(rates, math.Round(float64(ph.count)/ph.elapsed.Seconds()))
 		n := float64(max(ph.count, 1))
@@ -191,6 +193,7 @@ func runManyLocks(b *testing.B, s *servers, p sizes, name string, m *metrics) (*
 		cpus = append(cpus, math.Round(us(ph.spent.cpu)/n))
 		servers = append(servers, math.Round(us(ph.server)/n))
 		gcs = append(gcs, ph.gcs)
+		watches = append(watches, ph.watches)
 		sum := &raw
 		if ph.lock {
 			sum = &lk
@@ -231,6 +234,7 @@ func runManyLocks(b *testing.B, s *servers, p sizes, name string, m *metrics) (*
 	r.put("phase_req_per_op", reqs)
 	r.put("phase_client_cpu_us_per_op", cpus)
 	r.put("phase_gcs", gcs)
+	r.put("phase_end_watches", watches)
 	if s.cluster != nil {
 		r.put("phase_server_cpu_us_per_op", servers)
 	}
@@ -383,6 +387,9 @@ func runManyPhase(b *testing.B, s *servers, clients []*manyClient, dirs []string
 		return ph, err
 	}
 	ph.packets = p1 - p0 - int64(len(s.addrs))
+	if ph.watches, err = s.mntr("zk_watch_count"); err != nil {
+		return ph, err
+	}
 	var errs []error
 	for _, t := range tallies {
 		ph.count, ph.timeouts = ph.count+t.count, ph.timeouts+t.timeouts
