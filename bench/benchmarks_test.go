@@ -104,3 +104,10 @@ func BenchmarkReadBatch32(b *testing.B) {
 	b.Run("ReadBatch", func(b *testing.B) { benchBatch(b, "RB32", oneGrant) })
 	b.Run("RLockEach", func(b *testing.B) { benchBatch(b, "RL32", grantEach) })
 }
+
+// BenchmarkW9Floor is W9-floor: on W9's ensemble, sessions and warm-up,
+// the servers' CPU per operation and the rate of each shape of request:
+// raw pairs, Curator's create-list-delete, a zkrwlock cycle's requests
+// without the lock, and zkrwlock's Lock/Release. It needs an ensemble of
+// its own, whose CPU it reads from /proc.
+func BenchmarkW9Floor(b *testing.B) { benchFloor(b) }

@@ -123,34 +123,9 @@ func runManyLocks(b *testing.B, s *servers, p sizes, name string, m *metrics) (*
 	}
 	chk := make([]checker, len(dirs))
 
-	// The warm-up: client c takes every lock once, from lock c*locks/clients
-	// on, so that the clients start apart.
 	w0 := s.mustMntr(b, "zk_packets_received")
 	tw := now()
-	var eg errgroup.Group
-	for ci, c := range clients {
-		eg.Go(func() error {
-			ctx := context.Background()
-			for k := range dirs {
-				i := (ci*len(dirs)/len(clients) + k) % len(dirs)
-				l, err := c.lock(dirs, i)
-				if err != nil {
-					return err
-				}
-				g, err := l.Lock(ctx)
-				if err != nil {
-					return fmt.Errorf("warm-up: %w", err)
-				}
-				chk[i].enter(true)
-				chk[i].leave(true)
-				if err := g.Release(ctx); err != nil {
-					return fmt.Errorf("warm-up: %w", err)
-				}
-			}
-			return nil
-		})
-	}
-	if err := eg.Wait(); err != nil {
+	if err := warmManyLocks(clients, dirs, chk); err != nil {
 		return nil, err
 	}
 	warm := now() - tw
@@ -400,6 +375,35 @@ func runManyPhase(b *testing.B, s *servers, clients []*manyClient, dirs []string
 		}
 	}
 	return ph, errors.Join(errs...)
+}
+
+// warmManyLocks is W9's warm-up: client c takes every lock once, from lock
+// c*locks/clients on, so that the clients start apart.
+func warmManyLocks(clients []*manyClient, dirs []string, chk []checker) error {
+	var eg errgroup.Group
+	for ci, c := range clients {
+		eg.Go(func() error {
+			ctx := context.Background()
+			for k := range dirs {
+				i := (ci*len(dirs)/len(clients) + k) % len(dirs)
+				l, err := c.lock(dirs, i)
+				if err != nil {
+					return err
+				}
+				g, err := l.Lock(ctx)
+				if err != nil {
+					return fmt.Errorf("warm-up: %w", err)
+				}
+				chk[i].enter(true)
+				chk[i].leave(true)
+				if err := g.Release(ctx); err != nil {
+					return fmt.Errorf("warm-up: %w", err)
+				}
+			}
+			return nil
+		})
+	}
+	return eg.Wait()
 }
 
 // owner is the owner text rwlock.New writes into its nodes by default,
