@@ -42,6 +42,7 @@
 //	BenchmarkW7/...          W7   64 goroutines RLock/Release at once, 200 bursts: coalesced (W7) and a node each (W7-each)
 //	BenchmarkReadBatch32/... RB32: ReadBatch of 32 functions; RL32: 32 concurrent RLock/Release
 //	BenchmarkW9              W9   64 sessions over 1,000 locks on a 3-node ensemble: lock cycles beside raw create+delete pairs
+//	BenchmarkW9Floor         W9-floor: on W9's ensemble, the servers' CPU per operation of each shape of request
 //
 // The JSON keys are the peers' for the same workload: W1/W2 clients,
 // warmup_cycles, ops, elapsed_s, ops_per_s, acq_p50_us, acq_p99_us,
