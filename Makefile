@@ -117,8 +117,10 @@ sim:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/lockname
 
-## bench: the workloads of bench/peers/README.md (W1-W6r), the drain scale series and
+## bench: the workloads of bench/peers/README.md (W1-W9), the drain scale series and
 ## ReadBatch, each run once against a throwaway ZooKeeper (or ZKRWLOCK_BENCH_SERVERS).
+## W9 and W9Floor start a 3-node ensemble of their own and take about 3 minutes each:
+## BENCH='^BenchmarkW[1-8]' leaves them out.
 ## Progress and Go benchmark lines (with req/acquire and, for W3-W6r, relists/acquire:
 ## listings between a release and a grant) go to stderr and bench/results/<time>.txt; one
 ## JSON line per workload to bench/results/<time>.jsonl, printed at the end, in the

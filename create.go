@@ -53,7 +53,7 @@ func (a *acquisition) create(ctx context.Context) ([]step, error) {
 				}
 				m.dir, m.oneTrip = first.watch, true
 				var err error
-				if next[i], err = m.locate(first.Reply, first.stat); err != nil {
+				if next[i], err = m.locate(first.Reply, first.stat, first.sent); err != nil {
 					return nil, err
 				}
 			}

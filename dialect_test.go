@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
@@ -326,12 +327,12 @@ func TestMixedFleetAdvice(t *testing.T) {
 	}
 }
 
-// A holder hears of a blind peer's node that comes after its grant, in one
-// notification and one listing, and its grant is lost with a cause that
-// names the dialect to use; its node goes. Every way of holding: granted at
-// once, after waiting, downgraded, several grants of one process. The
-// peers: a Curator writer, and a reader of kazoo's default ReadLock, which
-// does not count native names either.
+// A holder hears of a blind peer's node that comes after its grant within
+// fleetInterval (the fake's round trip takes no time), and its grant is
+// lost with a cause that names the dialect to use; its node goes. Every
+// way of holding: granted at once, after waiting, downgraded, several
+// grants of one process. The peers: a Curator writer, and a reader of
+// kazoo's default ReadLock, which does not count native names either.
 func TestHolderLosesToABlindPeer(t *testing.T) {
 	peers := map[string]string{ // the peer's node -> the dialect to use
 		"_c_" + uuid + "-__WRIT__": "WithDialect(DialectCurator)",
@@ -381,6 +382,7 @@ func TestHolderLosesToABlindPeer(t *testing.T) {
 						require.NoError(t, g.Err())
 					}
 					peer := peerNode(t, s.conn(), prefix, "")
+					time.Sleep(fleetInterval)
 					synctest.Wait()
 					for _, g := range gs {
 						require.True(t, isClosed(g.Done()), "told")
@@ -435,7 +437,8 @@ func TestKazooPatternsDeclaresKazooSeesUs(t *testing.T) {
 }
 
 // The holders' watch costs nothing while the directory does not change, and
-// one listing per change while a process holds, whatever its grants.
+// at most one listing per interval while it does and a process holds,
+// whatever its grants.
 func TestHolderPeerWatchCost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
@@ -459,13 +462,23 @@ func TestHolderPeerWatchCost(t *testing.T) {
 			require.NoError(t, err)
 		}
 		other := newLock(t, s.conn())
-		assert.Equal(t, int64(3), c.cost(func() {
+		comesAndGoes := func() {
 			g, err := other.RLock(ctx)
 			require.NoError(t, err)
 			synctest.Wait()
 			require.NoError(t, g.Release(ctx))
-		}), "another process's reader comes and goes: one listing each time for the three holders, "+
-			"and the newest holder's watch on its own node, which its listing's watch left to it")
+		}
+		assert.Equal(t, int64(1), c.cost(comesAndGoes), "another process's reader comes and goes: "+
+			"the newest holder's watch on its own node, which its listing's watch left to it; "+
+			"no listing yet, since the first check is one interval after the holders' listing")
+		assert.Equal(t, int64(1), c.cost(func() { time.Sleep(fleetInterval) }), "one listing for the three holders, when due")
+		assert.Equal(t, int64(0), c.cost(func() {
+			comesAndGoes()
+			comesAndGoes()
+			time.Sleep(fleetInterval - time.Millisecond)
+		}), "the reader comes and goes twice more: no listing within the interval")
+		assert.Equal(t, int64(1), c.cost(func() { time.Sleep(time.Millisecond) }), "then one, for both")
+		assert.Equal(t, int64(0), c.cost(func() { time.Sleep(3 * fleetInterval) }), "and none while nothing changes")
 		for _, g := range gs {
 			require.NoError(t, g.Release(ctx))
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -13,24 +14,63 @@ import (
 
 // fleetWatch is the holders' watch for a mixed fleet. A peer that does not
 // count our names (see RWLock.blind) and queues while we hold is granted at
-// once, as far as it can tell. An acquisition that lists such a node
-// refuses to queue. A holder must hear of one that comes later, and stop.
+// once, as far as it can tell. Nothing we do can prevent that overlap. We
+// can only end it, and refuse to add to it. An acquisition that lists such
+// a node refuses to queue (see member.locate). A holder finds one that
+// comes later by a check of its own, and stops.
 //
-// So while a process holds grants of a lock, it keeps a child watch on the
-// lock directory. It lists the directory each time the watch fires. A node
-// of a blind peer ends every grant of the lock in the process, with a cause
-// that names the dialect to use. That happens within one notification and
-// one listing of the peer's create.
+// The promise. A grant made before a blind peer's create is told within D
+// of that create, as the server orders it. D is fleetInterval plus one
+// listing's round trip, on a healthy connection. A grant made after the
+// create, on a listing from before it, is told by then too, or a round
+// trip after its grant if that is later. A node of a blind peer ends every
+// grant of the lock in the process, with a cause that names the dialect to
+// use.
 //
-// Its cost, and why it is the least we found. The event does not say which
-// child changed. So each change to the directory while the process holds
-// costs the process one listing. It costs none while nothing changes. In W1
-// (see BENCHMARKS.md), a lone holder's watch fires only when its own
-// release deletes its node, and then nobody is left to list for. And it
-// costs one listing per holding process, not per grant, since the grants of
-// a process share the watch. A grant made in one round trip brings the
-// watch that its listing set. A grant made after waiting lists once more,
-// since the directory changed while it waited.
+// How. While a process holds grants of a lock, it keeps a child watch on
+// the lock directory. When the watch fires, it lists the directory with a
+// new watch. But it sends a listing no sooner than one interval after the
+// one before. So it lists at most once per interval while the directory
+// changes, and never once per change. While nothing changes, it lists
+// nothing.
+//
+// Why D holds. A listing that showed no blind peer proves that none was
+// there when the server read it. So only a peer created later matters. Its
+// create fires the watch that listing set. The next listing goes out at the
+// later of that event and one interval after the listing before was sent.
+// That listing was sent before the create. And on a healthy connection the
+// event arrives within the interval. So the next listing goes out at most
+// one interval after the create. It shows the peer's node a round trip
+// later, unless the peer has gone.
+//
+// A grant starts the watching from the listing it was granted on, which
+// showed no blind peer. If that listing's watch has not fired, nothing has
+// changed since, so the watching waits for it. Else the first check is due
+// one interval after that listing was sent. A grant that finds the watching
+// under way adds nothing to do. If its listing came later, the watching's
+// watch fires for every create since. If the watching's came later, it
+// would show a peer that the grant's listing missed. Then the watching
+// ends the holders of the moment and stops. A grant that joins after that
+// starts it again from its own listing, as above.
+//
+// What it costs. At most one listing per interval per holding process
+// while the directory changes, none while it does not. The grants of a
+// process share the watching. A grant released before its first check
+// lists nothing, as in W3 (see BENCHMARKS.md). A grant made more than an
+// interval after its listing, after a long wait, lists once at its grant,
+// as in W6r. A lone holder lists nothing, as in W1. Its watch fires only
+// when its own release deletes its node, and then nobody is left to list
+// for.
+//
+// Why no announcement. An acquisition that finds a blind peer could tell
+// the holders through the lock directory's data, in one notification. We
+// do not. That data is revocation's alone, and it takes any change of it
+// for a revocation (see revoke.go). A second record there would need a
+// format of records. And every holder would have to watch the data from its
+// grant. The check above keeps the promise without either. The coming uses
+// need no second record either. Revocation reasons live in the revocation
+// record. Leader election's observers watch the leader's node. Caching's
+// marker is in the node's own data.
 type fleetWatch struct {
 	mu       sync.Mutex
 	holders  map[*hold]struct{}
@@ -38,6 +78,12 @@ type fleetWatch struct {
 	idle     chan struct{}      // closed when the last holder leaves, which stops the goroutine
 	stop     context.CancelFunc // ends the goroutine's requests and retries, with idle
 }
+
+// fleetInterval is the least time between two listings of the fleet watch.
+// With 100 ms, D is at most 200 ms while a listing's round trip takes at
+// most 100 ms. A shorter interval would list more often in a busy
+// directory; a longer one would leave the overlap with a peer longer.
+const fleetInterval = 100 * time.Millisecond
 
 func (pw *fleetWatch) begin(h *hold) { pw.join(h) }
 
@@ -47,8 +93,8 @@ func (pw *fleetWatch) changed(h *hold, c change) {
 	}
 }
 
-// join adds h to the holders until it ends. The child watch of the listing
-// that granted it, if any, tells of every change since.
+// join adds h to the holders until it ends. If no goroutine watches, it
+// starts one from the listing that granted h.
 func (pw *fleetWatch) join(h *hold) {
 	pw.mu.Lock()
 	if pw.holders == nil {
@@ -70,16 +116,15 @@ func (pw *fleetWatch) join(h *hold) {
 	if !start {
 		return
 	}
-	dir := h.listing
+	// mutant: fleet-due-from-grant
+	dir, due := h.listing, h.listedAt.Add(fleetInterval)
 	if dir != nil && dir.FiredNow() {
-		dir = nil // changed since the listing that granted h, so list again
+		dir = nil // changed since the listing that granted h, so check when due
 	}
-	// Else the listing that granted h showed no blind peer, and nothing has
-	// changed since. So wait on its watch. This goroutine is not the lock's
-	// background work, which ends without waiting for holders. It ends when
-	// they do.
+	// This goroutine is not the lock's background work, which ends without
+	// waiting for holders. It ends when they do.
 	h.c.Ref()
-	go pw.watch(ctx, h.l, h.c, dir, idle)
+	go pw.watch(ctx, h.l, h.c, dir, due, idle)
 }
 
 // leave removes h from the holders.
@@ -101,10 +146,10 @@ func (pw *fleetWatch) stopLocked() {
 	pw.stop()
 }
 
-// watch waits for w to fire, or not at all if w is nil. It then lists the
-// directory with a new watch, and ends the holders' grants if a blind
-// peer's node is listed. It goes on for as long as anyone holds.
-func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, w *zkclient.Watch, idle chan struct{}) {
+// watch waits for w to fire, or not at all if w is nil. It then waits until
+// due, lists the directory with a new watch, and ends the holders' grants
+// if a blind peer's node is listed. It goes on for as long as anyone holds.
+func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, w *zkclient.Watch, due time.Time, idle chan struct{}) {
 	defer c.Unref()
 	// ctx ends with the last holder. A listing given up may still set its
 	// watch, private, which fires when the directory next changes.
@@ -117,9 +162,13 @@ func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, 
 				return
 			}
 		}
-		if !pw.count(idle) {
-			return // every holder is releasing: nothing to look for
+		// The holders' own releases change the directory too. They need no
+		// look, and a grant released before the check costs no listing:
+		// count then finds no holder that is not releasing.
+		if !pw.await(due, idle) || !pw.count(idle) {
+			return
 		}
+		sent := time.Now()
 		lr, next := c.ListW(ctx, l.path)
 		r := listed(lr)
 		switch {
@@ -138,18 +187,36 @@ func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, 
 			// hear of it from their own watches and the lease. They do not
 			// end the holders of a new session that may join meanwhile. So
 			// look again, until the last holder leaves and ends ctx, or the
-			// client is closed.
+			// client is closed. The backoff spaces the listings.
 			if retry.Wait(ctx, c.Conn()) != nil {
 				return
 			}
-			w = nil
+			w, due = nil, time.Time{}
 			continue
 		}
 		if m := l.blind(peersOf(r.V)); m != nil {
 			pw.endAll(idle, m)
 			return
 		}
-		w, retry = next, zkclient.Backoff{}
+		w, due, retry = next, sent.Add(fleetInterval), zkclient.Backoff{}
+	}
+}
+
+// await waits until due, the earliest the next listing may go out. It
+// reports false if the last holder left meanwhile.
+func (pw *fleetWatch) await(due time.Time, idle chan struct{}) bool {
+	// mutant: fleet-never-checks
+	wait := time.Until(due)
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-idle:
+		return false
 	}
 }
 

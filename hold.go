@@ -18,13 +18,14 @@ import (
 // lease clock and the capabilities know of the node. A handle keeps only
 // its own end.
 type hold struct {
-	l       *RWLock
-	c       *zkclient.Client
-	path    string          // full path of the node
-	session int64           // the session that owns it
-	token   int64           // its fencing token, known before any handle exists
-	lines   []byte          // data lines besides the lock's, as a set's; a downgrade keeps them
-	listing *zkclient.Watch // the child watch of the listing that granted it, while the capabilities begin
+	l        *RWLock
+	c        *zkclient.Client
+	path     string          // full path of the node
+	session  int64           // the session that owns it
+	token    int64           // its fencing token, known before any handle exists
+	lines    []byte          // data lines besides the lock's, as a set's; a downgrade keeps them
+	listing  *zkclient.Watch // the child watch of the listing that granted it, while the capabilities begin
+	listedAt time.Time       // when the last listing that showed the node before its grant was sent
 
 	releaseMark lockname.Mark // what the release writes into the node as it goes (see writer.go)
 
@@ -92,6 +93,7 @@ const (
 func newHold(l *RWLock, c *zkclient.Client, m *member) *hold {
 	h := &hold{
 		l: l, c: c, path: m.path, session: m.session, token: m.tok, lines: m.lines, listing: m.dir,
+		listedAt:    m.listedAt,
 		releaseMark: releaseMark(m), mode: m.mode, handles: 1, since: time.Now(),
 	}
 	h.ctx, h.cancel = context.WithCancelCause(zkclient.WithCounter(context.Background(), &h.requests))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"slices"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -20,6 +21,7 @@ type listing struct {
 	zkclient.Reply[[]string]
 	watch *zkclient.Watch
 	stat  *zk.Stat
+	sent  time.Time
 }
 
 func listed(r zkclient.Reply[zkclient.Listing]) zkclient.Reply[[]string] {
@@ -53,8 +55,9 @@ func (m *member) listBehind(ctx context.Context, sending <-chan struct{}) <-chan
 			runtime.Gosched()
 		case <-ctx.Done():
 		}
+		sent := time.Now()
 		r, w := m.a.c.ListW(ctx, m.l.path)
-		ch <- listing{listed(r), w, r.V.Stat}
+		ch <- listing{listed(r), w, r.V.Stat, sent}
 	}()
 	return ch
 }
@@ -69,6 +72,7 @@ func (m *member) list(ctx context.Context) (step, error) {
 		m.relists.Add(1) // a listing after one that showed our node
 	}
 	var lr zkclient.Reply[zkclient.Listing]
+	sent := time.Now()
 	if m.dir == nil {
 		lr, m.dir = m.a.c.ListW(ctx, m.l.path)
 	} else {
@@ -84,12 +88,12 @@ func (m *member) list(ctx context.Context) (step, error) {
 	if m.unsure {
 		return m.adopt(ctx, r)
 	}
-	return m.locate(r, lr.V.Stat)
+	return m.locate(r, lr.V.Stat, sent)
 }
 
-// locate finds our node in a listing and takes the snapshot of the nodes
-// before it.
-func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, error) {
+// locate finds our node in a listing, sent at sent, and takes the snapshot
+// of the nodes before it.
+func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat, sent time.Time) (step, error) {
 	if !m.ours(r.Session) {
 		return stepRequeue, nil
 	}
@@ -103,12 +107,13 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat) (step, error) 
 		return 0, err
 	}
 	m.l.debug("listed", m.path)
+	// mutant: queue-beside-blind-peer
 	if mixed := m.l.blind(snap.peers); mixed != nil {
 		// Before or after ours, such a node breaks exclusion. Refuse to
 		// queue, loudly. abort deletes our node.
 		return 0, mixed
 	}
-	m.snap = snap
+	m.snap, m.listedAt = snap, sent
 	m.dated(dir)
 	if m.listed != nil {
 		m.listed(m)

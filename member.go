@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -66,6 +67,9 @@ type member struct {
 	tok     int64           // our node's token, once known (see dated)
 	exact   bool            // tok was read from our node's stat, not dated by a listing
 	oneTrip bool            // the listing sent behind the create showed our node
+	// listedAt is when the last listing that showed our node was sent. It
+	// dates what the fleet watch knows at the grant (see fleetWatch).
+	listedAt time.Time
 
 	listed func(*member) // hears of each listing that found our node, for coalescing
 

@@ -137,13 +137,21 @@ var mutants = []mutant{
 		{file: "hold.go", point: "claim-late", new: "_ = h.releasing"}}},
 	{name: "a set release the server refused counts as done", run: "TestReleaseAllRefused", edits: []mutantEdit{
 		{file: "multi.go", point: "set-release-refused", new: "if false {"}}},
+	// The fleet watch (fleet.go): a holder finds a blind peer by its own
+	// check, within D of the peer's create.
+	{name: "the fleet watch never checks", flags: []string{"-sim.peer"}, edits: []mutantEdit{
+		{file: "fleet.go", point: "fleet-never-checks", new: "wait := time.Until(due) + time.Hour"}}},
+	{name: "the fleet watch's first check dated from the grant, not from its listing", flags: []string{"-sim.peer"}, edits: []mutantEdit{
+		{file: "fleet.go", point: "fleet-due-from-grant", new: "dir, due := h.listing, time.Now().Add(fleetInterval)"}}},
+	{name: "an acquisition that lists a blind peer's node queues anyway", flags: []string{"-sim.peer"}, edits: []mutantEdit{
+		{file: "list.go", point: "queue-beside-blind-peer", new: "if mixed := m.l.blind(snap.peers); false && mixed != nil {"}}},
 	// The rule the lock had before its lease clock: a grant judged by
 	// go-zookeeper's state alone, as if T were unknown. It must fail in both
 	// ways the issue reported, and where notifications keep coming through
 	// a one-way partition; or the model is not faithful enough to trust its
 	// verdict on the lease. (A two-way partition right after a
 	// notification no longer tells it apart: the holders' listing for
-	// peers that each notification starts (peers.go) is in flight when the
+	// peers that a notification may start (fleet.go) is in flight when the
 	// link goes, and a lock that knows no T gives its grants up as soon as
 	// go-zookeeper reports the disconnection.)
 	{name: "the state rule: a stopped process", flags: []string{"-sim.nocut"},

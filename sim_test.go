@@ -87,11 +87,29 @@ var (
 	simCoalesced = flag.Int("sim.coalesced", 1000, "number of schedules TestSimulationCoalesced runs")
 	simWithSets  = flag.Bool("sim.set", false, "TestSimulation with sets of locks (see TestSimulationSets)")
 	simSets      = flag.Int("sim.sets", 1000, "number of schedules TestSimulationSets runs")
+	simWithPeer  = flag.Bool("sim.peer", false, "TestSimulation with a blind peer (see TestSimulationBlindPeer)")
+	simPeers     = flag.Int("sim.peers", 1000, "number of schedules TestSimulationBlindPeer runs")
 )
 
 func TestSimulation(t *testing.T) {
-	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce, sets: *simWithSets}
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce, sets: *simWithSets,
+		peer: *simWithPeer}
 	simulate(t, cfg, *simSchedules)
+}
+
+// TestSimulationBlindPeer runs the simulation with a blind peer: a Curator
+// writer from a process outside the simulation, which does not see our
+// nodes and holds regardless, created at a random moment while a client
+// holds, and released at another. Besides mutual exclusion among our
+// clients, it checks the fleet watch's promise (fleet.go). A holder whose
+// connection was healthy from a second before the peer's create on (the
+// longest backoff of the watching) sends a listing within fleetInterval of
+// the later of the create and its grant, and is told once that listing is
+// answered. And no acquisition is granted on a listing sent after the
+// create while the peer holds.
+func TestSimulationBlindPeer(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, peer: true}
+	simulate(t, cfg, *simPeers)
 }
 
 // TestSimulationSets runs the simulation with sets of locks (LockAll, see
@@ -140,6 +158,7 @@ type simConfig struct {
 	bothWays bool // links are cut both ways only
 	coalesce bool // coalesced reads, and a reading goroutine more per process
 	sets     bool // sets of two locks, taken with LockAll
+	peer     bool // a blind peer (see TestSimulationBlindPeer)
 }
 
 // flags are the test flags that replay seed with c.
@@ -159,6 +178,9 @@ func (c simConfig) flags(seed uint64) string {
 	}
 	if c.sets {
 		f += " -sim.set"
+	}
+	if c.peer {
+		f += " -sim.peer"
 	}
 	return f
 }
@@ -221,6 +243,7 @@ type simClient struct {
 	holding     *Grant
 	downgrading bool      // its write grant is being downgraded: it reads only
 	holdEnd     time.Time // when it means to release
+	heldSince   time.Time // when it was granted what it holds
 	planned     *Grant    // the grant plan last considered
 	finished    bool
 	reacted     time.Time // the notification after which a cut was last considered
@@ -284,7 +307,24 @@ type sim struct {
 	endedMu sync.Mutex
 	ended   map[*hold]time.Time // when a node's hold ended (its holder was told)
 	joins   []simJoin
+
+	peer *simPeer // guarded by net.mu
 }
+
+// simPeer is the blind peer of TestSimulationBlindPeer, and its node.
+type simPeer struct {
+	conn    *fakeConn
+	node    string
+	created time.Time
+	until   time.Time // when it releases
+	gone    bool
+	lists   map[*zkClient]int // each client's listings of the directory made before the create
+}
+
+// simPeerQuiet is how long before the peer's create a client's connection
+// must have been healthy for the fleet watch's promise to hold: the
+// longest backoff of the watching after a failed listing, and more.
+const simPeerQuiet = time.Second
 
 // simJoin is a coalesced read granted: the node it holds, and the
 // server's zxid when the read began and when it was granted.
@@ -577,7 +617,7 @@ func (s *sim) client(c *simClient) {
 		n.mu.Unlock()
 		if err != nil {
 			s.logf("c%d step %d: %s: %v", c.id, i, verb(w), err)
-			if !expectedFailure(err) {
+			if !expectedFailure(err) && !(s.cfg.peer && errors.As(err, new(*mixedError))) {
 				s.fail("c%d: unexpected error: %v", c.id, err)
 			}
 			continue
@@ -600,7 +640,11 @@ func (s *sim) client(c *simClient) {
 		n.mu.Lock()
 		expiredAt, expired := s.net.expired[g.h.session]
 		void := lost && expired && !c.zk.frozenAt.Before(start) && !expiredAt.Before(start)
-		c.holding, c.holdEnd = g, time.Now().Add(step.hold)
+		c.holding, c.holdEnd, c.heldSince = g, time.Now().Add(step.hold), time.Now()
+		if p := s.peer; p != nil && !p.gone && g.h.listedAt.After(p.created) {
+			s.failed = fmt.Sprintf("c%d was granted %s on a listing sent at %v, after the blind peer's node came at %v",
+				c.id, g.Mode(), at(g.h.listedAt), at(p.created))
+		}
 		if !void {
 			s.checkLimits(c, g)
 		}
@@ -697,7 +741,7 @@ func (s *sim) downgrade(c *simClient, g *Grant) *Grant {
 		s.from = make(map[*Grant]*Grant)
 	}
 	s.from[d] = g
-	c.holding = d
+	c.holding, c.heldSince = d, time.Now()
 	s.grants = append(s.grants, s.given(c.id, d.h.l.path, d, false)) // with the write's hold limit
 	return d
 }
@@ -841,6 +885,9 @@ func (s *sim) schedule(clientsDone <-chan struct{}) {
 	n := s.net
 	for step := 0; ; step++ {
 		synctest.Wait()
+		if s.peerReleases(clientsDone) {
+			continue
+		}
 		if s.done(clientsDone) {
 			return
 		}
@@ -904,6 +951,9 @@ func (s *sim) schedule(clientsDone <-chan struct{}) {
 			}
 			if i := s.nextPlan(); i >= 0 {
 				d = min(d, s.plans[i].at.Sub(now))
+			}
+			if p := s.peer; p != nil && !p.gone {
+				d = min(d, p.until.Sub(now))
 			}
 			n.fast = true
 			n.mu.Unlock()
@@ -984,6 +1034,9 @@ func (s *sim) actions() []func() {
 				}
 			}
 		})
+	}
+	if s.cfg.peer && s.peer == nil && !s.quiet && s.rng.IntN(3) == 0 && slices.ContainsFunc(s.clients, func(c *simClient) bool { return c.holding != nil }) {
+		actions = append(actions, s.peerCreates)
 	}
 	for _, c := range s.clients {
 		cl := c.zk
@@ -1363,6 +1416,9 @@ func (s *sim) check() {
 		return
 	}
 	now := time.Now()
+	if s.checkPeer(now); s.failed != "" {
+		return
+	}
 	writers, readers := map[string][]*simClient{}, map[string][]*simClient{}
 	for _, c := range s.clients {
 		g := c.holding
@@ -1442,4 +1498,85 @@ func (s *sim) status(c *simClient) string {
 		fmt.Fprintf(&b, "; its link was last cut at %v", at(c.cutAt))
 	}
 	return b.String()
+}
+
+// peerCreates makes the blind peer's node, a Curator writer's, from a
+// process outside the simulation: the watches of our clients fire at once.
+// It holds for up to twice the session timeout. Call with net.mu held.
+func (s *sim) peerCreates() {
+	p := &simPeer{conn: s.server.conn(), lists: map[*zkClient]int{}}
+	node, err := p.conn.Create(dir+"/_c_"+uuid+"-__WRIT__", nil, zk.FlagEphemeral|zk.FlagSequence, nil)
+	if err != nil {
+		s.logf("the blind peer cannot queue: %v", err)
+		return
+	}
+	now := time.Now()
+	p.node, p.created, p.until = node, now, now.Add(time.Duration(1+s.rng.Int64N(int64(2*s.timeout))))
+	for _, cl := range s.net.clients {
+		p.lists[cl] = len(cl.dirLists)
+	}
+	s.peer = p
+	s.logf("a blind peer queues %s, and holds until %v", path.Base(node), at(p.until))
+}
+
+// peerReleases deletes the blind peer's node when its hold ends, when
+// every client is done, or when the run settles, and reports whether it
+// did.
+func (s *sim) peerReleases(clientsDone <-chan struct{}) bool {
+	s.net.mu.Lock()
+	defer s.net.mu.Unlock()
+	p := s.peer
+	if p == nil || p.gone || time.Now().Before(p.until) && !isClosed(clientsDone) && !s.settled {
+		return false
+	}
+	p.gone = true
+	if err := p.conn.Delete(p.node, -1); err != nil {
+		s.failed = fmt.Sprintf("the blind peer's release: %v", err)
+	}
+	s.logf("the blind peer releases %s", path.Base(p.node))
+	return true
+}
+
+// checkPeer checks the fleet watch's promise (fleet.go) while the blind
+// peer holds. A client that holds a grant, not told of a loss, and whose
+// connection has been healthy since simPeerQuiet before the peer's create,
+// must have sent a listing of the directory within fleetInterval of the
+// later of the create and its grant. Once those listings are answered (the
+// model's round trip, which the scheduler chooses), its grant must be
+// lost. Call with net.mu held.
+func (s *sim) checkPeer(now time.Time) {
+	p := s.peer
+	if p == nil || p.gone {
+		return
+	}
+	for _, c := range s.clients {
+		g, cl := c.holding, c.zk
+		if g == nil || isClosed(g.ctx.Done()) || cl.frozen || cl.cut() || cl.tcp == nil || len(cl.tcp.s2c) > 0 ||
+			!cl.faultAt.Before(p.created.Add(-simPeerQuiet)) {
+			continue
+		}
+		due := later(p.created.Add(fleetInterval), c.heldSince)
+		if !now.After(due) {
+			continue
+		}
+		sent, answered := 0, true
+		for _, r := range cl.dirLists[p.lists[cl]:] {
+			if r.at.After(due) {
+				break
+			}
+			sent++
+			answered = answered && r.stage == stageDone
+		}
+		switch {
+		case sent == 0:
+			s.failed = fmt.Sprintf("c%d holds %s, granted at %v; the blind peer queued at %v, and c%d's process sent no listing by %v",
+				c.id, g.Mode(), at(c.heldSince), at(p.created), c.id, at(due))
+		case answered:
+			s.failed = fmt.Sprintf("c%d holds %s, granted at %v; the blind peer queued at %v, and c%d's listings sent by %v are answered, "+
+				"yet it is not told", c.id, g.Mode(), at(c.heldSince), at(p.created), c.id, at(due))
+		}
+		if s.failed != "" {
+			return
+		}
+	}
 }

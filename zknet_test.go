@@ -201,6 +201,8 @@ type zkClient struct {
 	downSince time.Time     // State has not been StateHasSession since
 	notified  time.Time     // the last watch event read
 	holdSync  bool          // the next keepalive goes to the scheduler
+	faultAt   time.Time     // the last cut, heal, stop, resumption, or change of connection
+	dirLists  []*zkReq      // its listings of the lock directory, in the order they were made
 }
 
 // zkTCP is one connection, as each side sees it.
@@ -294,6 +296,9 @@ func (cl *zkClient) call(op, p string, f func() error) error {
 		return zk.ErrConnectionClosed // queueRequest after Close
 	}
 	r := &zkReq{cl: cl, at: time.Now(), op: op, path: p, f: f, result: make(chan error, 1)}
+	if op == "children" && p == dir {
+		cl.dirLists = append(cl.dirLists, r)
+	}
 	if cl.phase == phaseSession {
 		n.send(cl, r)
 	} else {
@@ -540,7 +545,7 @@ func (n *zkNet) advance(now time.Time) {
 // teardown: go-zookeeper gives up the connection (loop, 486-500).
 func (n *zkNet) teardown(cl *zkClient, why string) {
 	tcp := cl.tcp
-	cl.tcp, cl.trickle = nil, false
+	cl.tcp, cl.trickle, cl.faultAt = nil, false, time.Now()
 	tcp.closedByClient = true
 	for _, fr := range tcp.s2c {
 		if fr.ch != nil { // never read: setWatches has it fired again
@@ -620,7 +625,7 @@ func (n *zkNet) handshake(cl *zkClient) {
 		n.grant(cl, now)
 		n.logf("c%d reconnects, granted %v", cl.id, cl.granted)
 	}
-	cl.last = cl.cur
+	cl.last, cl.faultAt = cl.cur, now
 	cl.tcp = cl.newTCP(now)
 	cl.phase, cl.until = phaseSession, time.Time{}
 	cl.setState(zk.StateHasSession)
@@ -653,7 +658,7 @@ func (n *zkNet) expire(cl *zkClient) {
 // them again at the heal.
 func (n *zkNet) cutLink(cl *zkClient, c2s, s2c bool, fails zkDial, healAt time.Time) {
 	n.advance(time.Now())
-	cl.c2s, cl.s2c, cl.dialFails, cl.healAt = !c2s, !s2c, fails, healAt
+	cl.c2s, cl.s2c, cl.dialFails, cl.healAt, cl.faultAt = !c2s, !s2c, fails, healAt, time.Now()
 	if tcp := cl.tcp; tcp != nil && c2s {
 		for _, r := range tcp.inflight {
 			if r.stage == stageWire {
@@ -665,7 +670,7 @@ func (n *zkNet) cutLink(cl *zkClient, c2s, s2c bool, fails zkDial, healAt time.T
 
 func (n *zkNet) heal(cl *zkClient) {
 	now := time.Now()
-	cl.c2s, cl.s2c, cl.healAt = true, true, time.Time{}
+	cl.c2s, cl.s2c, cl.healAt, cl.faultAt = true, true, time.Time{}, now
 	n.logf("c%d's link heals", cl.id)
 	if tcp := cl.tcp; tcp != nil {
 		if !tcp.closedByServer {
@@ -693,7 +698,7 @@ func (n *zkNet) heal(cl *zkClient) {
 func (n *zkNet) freeze(cl *zkClient, thawAt time.Time) {
 	now := time.Now()
 	n.advance(now)
-	cl.frozen, cl.frozenAt, cl.thawAt, cl.gate = true, now, thawAt, make(chan struct{})
+	cl.frozen, cl.frozenAt, cl.thawAt, cl.gate, cl.faultAt = true, now, thawAt, make(chan struct{}), now
 }
 
 // thaw resumes the process. go-zookeeper's recvLoop finds its read
@@ -702,7 +707,7 @@ func (n *zkNet) freeze(cl *zkClient, thawAt time.Time) {
 // missed; then the library's goroutines go on.
 func (n *zkNet) thaw(cl *zkClient, deadlineFirst bool) {
 	now := time.Now()
-	cl.frozen, cl.thawAt = false, time.Time{}
+	cl.frozen, cl.thawAt, cl.faultAt = false, time.Time{}, now
 	if tcp := cl.tcp; tcp != nil {
 		late := !now.Before(tcp.lastRecv.Add(cl.recvTimeout()))
 		if late && deadlineFirst {

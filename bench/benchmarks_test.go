@@ -61,6 +61,14 @@ func BenchmarkW6r(b *testing.B) {
 // deadlocks (none).
 func BenchmarkW8(b *testing.B) { benchMulti(b) }
 
+// BenchmarkW9 is W9, many locks on a 3-node ensemble: 64 sessions, each
+// cycle a write Lock/Release of one of 1,000 locks drawn at random, beside
+// the same sessions making raw create+delete pairs of the lock's nodes;
+// four phases of 5 s, raw, lock, lock, raw, after every session took every
+// lock once. Lock cycles/s, raw pairs/s and their ratio. It starts an
+// ensemble of its own, or uses ZKRWLOCK_BENCH_ENSEMBLE.
+func BenchmarkW9(b *testing.B) { benchManyLocks(b) }
+
 // BenchmarkDrain is the scale series: W6 with 100, 300 and 1000 queued
 // writers, and W6r with 1000 readers behind one writer (JSON workloads
 // W6-<n> and W6r-<n>). Every waiter is a session of its own.
@@ -96,3 +104,10 @@ func BenchmarkReadBatch32(b *testing.B) {
 	b.Run("ReadBatch", func(b *testing.B) { benchBatch(b, "RB32", oneGrant) })
 	b.Run("RLockEach", func(b *testing.B) { benchBatch(b, "RL32", grantEach) })
 }
+
+// BenchmarkW9Floor is W9-floor: on W9's ensemble, sessions and warm-up,
+// the servers' CPU per operation and the rate of each shape of request:
+// raw pairs, Curator's create-list-delete, a zkrwlock cycle's requests
+// without the lock, and zkrwlock's Lock/Release. It needs an ensemble of
+// its own, whose CPU it reads from /proc.
+func BenchmarkW9Floor(b *testing.B) { benchFloor(b) }

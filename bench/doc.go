@@ -23,7 +23,9 @@
 // on tmpfs, tickTime 2s, maxClientCnxns=0, the peers' JVM heap); with
 // ZKRWLOCK_BENCH_SERVERS=host:port[,host:port...] the benchmarks use that
 // server instead, such as the one scripts/compare-peers.sh started for the
-// peers (bench/peers/zkserve), or a delay proxy in front of it.
+// peers (bench/peers/zkserve), or a delay proxy in front of it. W9 alone
+// runs on a 3-node ensemble: a throwaway one of its own, or the one named
+// by ZKRWLOCK_BENCH_ENSEMBLE=host:port,host:port,host:port.
 //
 // Workloads (definitions: bench/peers/README.md). Every client is its
 // own session (rwlock.Dial, 10 s session timeout) and every run uses a fresh
@@ -39,6 +41,8 @@
 //	BenchmarkDrain/...       W6-100, W6-300, W6-1000, W6r-1000: the drain at other queue lengths
 //	BenchmarkW7/...          W7   64 goroutines RLock/Release at once, 200 bursts: coalesced (W7) and a node each (W7-each)
 //	BenchmarkReadBatch32/... RB32: ReadBatch of 32 functions; RL32: 32 concurrent RLock/Release
+//	BenchmarkW9              W9   64 sessions over 1,000 locks on a 3-node ensemble: lock cycles beside raw create+delete pairs
+//	BenchmarkW9Floor         W9-floor: on W9's ensemble, the servers' CPU per operation of each shape of request
 //
 // The JSON keys are the peers' for the same workload: W1/W2 clients,
 // warmup_cycles, ops, elapsed_s, ops_per_s, acq_p50_us, acq_p99_us,
@@ -69,6 +73,18 @@
 // acquisition fails the benchmark (acquire timeouts in W3-W5 are counted,
 // as the peers count them).
 //
+// W9 has keys of its own (the peers' W9 the same): clients, locks,
+// servers, phase_s, phases, phase_rates, warmup_s, warmup_cycles_per_s,
+// acquisitions, cycles_per_s, raw_pairs, raw_pairs_per_s, lock_over_raw,
+// the latencies of acquire, release, create and delete, zk_req_per_acq,
+// zk_req_per_pair, and machine_busy and raw_machine_busy (the share of
+// the machine's CPU busy in the lock and raw phases, from /proc/stat);
+// zkrwlock's also per phase, phase_req_per_op, phase_client_cpu_us_per_op,
+// phase_gcs, phase_end_watches (the servers' zk_watch_count) and, on an
+// ensemble the harness started, phase_server_cpu_us_per_op (from /proc);
+// and per lock phase the lock's own counts,
+// lock_phase_one_round_trip_share and lock_phase_lib_req_per_acq.
+//
 // RB32/RL32 have keys of their own: fns, grants_per_batch, batches,
 // batches_per_s, batch_p50_us, batch_p99_us, zk_req_per_batch,
 // allocs_per_batch, client_cpu_us_per_batch.
@@ -80,6 +96,6 @@
 //
 // Smaller runs, to check that the benchmarks work: -short, or -bench.ops,
 // -bench.warmup, -bench.duration, -bench.waiters, -bench.drain and
-// -bench.batches. Their JSON workload names differ from the peers' (W1-smoke,
+// -bench.batches, -bench.w9. Their JSON workload names differ from the peers' (W1-smoke,
 // W6-20, ...), so the comparison leaves them out.
 package bench

@@ -87,3 +87,15 @@ func TestParseDrain(t *testing.T) {
 		t.Error("no error for a bad length")
 	}
 }
+
+func TestParseW9(t *testing.T) {
+	c, l, err := parseW9("64, 1000")
+	if err != nil || c != 64 || l != 1000 {
+		t.Errorf("got %v %v %v", c, l, err)
+	}
+	for _, bad := range []string{"64", "64,x", "0,10", "8,-1", ""} {
+		if _, _, err := parseW9(bad); err == nil {
+			t.Errorf("no error for %q", bad)
+		}
+	}
+}

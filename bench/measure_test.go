@@ -2,8 +2,12 @@ package bench
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -171,4 +175,75 @@ func (m *metrics) report(b *testing.B) {
 		}
 		b.ReportMetric(med, u)
 	}
+}
+
+// cpuTicks are the clock ticks all the machine's CPUs have spent, busy
+// (user, nice and system, as scripts/compare-peers.sh counts them) and in
+// all, from /proc/stat; zero where there is no /proc/stat.
+type cpuTicks struct{ busy, all int64 }
+
+func machineTicks() cpuTicks {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTicks{}
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return cpuTicks{}
+	}
+	var t cpuTicks
+	for i, f := range fields[1:] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return cpuTicks{}
+		}
+		t.all += n
+		if i < 3 {
+			t.busy += n
+		}
+	}
+	return t
+}
+
+// busyShare is the share of the machine's CPU time that was busy from t0
+// to t1 (both cores at once on this machine count as 1), or -1 unknown.
+func busyShare(t0, t1 cpuTicks) float64 {
+	if t1.all <= t0.all {
+		return -1
+	}
+	return float64(t1.busy-t0.busy) / float64(t1.all-t0.all)
+}
+
+// serverCPU is the CPU time (user and system) that the processes whose
+// command line names dir have used so far: the members of a cluster the
+// harness started, whose arguments carry its directory. It is 0 where
+// /proc is missing. /proc counts in ticks of 10 ms (USER_HZ is 100 on
+// Linux), so it suits phases of seconds.
+func serverCPU(dir string) time.Duration {
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var ticks int64
+	for _, path := range cmdlines {
+		cmd, err := os.ReadFile(path)
+		if err != nil || !strings.Contains(string(cmd), dir) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join(filepath.Dir(path), "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's name, which may hold spaces:
+		// state is the first, utime the 12th, stime the 13th.
+		_, rest, ok := strings.Cut(string(stat), ") ")
+		f := strings.Fields(rest)
+		if !ok || len(f) < 13 {
+			continue
+		}
+		u, errU := strconv.ParseInt(f[11], 10, 64)
+		s, errS := strconv.ParseInt(f[12], 10, 64)
+		if errU == nil && errS == nil {
+			ticks += u + s
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }

@@ -16,6 +16,8 @@ const (
 	waiterTimeout  = 90 * time.Second // W6/W6r waiters, as the peers' harnesses
 	watchTimeout   = 30 * time.Second // W6/W6r: wait for the waiters' watches
 	contenders     = 8                // W3-W5 clients
+	w9Clients      = 64               // W9 sessions
+	w9Locks        = 1000             // W9 lock paths
 	w5Hold         = time.Millisecond // W5 hold time
 	w5ReadShare    = 0.9              // W5: a read when splitmix64 < 0.9
 	batchFns       = 32               // RB32/RL32
@@ -30,6 +32,8 @@ var (
 	flagDrain    = flag.String("bench.drain", "", "BenchmarkDrain queue lengths: writers,writers,...;readers "+
 		"(default 100,300,1000;1000; 10,30,100;100 with -short)")
 	flagBatches = flag.Int("bench.batches", 0, "RB32/RL32 measured batches (default 200; 20 with -short), after a tenth as many warm-up batches")
+	flagW9      = flag.String("bench.w9", "", "W9 clients,locks (default 64,1000; 8,50 with -short); "+
+		"each of its four phases runs for -bench.duration")
 )
 
 // sizes are the parameters of one process's runs.
@@ -40,6 +44,8 @@ type sizes struct {
 	drainWriters []int         // BenchmarkDrain
 	drainReaders []int
 	batches      int // RB32, RL32
+	w9Clients    int // W9, whose phases last duration each
+	w9Locks      int
 }
 
 // standard are the peers' definitions (and this package's own for the
@@ -47,12 +53,14 @@ type sizes struct {
 var standard = sizes{
 	ops: 2000, warmup: 100, duration: 5 * time.Second, waiters: 200,
 	drainWriters: []int{100, 300, 1000}, drainReaders: []int{1000}, batches: 200,
+	w9Clients: w9Clients, w9Locks: w9Locks,
 }
 
 // smoke are the -short sizes: enough to see that everything works.
 var smoke = sizes{
 	ops: 200, warmup: 20, duration: time.Second, waiters: 20,
 	drainWriters: []int{10, 30, 100}, drainReaders: []int{100}, batches: 20,
+	w9Clients: 8, w9Locks: 50,
 }
 
 func params(b *testing.B) sizes {
@@ -83,7 +91,25 @@ func params(b *testing.B) sizes {
 		}
 		s.drainWriters, s.drainReaders = w, r
 	}
+	if *flagW9 != "" {
+		c, l, err := parseW9(*flagW9)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.w9Clients, s.w9Locks = c, l
+	}
 	return s
+}
+
+// parseW9 parses -bench.w9: "64,1000".
+func parseW9(v string) (clients, locks int, err error) {
+	c, l, ok := strings.Cut(v, ",")
+	clients, errC := strconv.Atoi(strings.TrimSpace(c))
+	locks, errL := strconv.Atoi(strings.TrimSpace(l))
+	if !ok || errC != nil || errL != nil || clients < 1 || locks < 1 {
+		return 0, 0, fmt.Errorf("-bench.w9=%q: want clients,locks, such as 64,1000", v)
+	}
+	return clients, locks, nil
 }
 
 // workload returns the JSON workload name: with a "-smoke" suffix when the

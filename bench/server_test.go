@@ -27,6 +27,11 @@ import (
 // that the peers and zkrwlock share one: host:port[,host:port...].
 const serversEnv = "ZKRWLOCK_BENCH_SERVERS"
 
+// ensembleEnv names the 3-node ensemble W9 measures against, in the same
+// form. W9 never uses serversEnv, which names a standalone server in the
+// comparison.
+const ensembleEnv = "ZKRWLOCK_BENCH_ENSEMBLE"
+
 const (
 	startTimeout = 2 * time.Minute  // a throwaway server on a loaded machine
 	dialTimeout  = 60 * time.Second // one client's session
@@ -43,39 +48,59 @@ type servers struct {
 	cluster *zkserver.Cluster // nil for ZKRWLOCK_BENCH_SERVERS
 }
 
-var shared struct {
+// lazyServers are servers started on first use, once per process.
+type lazyServers struct {
 	once sync.Once
 	s    *servers
 	err  error
 }
 
-// sharedServers returns the process's servers, starting a throwaway server
-// on first use. Without ZooKeeper installed it skips the benchmark, or fails
-// it when servers are required (zkserver.SkipOrFail).
+var shared, ensemble lazyServers
+
+// get returns the servers, starting them with start on first use. Without
+// ZooKeeper installed it skips the benchmark, or fails it when servers are
+// required (zkserver.SkipOrFail).
+func (l *lazyServers) get(b *testing.B, start func() (*servers, error)) *servers {
+	b.Helper()
+	l.once.Do(func() { l.s, l.err = start() })
+	if errors.Is(l.err, errUnavailable) {
+		zkserver.SkipOrFail(b, l.err)
+	}
+	if l.err != nil {
+		b.Fatal(l.err)
+	}
+	return l.s
+}
+
+// sharedServers returns the process's standalone server: a throwaway one,
+// warmed up, or the one named by ZKRWLOCK_BENCH_SERVERS.
 func sharedServers(b *testing.B) *servers {
 	b.Helper()
-	shared.once.Do(func() {
-		shared.s, shared.err = startServers()
-		if shared.err == nil {
-			shared.err = warmServer(shared.s)
+	return shared.get(b, func() (*servers, error) {
+		s, err := startServers(serversEnv, 1)
+		if err == nil {
+			err = warmServer(s)
 		}
+		return s, err
 	})
-	if errors.Is(shared.err, errUnavailable) {
-		zkserver.SkipOrFail(b, shared.err)
-	}
-	if shared.err != nil {
-		b.Fatal(shared.err)
-	}
-	return shared.s
+}
+
+// ensembleServers returns W9's 3-node ensemble: a throwaway one, or the one
+// named by ZKRWLOCK_BENCH_ENSEMBLE. W9's own first phase warms it up.
+func ensembleServers(b *testing.B) *servers {
+	b.Helper()
+	return ensemble.get(b, func() (*servers, error) { return startServers(ensembleEnv, 3) })
 }
 
 var errUnavailable = errors.New("bench: no ZooKeeper server")
 
-func startServers() (*servers, error) {
-	if env := os.Getenv(serversEnv); env != "" {
-		s := &servers{addrs: strings.Split(env, ",")}
+// startServers connects to the servers named by the environment variable
+// env, or starts a throwaway cluster of members servers.
+func startServers(env string, members int) (*servers, error) {
+	if v := os.Getenv(env); v != "" {
+		s := &servers{addrs: strings.Split(v, ",")}
 		if _, err := s.mntr("zk_packets_received"); err != nil { // fail fast, not after dialTimeout
-			return nil, fmt.Errorf("bench: %s=%s: %w", serversEnv, env, err)
+			return nil, fmt.Errorf("bench: %s=%s: %w", env, v, err)
 		}
 		return s, nil
 	}
@@ -89,6 +114,7 @@ func startServers() (*servers, error) {
 	// W6's 201 and BenchmarkDrain's 1001 sessions all come from 127.0.0.1),
 	// data on tmpfs (zkserver's default Dir) and the same JVM heap.
 	c, err := zkserver.StartCluster(ctx, zkserver.Config{
+		Servers:           members,
 		TickTime:          2 * time.Second,
 		MaxSessionTimeout: 60 * time.Second,
 		JavaOpts:          []string{"-Xms256m", "-Xmx1g"},
@@ -163,12 +189,15 @@ func warmServer(s *servers) error {
 	return nil
 }
 
-// closeShared stops the throwaway server, if one was started.
+// closeShared stops the throwaway servers, if any were started.
 func closeShared() error {
-	if shared.s == nil || shared.s.cluster == nil {
-		return nil
+	var errs []error
+	for _, l := range []*lazyServers{&shared, &ensemble} {
+		if l.s != nil && l.s.cluster != nil {
+			errs = append(errs, l.s.cluster.Close())
+		}
 	}
-	return shared.s.cluster.Close()
+	return errors.Join(errs...)
 }
 
 // lockPath returns a fresh lock path, /rwbench/zkrwlock/<workload>-<ms>-<rand>.

@@ -71,6 +71,9 @@ func TestChaos(t *testing.T) {
 	timeouts, err := parseChaosTimeouts(*chaosTimeouts)
 	require.NoError(t, err)
 	require.Positive(t, *chaosClients, "-chaos.clients")
+	// Found at the end, a -chaos.keep that is not a directory would lose a
+	// long run's history.
+	require.NoError(t, os.MkdirAll(*chaosKeep, 0o755), "-chaos.keep names a directory")
 	rng := rand.New(rand.NewPCG(seed, 17))
 	client := os.Args[0]
 	if *chaosRace {

@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +100,132 @@ func TestPeersMixedFleetFailsLoudly(t *testing.T) {
 			require.ErrorIs(t, err, rwlock.ErrInvalidArgument)
 			assert.Contains(t, err.Error(), run.fix)
 			assert.Equal(t, []string{grants[0].node}, lockNodes(t, op.conn, path), "no node of ours is left")
+			p.letGo(t)
+			p.finish(t, peerDeadline)
+		})
+	}
+}
+
+// fleetD is D, the delay within which a holder finds a blind peer's node by
+// its own check (docs/guarantees.md): the check's interval, 100 ms, plus a
+// listing's round trip on a healthy connection.
+const fleetD = 200 * time.Millisecond
+
+// A holder that nobody tells finds a blind peer by its own check, within D
+// of the peer's create (issue 33). The reference point is the node's ctime,
+// the server's clock as it ran the create, which is this machine's clock.
+// Alone: nobody else queues, so the holder's watch is the one its grant's
+// listing set. Queueing: a writer waits behind the holder, and another
+// client queues and gives up every few milliseconds, so the holder lists
+// once per interval, and the peer comes at any point of one. The first of
+// those attempts that lists the peer's node is refused at once. The waiter
+// is refused once the holder's node goes, or, granted on its listing from
+// before the peer, told at its first check.
+func TestPeersBlindPeerToldWithinD(t *testing.T) {
+	runs := []struct {
+		name, peer string
+		spec       peerSpec
+		queueing   bool
+	}{
+		{"curator/alone", "curator", peerSpec{name: "curator-writer", kind: "rwwrite"}, false},
+		{"kazoo/queueing", "kazoo", peerSpec{name: "kazoo-writer", kind: "write"}, true},
+	}
+	for _, run := range runs {
+		t.Run(run.name, func(t *testing.T) {
+			requirePeer(t, run.peer)
+			srv := sharedServer(t)
+			path := zktest.LockPath(t, "/it")
+			ctx := testContext(t)
+			op := connect(t, srv.Addr(0), 0)
+			g, err := connect(t, srv.Addr(0), peerSession).lock(t, path).Lock(ctx)
+			require.NoError(t, err)
+			rec := newRecord()
+			var p *peerProc
+			if run.peer == "curator" {
+				p = startCurator(t, rec, srv.Addr(0), path, peerSession, peerHold, run.spec)
+			} else {
+				p = startKazoo(t, rec, srv.Addr(0), path, peerSession, peerHold, run.spec)
+			}
+
+			// The other client: each TryLock creates a node, lists, is
+			// refused and deletes it, two changes to the directory.
+			refused := make(chan time.Time, 1)
+			stop := make(chan struct{})
+			var wait func(*testing.T, time.Duration)
+			var waiter *acquisition
+			if run.queueing {
+				waiter = goAcquire(t, ctx, connect(t, srv.Addr(0), peerSession).lock(t, path).Lock)
+				zktest.WaitFor(t, 10*time.Second, func() bool { return len(lockNodes(t, op.conn, path)) == 2 }, "the waiter queues")
+				other := connect(t, srv.Addr(0), peerSession).lock(t, path)
+				var tries atomic.Int64
+				wait = goAll(func() error {
+					for {
+						_, err := other.TryLock(ctx)
+						tries.Add(1)
+						switch {
+						case errors.Is(err, rwlock.ErrInvalidArgument):
+							refused <- time.Now()
+							return nil
+						case !errors.Is(err, rwlock.ErrWouldBlock):
+							return fmt.Errorf("the other client's TryLock: %v", err)
+						}
+						select {
+						case <-stop:
+							return nil
+						case <-time.After(5 * time.Millisecond):
+						}
+					}
+				})
+				// Enough changes for several intervals: the holder's watch
+				// has fired, and it lists once per interval.
+				zktest.WaitFor(t, 10*time.Second, func() bool { return tries.Load() >= 50 }, "the other client's attempts")
+			}
+
+			p.start(t)
+			var told time.Time
+			select {
+			case <-g.Done():
+				told = time.Now()
+				require.ErrorIs(t, g.Err(), rwlock.ErrLost)
+				require.ErrorIs(t, g.Err(), rwlock.ErrInvalidArgument)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the holder was not told of the peer that does not see it")
+			}
+			var grants []grant
+			zktest.WaitFor(t, 10*time.Second, func() bool {
+				var bad []string
+				grants, bad = rec.snapshot()
+				require.Empty(t, bad)
+				return len(grants) == 1
+			}, "the peer is granted, blind to our node")
+			_, st, err := op.conn.Get(path + "/" + grants[0].node)
+			require.NoError(t, err)
+			delay := told.Sub(time.UnixMilli(st.Ctime))
+			t.Logf("the holder was told %v after the peer's create (D is %v)", delay, fleetD)
+			assert.LessOrEqual(t, delay, fleetD, "told within D")
+			if run.queueing {
+				select {
+				case at := <-refused:
+					t.Logf("the other client was refused %v after the peer's create", at.Sub(time.UnixMilli(st.Ctime)))
+				case <-time.After(10 * time.Second):
+					t.Error("the other client was not refused")
+					close(stop)
+				}
+				wait(t, 10*time.Second)
+				w, err := waiter.wait(t)
+				if err == nil {
+					select {
+					case <-w.Done():
+						err = w.Err()
+						t.Logf("the waiter was granted on its listing from before the peer, and told within %v", time.Since(waiter.at))
+					case <-time.After(10 * time.Second):
+						mustRelease(t, w)
+						t.Fatal("the waiter was granted beside the peer, and not told")
+					}
+				}
+				require.ErrorIs(t, err, rwlock.ErrInvalidArgument, "the waiter refused, or told")
+			}
+			waitNodes(t, op.conn, path, 10*time.Second, grants[0].node)
 			p.letGo(t)
 			p.finish(t, peerDeadline)
 		})

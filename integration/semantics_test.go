@@ -678,7 +678,7 @@ func TestRequestCosts(t *testing.T) {
 	var own int64
 	n := requestCountAwaiting(t, srv, func() int64 {
 		own = int64(rec.Stats().Sub(st0).Requests)
-		return own + 3
+		return own + 2
 	}, func() {
 		_, err := l.TryLock(ctx)
 		assert.ErrorIs(t, err, rwlock.ErrWouldBlock)
@@ -688,9 +688,14 @@ func TestRequestCosts(t *testing.T) {
 		n, own = n-1, own-1
 	}
 	assert.Equal(t, int64(3), own, "TryLock that would block: create, list, delete")
-	assert.Equal(t, int64(6), n, "TryLock that would block: create, list, delete; and the holder, whose watch on "+
-		"the directory fired, watches its own node instead (once per grant), and lists the directory for peers "+
-		"after each change (the create and the delete: peers.go)")
+	// The holder, whose watch on the directory fired, watches its own node
+	// instead (once per grant). And it lists the directory for peers, one
+	// interval after the listing it was granted on: once for both changes,
+	// or twice if the TryLock took longer than the interval (fleet.go).
+	peers := n - own - 1
+	t.Logf("the holder listed %d time(s) for peers", peers)
+	assert.True(t, peers == 1 || peers == 2, "TryLock that would block: create, list, delete; and the holder's "+
+		"watch on its own node, and one listing for peers per interval: %d requests", n)
 	require.NoError(t, holder.Release(ctx))
 
 	fns := make([]func(context.Context) error, 32)

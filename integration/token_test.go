@@ -75,8 +75,8 @@ func TestTokenIsTheNodesCzxid(t *testing.T) {
 		return st.Czxid
 	}
 	// token reads g's token, and checks that it costs no request. A grant
-	// made after waiting lists its directory once, on a goroutine of its
-	// own (the mixed-fleet watch, peers.go), which a window may catch: a
+	// may list its directory for peers, on a goroutine of its own (the
+	// fleet watch, fleet.go), which a window may catch: a
 	// Token that sent a request would be caught in every window.
 	token := func(t *testing.T, g *rwlock.Grant) int64 {
 		t.Helper()

@@ -16,6 +16,13 @@
 # later run finds it), and, when W8 is measured, an unmeasured W8 of each
 # implementation (zkrwlock's transactions of four creates or four deletes,
 # which the go-zk W3 does not send).
+# W9 (many locks) runs apart, on a 3-node ensemble of its own (zkserve
+# -servers 3, on tmpfs like the standalone server), only in the settings of
+# W9_DELAYS, through one delay proxy per member; Curator's InterProcessMutex
+# and zkrwlock (`make -s bench BENCH=^BenchmarkW9$` with
+# ZKRWLOCK_BENCH_ENSEMBLE), each beside raw create+delete pairs of its own run;
+# the script adds to each W9 line the ensemble's CPU over the run,
+# ensemble_cpu_s (warm-up included).
 # A run during which other processes on the machine used more than
 # MAX_FOREIGN_CPU CPU-seconds is repeated after 20 s, at most twice.
 #
@@ -23,13 +30,16 @@
 # oursN.jsonl (the JSON lines of round N) and their logs (peersN.log,
 # oursN.log); loopback/extraN.jsonl, zkrwlock's own workloads (drain series,
 # ReadBatch); runs.log, a line per run with the foreign CPU it saw;
-# zookeeper.log, proxy-<D>ms.log (how late each proxy was); and table.md, the
+# zookeeper.log, proxy-<D>ms.log (how late each proxy was), for W9
+# ensemble.log and ensemble-proxy-<D>ms-<member>.log; and table.md, the
 # table printed at the end (go run ./bench/peers/compare OUTDIR prints it
-# again). A round takes about 20 minutes on 2 cores.
+# again). A round takes about 20 minutes on 2 cores, and W9 about 3 minutes
+# more per implementation and setting (most of it its warm-up).
 #
 # Environment:
 #   DELAYS="0 0.5 1 2"                    ms added each way; 0 is loopback
-#   WORKLOADS="W1 W2 W3 W4 W5 W6 W6r W7 W8"   (W7, W8: Curator and zkrwlock only)
+#   WORKLOADS="W1 W2 W3 W4 W5 W6 W6r W7 W8 W9"   (W7, W8, W9: Curator and zkrwlock only)
+#   W9_DELAYS="0 1"                       the settings of DELAYS in which W9 runs
 #   IMPLS="curator kazoo gozk zkrwlock"   (go-zk runs only W1, W3, W6: it has no read lock; kazoo no W7)
 #   EXTRAS=1                              0 skips zkrwlock's own workloads
 #   MAX_FOREIGN_CPU=0.5                   CPU-seconds of other processes' load a run may overlap
@@ -39,7 +49,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
 out=${2:-$(mktemp -d /tmp/compare-peers.XXXXXX)}
 delays=${DELAYS:-0 0.5 1 2}
-workloads=${WORKLOADS:-W1 W2 W3 W4 W5 W6 W6r W7 W8}
+workloads=${WORKLOADS:-W1 W2 W3 W4 W5 W6 W6r W7 W8 W9}
+w9_delays=${W9_DELAYS:-0 1}
 impls=${IMPLS:-curator kazoo gozk zkrwlock}
 max_foreign=${MAX_FOREIGN_CPU:-0.5}
 mkdir -p "$out"
@@ -87,6 +98,38 @@ wait_line "$out/zookeeper.addr" "${pids[-1]}"
 cs=$(cat "$out/zookeeper.addr")
 log "server $cs (log: $out/zookeeper.log)"
 
+# W9's ensemble, and one proxy per member for each of W9's delays.
+declare -A ens_addr
+if [[ " $workloads " == *" W9 "* ]]; then
+	"$bin/zkserve" -servers 3 -log "$out/ensemble.log" >"$out/ensemble.addr" 2>>"$out/runs.log" &
+	pids+=($!)
+	ens_pid=$!
+	wait_line "$out/ensemble.addr" "${pids[-1]}"
+	ens=$(cat "$out/ensemble.addr")
+	log "W9 ensemble $ens (log: $out/ensemble.log)"
+	for d in $w9_delays; do
+		if [ "$d" = 0 ]; then
+			ens_addr[$d]=$ens
+			continue
+		fi
+		members=()
+		i=0
+		for m in ${ens//,/ }; do
+			i=$((i + 1))
+			f=$out/ensemble-proxy-${d}ms-$i
+			"$bin/delayproxy" -delay "${d}ms" "$m" >"$f.addr" 2>"$f.log" &
+			pids+=($!)
+			wait_line "$f.addr" "${pids[-1]}"
+			members+=("$(cat "$f.addr")")
+		done
+		ens_addr[$d]=$(
+			IFS=,
+			echo "${members[*]}"
+		)
+		log "W9 proxies ${ens_addr[$d]}: $ens + ${d} ms each way"
+	done
+fi
+
 declare -A addr col
 for d in $delays; do
 	if [ "$d" = 0 ]; then
@@ -106,10 +149,12 @@ done
 # the run) or reaped, in clock ticks.
 hz=$(getconf CLK_TCK)
 busy_ticks() { awk '/^cpu /{ print $2 + $3 + $4 }' /proc/stat; }
-own_ticks() {
+own_ticks() { tree_ticks $$; }
+# tree_ticks PID : the ticks of PID and every process under it.
+tree_ticks() {
 	# A process may exit between the glob and its read: cat then fails, and
 	# the others still count.
-	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root=$$ '
+	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root="$1" '
 		{
 			s = $0; sub(/^.*\) /, "", s); split(s, f, " ")  # f[1] is the state, after pid and (comm)
 			ppid[$1] = f[2]; t[$1] = f[12] + f[13] + f[14] + f[15]  # utime stime cutime cstime
@@ -130,7 +175,11 @@ run() {
 	zkrwlock)
 		local bench="^Benchmark$2\$"
 		[ "$2" = extras ] && bench='^Benchmark(Drain|ReadBatch32)$'
-		ZKRWLOCK_BENCH_SERVERS=$3 make -s bench BENCH="$bench"
+		if [ "$2" = W9 ]; then
+			ZKRWLOCK_BENCH_ENSEMBLE=$3 make -s bench BENCH="$bench"
+		else
+			ZKRWLOCK_BENCH_SERVERS=$3 make -s bench BENCH="$bench"
+		fi
 		;;
 	*) "$root/bench/peers/peer.sh" "$1" "$3" "$2" ;;
 	esac
@@ -140,7 +189,7 @@ run() {
 # other processes' load overlapped it; its lines go to JSONL.
 measure() {
 	local setting=$1 impl=$2 w=$3 a=$4 jsonl=$5 runlog=$6
-	local attempt lines rc b0 o0 foreign
+	local attempt lines rc b0 o0 e0 ens foreign
 	for attempt in 1 2 3; do
 		if [ "$impl" = zkrwlock ]; then
 			# make bench names its result files by the second: one run a second.
@@ -149,11 +198,20 @@ measure() {
 		fi
 		echo "=== $(date +%T) $impl $w $setting, attempt $attempt" >>"$runlog"
 		b0=$(busy_ticks) o0=$(own_ticks)
+		if [ "$w" = W9 ]; then e0=$(tree_ticks "$ens_pid"); fi
 		rc=0
 		lines=$(run "$impl" "$w" "$a" 2>>"$runlog") || rc=$?
 		foreign=$(awk -v b="$(($(busy_ticks) - b0))" -v o="$(($(own_ticks) - o0))" -v hz="$hz" \
 			'BEGIN { f = (b - o) / hz; printf "%.2f", f < 0 ? 0 : f }')
-		log "$setting $impl $w: exit $rc, foreign CPU ${foreign}s"
+		ens=""
+		if [ "$w" = W9 ]; then
+			# The ensemble's CPU over the whole run, warm-up included: a key
+			# of W9's lines, and in the log.
+			ens=$(awk -v e="$(($(tree_ticks "$ens_pid") - e0))" -v hz="$hz" 'BEGIN { printf "%.2f", e / hz }')
+			lines=$(sed "s/}\$/, \"ensemble_cpu_s\": $ens}/" <<<"$lines")
+			ens=", ensemble CPU ${ens}s"
+		fi
+		log "$setting $impl $w: exit $rc, foreign CPU ${foreign}s$ens"
 		if awk -v f="$foreign" -v m="$max_foreign" 'BEGIN { exit !(f > m) }' && [ "$attempt" -lt 3 ]; then
 			log "  busy machine: again in 20 s"
 			sleep 20 &
@@ -175,7 +233,7 @@ supported() { # supported IMPL WORKLOAD
 	case $1:$2 in
 	gozk:W1 | gozk:W3 | gozk:W6) return 0 ;;
 	gozk:*) return 1 ;;
-	kazoo:W7 | kazoo:W8) return 1 ;; # the harness has neither: Curator is their reference
+	kazoo:W7 | kazoo:W8 | kazoo:W9) return 1 ;; # the harness has none: Curator is their reference
 	esac
 }
 
@@ -200,12 +258,17 @@ for r in $(seq 1 "$rounds"); do
 		mkdir -p "$dir"
 		log "round $r of $rounds: ${col[$d]}"
 		for w in $workloads; do
+			a=${addr[$d]}
+			if [ "$w" = W9 ]; then
+				[ -n "${ens_addr[$d]:-}" ] || continue # not one of W9_DELAYS
+				a=${ens_addr[$d]}
+			fi
 			for impl in $impls; do
 				supported "$impl" "$w" || continue
 				if [ "$impl" = zkrwlock ]; then
-					measure "${col[$d]}" "$impl" "$w" "${addr[$d]}" "$dir/ours$r.jsonl" "$dir/ours$r.log"
+					measure "${col[$d]}" "$impl" "$w" "$a" "$dir/ours$r.jsonl" "$dir/ours$r.log"
 				else
-					measure "${col[$d]}" "$impl" "$w" "${addr[$d]}" "$dir/peers$r.jsonl" "$dir/peers$r.log"
+					measure "${col[$d]}" "$impl" "$w" "$a" "$dir/peers$r.jsonl" "$dir/peers$r.log"
 				fi
 			done
 		done
@@ -218,6 +281,9 @@ done
 stop_helpers # the proxies report how late they were as they exit
 for d in $delays; do
 	[ "$d" = 0 ] || log "$(tail -n 1 "$out/proxy-${d}ms.log")"
+done
+for f in "$out"/ensemble-proxy-*.log; do
+	[ -e "$f" ] && log "$(tail -n 1 "$f")"
 done
 "$bin/compare" "$out" | tee "$out/table.md"
 echo "raw results: $out" >&2

@@ -12,7 +12,7 @@
 # failed. The Java and Go harnesses are built on first use, and again when
 # their sources change, into $PEERS_BUILD (default bench/peers/build/). The
 # peers come from Debian: scripts/install-peers.sh installs them. JAVA_OPTS
-# goes to the JVM. RWBENCH_OPS, RWBENCH_WARMUP, RWBENCH_SECONDS,
+# goes to the JVM. RWBENCH_OPS, RWBENCH_WARMUP, RWBENCH_SECONDS, RWBENCH_W9,
 # RWBENCH_WAITERS and RWBENCH_BURSTS shrink the workloads (smoke runs; their
 # names say so).
 set -euo pipefail

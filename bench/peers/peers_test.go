@@ -54,7 +54,7 @@ func (s setUp) Run() int {
 }
 
 // smoke shrinks the workloads to a fraction of a second each.
-var smoke = []string{"RWBENCH_OPS=20", "RWBENCH_WARMUP=5", "RWBENCH_SECONDS=0.3", "RWBENCH_WAITERS=4", "RWBENCH_BURSTS=3"}
+var smoke = []string{"RWBENCH_OPS=20", "RWBENCH_WARMUP=5", "RWBENCH_SECONDS=0.3", "RWBENCH_WAITERS=4", "RWBENCH_BURSTS=3", "RWBENCH_W9=4,10"}
 
 var allWorkloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W6r"}
 
@@ -71,8 +71,8 @@ func TestHarnesses(t *testing.T) {
 		// requests per acquisition, uncontended and after one wait
 		uncontended, waited float64
 	}{
-		{"curator", append(slices.Clip(allWorkloads), "W7", "W8"), 3, 5}, // W7's and W8's only peer
-		{"kazoo", allWorkloads, 4, 6},                                    // one more listing: see README.md
+		{"curator", append(slices.Clip(allWorkloads), "W7", "W8", "W9"), 3, 5}, // W7's, W8's and W9's only peer
+		{"kazoo", allWorkloads, 4, 6},                                          // one more listing: see README.md
 		{"gozk", []string{"W1", "W3", "W6"}, 3, 5},
 	} {
 		t.Run(tc.impl, func(t *testing.T) { // one at a time: the server counts every packet
@@ -102,6 +102,10 @@ func TestHarnesses(t *testing.T) {
 						"%s: %v requests per acquisition, want %v", w, req, tc.uncontended)
 				case "W3": // nearly all wait once
 					assert.InDelta(t, tc.waited, req, 0.3, "%s requests per acquisition", w)
+				case "W9": // a raw pair is a create and a delete; a cycle that did not wait, one listing more
+					assert.InDelta(t, 2, r["zk_req_per_pair"].(float64), 0.2, "W9 requests per raw pair")
+					assert.True(t, req >= tc.uncontended && req <= tc.waited+0.2,
+						"%s: %v requests per acquisition, want %v to %v", w, req, tc.uncontended, tc.waited)
 				case "W6": // all wait once
 					assert.True(t, req >= tc.waited && req <= tc.waited+0.6,
 						"%s: %v requests per acquisition, want %v", w, req, tc.waited)
@@ -120,6 +124,7 @@ var keys = map[string][]string{
 	"W6":  {"waiters", "enqueue_s", "failed", "drain_s", "handoff_mean_us", "handoff_p50_us", "handoff_p99_us", "violations", "zk_req_per_acq"},
 	"W6r": {"waiters", "enqueue_s", "failed", "drain_s", "wake_mean_us", "wake_p50_us", "wake_max_us", "violations", "zk_req_per_acq"},
 	"W7":  {"clients", "threads", "bursts", "elapsed_s", "bursts_per_s", "burst_p50_us", "burst_p99_us", "timeouts", "zk_req_per_acq", "zk_req_per_burst"},
+	"W9":  {"clients", "locks", "servers", "phase_s", "phase_rates", "warmup_s", "acquisitions", "cycles_per_s", "raw_pairs", "raw_pairs_per_s", "lock_over_raw", "timeouts", "violations", "acq_p50_us", "create_p50_us", "zk_req_per_acq", "zk_req_per_pair", "machine_busy"},
 	"W8":  {"locks", "ops", "ops_per_s", "acq_p50_us", "acq_p99_us", "rel_p50_us", "rel_p99_us", "zk_req_per_acq", "contended_clients", "contended_sets", "contended_sets_per_s", "deadlocks", "violations"},
 }
 

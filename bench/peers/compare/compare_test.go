@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -210,4 +211,35 @@ func TestSeveralLocks(t *testing.T) {
 	require.Contains(t, text, "| W8 deadlocks (sets not granted in time), all runs | 0 | 19 | – | – | – | – | – |")
 	require.Contains(t, text, "| violations, all runs | 1 | 0 |", "W8 counts its violations")
 	require.Contains(t, text, "| zkrwlock | – | – | – | – | – | – | – | – | 25% |", "the spread of W8's cycles/s")
+}
+
+// W9 sets zkrwlock's lock cycles on many locks beside Curator's
+// InterProcessMutex, each with the raw pairs of its own run; the lock/raw
+// quotient has no ratio between implementations, and every run's absolute
+// rates are listed beside it, round by round.
+func TestManyLocks(t *testing.T) {
+	dir := t.TempDir()
+	line := func(impl string, cycles, raw, busy float64, violations int) string {
+		return fmt.Sprintf(`{"impl": %q, "workload": "W9", "clients": 64, "locks": 1000, "cycles_per_s": %g, "raw_pairs_per_s": %g, "lock_over_raw": %g, "machine_busy": %g, "acq_p50_us": 20000, "zk_req_per_acq": 3.0, "timeouts": 0, "violations": %d}`,
+			impl, cycles, raw, cycles/raw, busy, violations) + "\n"
+	}
+	write(t, dir, map[string]string{
+		"loopback/ours1.jsonl":  line("zkrwlock", 1800, 2000, 0.97, 0) + `{"impl": "zkrwlock", "workload": "W9-smoke", "cycles_per_s": 1}` + "\n",
+		"loopback/ours2.jsonl":  line("zkrwlock", 1600, 2000, 0.99, 1),
+		"loopback/peers1.jsonl": strings.Replace(line("curator", 1200, 2000, 0.98, 0), "}", `, "ensemble_cpu_s": 61.5}`, 1),
+		"loopback/peers2.jsonl": strings.Replace(line("curator", 1000, 2000, 0.99, 0), "}", `, "ensemble_cpu_s": 60}`, 1),
+	})
+	res, err := load([]string{dir})
+	require.NoError(t, err)
+	var out strings.Builder
+	writeTables(&out, res, "all")
+	text := out.String()
+	require.Contains(t, text, "| W9 64 sessions over 1,000 locks (3-node ensemble), cycles/s | 1700 | 1100 | – | – | 1.55x | – | – |")
+	require.Contains(t, text, "| W9 raw create+delete pairs/s, same run | 2000 | 2000 | – | – | 1.00x | – | – |")
+	require.Contains(t, text, "| W9 lock cycles/s over raw pairs/s | 0.85 | 0.55 | – | – | – | – | – |")
+	require.Contains(t, text, "| violations, all runs | 1 | 0 |", "W9 counts its violations")
+	require.Contains(t, text, "### W9 run by run, loopback")
+	require.Contains(t, text, "| zkrwlock | 2 | 1600 | 2000 | 0.80 | 0.99 | – |")
+	require.Contains(t, text, "| Curator 5.4 | 1 | 1200 | 2000 | 0.60 | 0.98 | 61.5 |")
+	require.NotContains(t, text, "| zkrwlock | 3 |", "the smoke run is left out")
 }

@@ -3,7 +3,8 @@
 // medians over the rounds for every implementation, workload and network
 // setting (loopback, and each delay proxy), how many times better zkrwlock
 // is than each peer, the ZooKeeper requests per acquisition, acquire
-// timeouts, W8's deadlocks and mutual exclusion violations.
+// timeouts, W8's deadlocks and mutual exclusion violations; and W9's runs
+// one by one, lock cycles/s and raw pairs/s beside their ratio.
 //
 //	go run ./bench/peers/compare [-layout latency|columns|all] DIR
 //	go run ./bench/peers/compare FILE.jsonl...
@@ -60,7 +61,7 @@ func main() {
 }
 
 func writeTables(w io.Writer, res *results, layout string) {
-	fmt.Fprintf(w, "Medians of %d interleaved round(s) on one ZooKeeper server. After a peer's value,\n", res.rounds())
+	fmt.Fprintf(w, "Medians of %d interleaved round(s) on one ZooKeeper server (W9: on a 3-node ensemble). After a peer's value,\n", res.rounds())
 	fmt.Fprintln(w, "how many times better zkrwlock is: its rate over the peer's, or the peer's time over its time.")
 	if len(res.cols) > 1 {
 		fmt.Fprintln(w, "+D ms: every client through a proxy that delays each direction by D ms.")
@@ -82,6 +83,12 @@ func writeTables(w io.Writer, res *results, layout string) {
 				fmt.Fprintf(w, "\nSpread of each workload's main metric over the rounds ((max−min)/mean), %s:\n\n", c.label())
 				res.writeSpread(w, c)
 			}
+		}
+	}
+	for _, c := range res.cols {
+		var b strings.Builder
+		if res.writeW9Runs(&b, c) {
+			fmt.Fprintf(w, "\n### W9 run by run, %s\n\n%s", c.label(), b.String())
 		}
 	}
 	for _, c := range res.cols {

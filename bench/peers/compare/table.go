@@ -29,6 +29,7 @@ const (
 	seconds              // s, lower is better: median, ratio peer/zkrwlock
 	requests             // ZooKeeper requests per acquisition: median, no ratio
 	total                // events over all runs (timeouts): sum, no ratio
+	fraction             // a dimensionless share or quotient (W9's lock/raw): median, no ratio
 )
 
 type row struct {
@@ -64,16 +65,23 @@ var rows = []row{
 	{"W8", "zk_req_per_acq", "W8 requests/set", requests},
 	{"W8", "contended_sets_per_s", "W8 4 clients, random orders, sets/s", rate},
 	{"W8", "deadlocks", "W8 deadlocks (sets not granted in time), all runs", total},
+	{"W9", "cycles_per_s", "W9 64 sessions over 1,000 locks (3-node ensemble), cycles/s", rate},
+	{"W9", "raw_pairs_per_s", "W9 raw create+delete pairs/s, same run", rate},
+	{"W9", "lock_over_raw", "W9 lock cycles/s over raw pairs/s", fraction},
+	{"W9", "acq_p50_us", "W9 acquire p50 µs", latency},
+	{"W9", "zk_req_per_acq", "W9 requests/cycle", requests},
+	{"W9", "timeouts", "W9 acquire timeouts, all runs", total},
+	{"W9", "machine_busy", "W9 machine busy in the lock phases (1 = all cores)", fraction},
 }
 
 // checked are the workloads whose runs count mutual exclusion violations.
-var checked = []string{"W3", "W5", "W6", "W6r", "W8"}
+var checked = []string{"W3", "W5", "W6", "W6r", "W8", "W9"}
 
 // main metric of each workload, for the spread table.
 var mainMetric = map[string]string{
 	"W1": "ops_per_s", "W2": "ops_per_s", "W3": "acq_per_s", "W4": "acq_per_s",
 	"W5": "acq_per_s", "W6": "drain_s", "W6r": "drain_s", "W7": "bursts_per_s",
-	"W8": "ops_per_s",
+	"W8": "ops_per_s", "W9": "cycles_per_s",
 }
 
 // cell is one implementation's value of a row in a column.
@@ -126,7 +134,7 @@ func format(r row, c cell, rounds int) string {
 	}
 	var s string
 	switch r.kind {
-	case requests:
+	case requests, fraction:
 		s = strconv.FormatFloat(c.v, 'f', 2, 64)
 	case seconds:
 		s = strconv.FormatFloat(c.v, 'g', 3, 64)
@@ -374,6 +382,46 @@ func (res *results) writeExtras(w io.Writer, col column) bool {
 		if okA && okB && a > 0 {
 			fmt.Fprintf(w, "\nDrain time of %d queued writers over that of %d: %.1fx.\n", hi, lo, b/a)
 		}
+	}
+	return true
+}
+
+// w9Fields are the columns of W9's run-by-run table.
+var w9Fields = []string{"cycles_per_s", "raw_pairs_per_s", "lock_over_raw", "machine_busy"}
+
+// writeW9Runs writes every W9 run of the column, in the order of the
+// rounds: its lock cycles/s and raw pairs/s beside their ratio, since the
+// ratio alone hides how loaded the machine was. It reports whether there
+// was any.
+func (res *results) writeW9Runs(w io.Writer, col column) bool {
+	var lines [][]string
+	for _, im := range append([]impl{ours}, peers...) {
+		vals := res.values[key{col.name, im.name, "W9"}]
+		n := len(vals[w9Fields[0]])
+		for _, f := range w9Fields[1:] {
+			if len(vals[f]) != n { // a field some run lacks: rounds no longer line up
+				n = 0
+			}
+		}
+		for i := range n {
+			line := []string{im.label, strconv.Itoa(i + 1),
+				strconv.FormatFloat(vals["cycles_per_s"][i], 'f', 0, 64),
+				strconv.FormatFloat(vals["raw_pairs_per_s"][i], 'f', 0, 64),
+				strconv.FormatFloat(vals["lock_over_raw"][i], 'f', 2, 64),
+				strconv.FormatFloat(vals["machine_busy"][i], 'f', 2, 64), "–"}
+			if e := vals["ensemble_cpu_s"]; len(e) == n { // scripts/compare-peers.sh adds it
+				line[len(line)-1] = strconv.FormatFloat(e[i], 'f', 1, 64)
+			}
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) == 0 {
+		return false
+	}
+	writeRow(w, "W9", "run", "lock cycles/s", "raw pairs/s", "lock/raw", "machine busy", "ensemble CPU s, whole run")
+	writeRow(w, "---", "---", "---", "---", "---", "---", "---")
+	for _, l := range lines {
+		writeRow(w, l...)
 	}
 	return true
 }

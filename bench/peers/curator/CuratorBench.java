@@ -9,11 +9,13 @@
 // /usr/share/java and runs it. For each workload it prints one JSON line on
 // stdout (impl "curator"), with an "error" key if the workload failed, and
 // exits 1 at the end if one did. RWBENCH_OPS, RWBENCH_WARMUP, RWBENCH_SECONDS,
-// RWBENCH_WAITERS and RWBENCH_BURSTS shrink the workloads for smoke tests; the
-// workload names then say so (W1-smoke, W6-5).
+// RWBENCH_WAITERS, RWBENCH_BURSTS and RWBENCH_W9 (clients,locks) shrink the
+// workloads for smoke tests; the workload names then say so (W1-smoke, W6-5).
 
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
@@ -41,6 +43,7 @@ import org.apache.curator.framework.recipes.locks.InterProcessMultiLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.CreateMode;
 
 public final class CuratorBench {
     // The workload constants (bench/peers/README.md).
@@ -55,11 +58,12 @@ public final class CuratorBench {
     static final int MNTR_TIMEOUT_MS = 5_000;
     static final long POLL_MS = 10;
     static final long WATCHDOG_MS = 300_000; // one workload, through a slow proxy included
+    static final long W9_WATCHDOG_MS = 900_000; // W9's warm-up is 64,000 lock cycles
     static final long CLOSE_TIMEOUT_MS = 60_000;
 
     public static void main(String[] args) throws Exception {
         if (args.length < 2) {
-            System.err.println("usage: CuratorBench CONNECT_STRING WORKLOAD...  (W1 W2 W3 W4 W5 W6 W6r W7 W8)");
+            System.err.println("usage: CuratorBench CONNECT_STRING WORKLOAD...  (W1 W2 W3 W4 W5 W6 W6r W7 W8 W9)");
             System.exit(2);
         }
         Sizes sizes = Sizes.fromEnv();
@@ -77,16 +81,21 @@ public final class CuratorBench {
     }
 
     /** A run's parameters: the standard ones unless the environment shrinks them. */
-    record Sizes(int ops, int warmup, long durationNs, int waiters, int bursts) {
-        static final Sizes STANDARD = new Sizes(2000, 100, 5_000_000_000L, 200, 200);
+    record Sizes(int ops, int warmup, long durationNs, int waiters, int bursts, int w9Clients, int w9Locks) {
+        static final Sizes STANDARD = new Sizes(2000, 100, 5_000_000_000L, 200, 200, 64, 1000);
 
         static Sizes fromEnv() {
+            String w9 = System.getenv("RWBENCH_W9"); // clients,locks
+            String[] cl = w9 == null || w9.isEmpty()
+                    ? new String[] {"" + STANDARD.w9Clients, "" + STANDARD.w9Locks} : w9.split(",");
+            if (cl.length != 2) throw new IllegalArgumentException("RWBENCH_W9=" + w9 + ": want clients,locks");
             return new Sizes(
                     (int) env("RWBENCH_OPS", STANDARD.ops),
                     (int) env("RWBENCH_WARMUP", STANDARD.warmup),
                     (long) (env("RWBENCH_SECONDS", STANDARD.durationNs / 1e9) * 1e9),
                     (int) env("RWBENCH_WAITERS", STANDARD.waiters),
-                    (int) env("RWBENCH_BURSTS", STANDARD.bursts));
+                    (int) env("RWBENCH_BURSTS", STANDARD.bursts),
+                    Integer.parseInt(cl[0].trim()), Integer.parseInt(cl[1].trim()));
         }
 
         static double env(String name, double dflt) {
@@ -107,6 +116,9 @@ public final class CuratorBench {
                     return bursts != STANDARD.bursts ? w + "-smoke" : w;
                 case "W8":
                     return ops != STANDARD.ops || warmup != STANDARD.warmup || durationNs != STANDARD.durationNs ? w + "-smoke" : w;
+                case "W9":
+                    return durationNs != STANDARD.durationNs || w9Clients != STANDARD.w9Clients
+                            || w9Locks != STANDARD.w9Locks ? w + "-smoke" : w;
                 default:
                     return w;
             }
@@ -127,13 +139,14 @@ public final class CuratorBench {
 
     Record run(String workload) {
         Record r = new Record(sizes.name(workload));
+        long limit = workload.equals("W9") ? W9_WATCHDOG_MS : WATCHDOG_MS;
         Thread watchdog = new Thread(() -> {
             try {
-                Thread.sleep(WATCHDOG_MS);
+                Thread.sleep(limit);
             } catch (InterruptedException e) {
                 return;
             }
-            r.put("error", "watchdog: the run took over " + WATCHDOG_MS / 1000 + " s");
+            r.put("error", "watchdog: the run took over " + limit / 1000 + " s");
             System.out.println(r.json());
             System.out.flush();
             Runtime.getRuntime().halt(3);
@@ -151,6 +164,7 @@ public final class CuratorBench {
                 case "W6r": drain(r, true); break;
                 case "W7": burst(r); break;
                 case "W8": multi(r); break;
+                case "W9": manyLocks(r); break;
                 case "splitmix64": splitmix(r); break;
                 default: throw new IllegalArgumentException("unknown workload " + workload);
             }
@@ -557,6 +571,212 @@ public final class CuratorBench {
         r.put("violations", holders.violations.get());
         requests(r, p0, p1, polls + mntrPolls * servers.length, n);
         if (failure.get() != null) r.put("error", failure.get().toString());
+    }
+
+    // ---------- W9 ----------
+
+    /** W9's measured phases in order: true for a lock phase, as bench/manylocks_test.go. */
+    static final boolean[] W9_PHASES = {false, true, true, false};
+
+    /**
+     * W9: many locks on an ensemble. Each client's session loops over locks
+     * drawn at random (splitmix64, seeded with its index plus one): in a lock
+     * phase InterProcessMutex acquire and release, in a raw phase a create
+     * and a delete of the mutex's kind of node (protected, ephemeral
+     * sequential, "lock-") in the lock's directory. The directories are made
+     * first; then every client takes every lock once, unmeasured (the JIT,
+     * and every lock object made); then the phases raw, lock, lock, raw.
+     */
+    void manyLocks(Record r) throws Exception {
+        int n = sizes.w9Clients, nLocks = sizes.w9Locks;
+        List<CuratorFramework> cs = open(n);
+        String root = lockPath("W9");
+        String[] dirs = new String[nLocks];
+        for (int i = 0; i < nLocks; i++) {
+            dirs[i] = root + "/" + i;
+            cs.get(i % n).create().creatingParentsIfNeeded().forPath(dirs[i]);
+        }
+        InterProcessMutex[][] mutexes = new InterProcessMutex[n][nLocks];
+        for (int c = 0; c < n; c++) {
+            for (int i = 0; i < nLocks; i++) mutexes[c][i] = new InterProcessMutex(cs.get(c), dirs[i]);
+        }
+        Holders[] perLock = new Holders[nLocks]; // the check, lock by lock
+        for (int i = 0; i < nLocks; i++) perLock[i] = new Holders();
+
+        // The warm-up: client c takes every lock once, from lock c*locks/clients on.
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        Thread[] threads = new Thread[n];
+        long tw = System.nanoTime();
+        for (int c = 0; c < n; c++) {
+            final int id = c;
+            threads[c] = new Thread(() -> {
+                try {
+                    for (int k = 0; k < nLocks; k++) {
+                        int i = (int) (((long) id * nLocks / n + k) % nLocks);
+                        mutexes[id][i].acquire();
+                        perLock[i].enter(true);
+                        perLock[i].leave(true);
+                        mutexes[id][i].release();
+                    }
+                } catch (Throwable e) {
+                    failure.compareAndSet(null, e);
+                }
+            });
+            threads[c].start();
+        }
+        for (Thread t : threads) t.join();
+        double warm = (System.nanoTime() - tw) / 1e9;
+        if (failure.get() != null) throw new IllegalStateException("warm-up: " + failure.get(), failure.get());
+
+        SplitMix64[] rnd = new SplitMix64[n];
+        for (int c = 0; c < n; c++) rnd[c] = new SplitMix64(c + 1);
+        List<Object> rates = new ArrayList<>();
+        long[] count = new long[2], timeouts = new long[2], packets = new long[2], elapsed = new long[2];
+        long[] lo = {Long.MAX_VALUE, Long.MAX_VALUE}, hi = new long[2];
+        long[] busy = new long[2], all = new long[2];
+        List<long[]> first0 = new ArrayList<>(), second0 = new ArrayList<>(), first1 = new ArrayList<>(), second1 = new ArrayList<>();
+        for (boolean lock : W9_PHASES) {
+            int k = lock ? 1 : 0;
+            long[] counts = new long[n], touts = new long[n];
+            long[][] first = new long[n][], second = new long[n][];
+            CountDownLatch start = new CountDownLatch(1);
+            long[] deadline = new long[1]; // written before start opens
+            for (int c = 0; c < n; c++) {
+                final int id = c;
+                threads[c] = new Thread(() -> {
+                    long[] a = new long[1 << 10], b = new long[1 << 10];
+                    CuratorFramework cf = cs.get(id);
+                    try {
+                        start.await();
+                        while (System.nanoTime() < deadline[0]) {
+                            int i = (int) (rnd[id].next() * nLocks);
+                            long t0 = System.nanoTime(), t1;
+                            if (lock) {
+                                InterProcessMutex m = mutexes[id][i];
+                                if (!m.acquire(ACQUIRE_TIMEOUT_MS, TimeUnit.MILLISECONDS)) {
+                                    touts[id]++;
+                                    continue;
+                                }
+                                t1 = System.nanoTime();
+                                perLock[i].enter(true);
+                                perLock[i].leave(true);
+                                m.release();
+                            } else {
+                                String path = cf.create().withProtection().withMode(CreateMode.EPHEMERAL_SEQUENTIAL)
+                                        .forPath(dirs[i] + "/lock-");
+                                t1 = System.nanoTime();
+                                cf.delete().forPath(path);
+                            }
+                            int j = (int) counts[id]++;
+                            if (j == a.length) {
+                                a = Arrays.copyOf(a, 2 * j);
+                                b = Arrays.copyOf(b, 2 * j);
+                            }
+                            a[j] = t1 - t0;
+                            b[j] = System.nanoTime() - t1;
+                        }
+                    } catch (Throwable e) {
+                        failure.compareAndSet(null, e);
+                    }
+                    first[id] = Arrays.copyOf(a, (int) counts[id]);
+                    second[id] = Arrays.copyOf(b, (int) counts[id]);
+                });
+                threads[c].start();
+            }
+            long[] ticks0 = machineTicks();
+            long p0 = mntr("zk_packets_received");
+            long t0 = System.nanoTime();
+            deadline[0] = t0 + sizes.durationNs;
+            start.countDown();
+            for (Thread t : threads) t.join();
+            long el = System.nanoTime() - t0;
+            long p1 = mntr("zk_packets_received");
+            long[] ticks1 = machineTicks();
+            long total = Arrays.stream(counts).sum();
+            rates.add((double) Math.round(total / (el / 1e9)));
+            count[k] += total;
+            timeouts[k] += Arrays.stream(touts).sum();
+            packets[k] += p1 - p0 - servers.length;
+            elapsed[k] += el;
+            lo[k] = Math.min(lo[k], Arrays.stream(counts).min().getAsLong());
+            hi[k] = Math.max(hi[k], Arrays.stream(counts).max().getAsLong());
+            busy[k] += ticks1[0] - ticks0[0];
+            all[k] += ticks1[1] - ticks0[1];
+            (lock ? first1 : first0).addAll(Arrays.asList(first));
+            (lock ? second1 : second0).addAll(Arrays.asList(second));
+            if (failure.get() != null) break;
+        }
+        for (String dir : dirs) cs.get(0).delete().quietly().forPath(dir); // the tree does not grow from run to run
+
+        long violations = 0;
+        for (Holders h : perLock) violations += h.violations.get();
+        double lockRate = elapsed[1] == 0 ? 0 : count[1] / (elapsed[1] / 1e9);
+        double rawRate = elapsed[0] == 0 ? 0 : count[0] / (elapsed[0] / 1e9);
+        r.put("clients", n);
+        r.put("locks", nLocks);
+        r.put("servers", servers.length);
+        r.put("phase_s", sizes.durationNs / 1e9);
+        r.put("phases", List.of("raw", "lock", "lock", "raw"));
+        r.put("phase_rates", rates);
+        r.put("warmup_s", warm);
+        r.put("warmup_cycles_per_s", (double) n * nLocks / warm);
+        r.put("elapsed_s", elapsed[1] / 1e9);
+        r.put("acquisitions", count[1]);
+        r.put("cycles_per_s", lockRate);
+        r.put("raw_pairs", count[0]);
+        r.put("raw_pairs_per_s", rawRate);
+        r.put("lock_over_raw", rawRate > 0 ? (Object) (lockRate / rawRate) : null);
+        r.put("per_client_min", lo[1] == Long.MAX_VALUE ? 0 : lo[1]);
+        r.put("per_client_max", hi[1]);
+        r.put("timeouts", timeouts[1]);
+        r.put("violations", violations);
+        r.put("acq_p50_us", percentileUs(concat(first1), 50));
+        r.put("acq_p99_us", percentileUs(concat(first1), 99));
+        r.put("rel_p50_us", percentileUs(concat(second1), 50));
+        r.put("rel_p99_us", percentileUs(concat(second1), 99));
+        r.put("create_p50_us", percentileUs(concat(first0), 50));
+        r.put("create_p99_us", percentileUs(concat(first0), 99));
+        r.put("delete_p50_us", percentileUs(concat(second0), 50));
+        r.put("delete_p99_us", percentileUs(concat(second0), 99));
+        r.put("zk_packets", packets[1]);
+        r.put("zk_req_per_acq", count[1] > 0 ? (Object) ((double) packets[1] / count[1]) : null);
+        r.put("zk_req_per_pair", count[0] > 0 ? (Object) ((double) packets[0] / count[0]) : null);
+        r.put("machine_busy", all[1] > 0 ? (Object) ((double) busy[1] / all[1]) : -1.0);
+        r.put("raw_machine_busy", all[0] > 0 ? (Object) ((double) busy[0] / all[0]) : -1.0);
+        if (failure.get() != null) r.put("error", failure.get().toString());
+        else if (violations > 0) r.put("error", violations + " mutual exclusion violations");
+    }
+
+    static long[] concat(List<long[]> parts) {
+        long[] out = new long[parts.stream().mapToInt(p -> p == null ? 0 : p.length).sum()];
+        int at = 0;
+        for (long[] p : parts) {
+            if (p == null) continue;
+            System.arraycopy(p, 0, out, at, p.length);
+            at += p.length;
+        }
+        return out;
+    }
+
+    /**
+     * The clock ticks all CPUs have spent, busy (user, nice, system, as
+     * scripts/compare-peers.sh counts them) and in all, from /proc/stat;
+     * zeros where there is none.
+     */
+    static long[] machineTicks() {
+        try {
+            String line = Files.readAllLines(Path.of("/proc/stat")).get(0);
+            String[] f = line.trim().split("\\s+");
+            long busy = 0, all = 0;
+            for (int i = 1; i < f.length; i++) {
+                long v = Long.parseLong(f[i]);
+                all += v;
+                if (i <= 3) busy += v;
+            }
+            return new long[] {busy, all};
+        } catch (IOException | RuntimeException e) {
+            return new long[2];
+        }
     }
 
     // ---------- the generator, for the test that every language draws alike ----------

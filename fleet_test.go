@@ -1,0 +1,85 @@
+package rwlock
+
+import (
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Readers granted together behind a writer, as in W6r, list nothing for
+// peers if they release before the first check. One that holds on lists
+// once, one interval after the listing it was granted on, and then nothing
+// while the directory does not change.
+func TestFleetCheckSparesShortGrants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		w, err := newLock(t, s.conn()).Lock(ctx)
+		require.NoError(t, err)
+		var conns []*fakeConn
+		var waits []<-chan result
+		for range 8 {
+			c := s.conn()
+			waits = append(waits, start(ctx, newLock(t, c).RLock))
+			conns = append(conns, c)
+			synctest.Wait()
+		}
+		listed := func() (n int64) {
+			for _, c := range conns {
+				n += c.lists.Load()
+			}
+			return n
+		}
+		before := listed()
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		gs := make([]*Grant, len(waits))
+		for i, ch := range waits {
+			gs[i] = granted(t, ch)
+		}
+		for _, g := range gs[1:] {
+			require.NoError(t, g.Release(ctx))
+		}
+		synctest.Wait()
+		assert.Equal(t, before, listed(), "no listing for peers by grants released before their first check")
+
+		time.Sleep(3 * fleetInterval)
+		synctest.Wait()
+		assert.Equal(t, before+1, listed(), "one check by the reader that holds on, then none while nothing changes")
+		require.NoError(t, gs[0].Release(ctx))
+	})
+}
+
+// A holder lists at most once per interval while the directory changes,
+// not once per change. Here other clients' TryLocks change it twice every
+// 10 ms (a create, and the deletion of a node refused).
+func TestFleetCheckAtMostOncePerInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		g, err := newLock(t, c).Lock(ctx)
+		require.NoError(t, err)
+		before := c.lists.Load()
+		const busy = 4 * fleetInterval
+		other := newLock(t, s.conn())
+		changes := 0
+		for start := time.Now(); time.Since(start) < busy; time.Sleep(10 * time.Millisecond) {
+			_, err := other.TryLock(ctx)
+			require.True(t, errors.Is(err, ErrWouldBlock), "%v", err)
+			changes += 2
+			synctest.Wait()
+		}
+		time.Sleep(2 * fleetInterval)
+		synctest.Wait()
+		lists := c.lists.Load() - before
+		t.Logf("%d changes in %v, %d listings for peers", changes, busy, lists)
+		assert.LessOrEqual(t, lists, int64(busy/fleetInterval)+1, "at most one listing per interval")
+		assert.Positive(t, lists, "and it does look")
+		require.NoError(t, g.Release(ctx))
+	})
+}
