@@ -33,8 +33,8 @@ var (
 	flagScaleLocks       = flag.Int("bench.scale.locks", 1000, "BenchmarkScaleMemory: locks held, and readers waiting, on one session")
 	flagScaleCaps        = flag.String("bench.scale.caps", "", "BenchmarkScaleMemory: more buffer settings to measure, recv/send in bytes: 1048576/262144,...")
 	flagScaleTogether    = flag.String("bench.scale.together", "100,200,500,1000,2000", "BenchmarkScaleTogether: readers queued behind a writer")
-	flagScaleTogetherPer = flag.Int("bench.scale.together.persession", 1, "BenchmarkScaleTogether: readers per session")
-	flagScaleDrain       = flag.String("bench.scale.drain", "1000,3000,10000;1000,3000,10000", "BenchmarkScaleDrain: writers,...;readers,...")
+	flagScaleTogetherPer = flag.Int("bench.scale.together.persession", 10, "BenchmarkScaleTogether: readers per session")
+	flagScaleDrain       = flag.String("bench.scale.drain", "1000,10000;1000,10000", "BenchmarkScaleDrain: writers,...;readers,...")
 	flagScalePer         = flag.Int("bench.scale.persession", 100, "BenchmarkScaleDrain: waiters per session")
 	flagScaleSession     = flag.Duration("bench.scale.session", 30*time.Second, "with -bench.scale, every session's timeout: "+
 		"thousands of sessions on a loaded machine outlast 10 s silences")
@@ -253,8 +253,8 @@ func waitChildren(c *zk.Conn, path string, n int, within time.Duration, stop ...
 }
 
 // BenchmarkScaleTogether is the readers-granted-together series: N readers,
-// each a session of its own (or -bench.scale.together.persession to a
-// session), queued behind one writer on another session.
+// -bench.scale.together.persession to a session, queued behind one writer
+// on another session.
 // From the writer's release to the last reader's grant, it counts what the
 // servers sent the readers' sessions and the requests those sent, per
 // reader (pings left out), and the same until the readers' sessions fall
