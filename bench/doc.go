@@ -41,6 +41,8 @@
 //	BenchmarkDrain/...       W6-100, W6-300, W6-1000, W6r-1000: the drain at other queue lengths
 //	BenchmarkW7/...          W7   64 goroutines RLock/Release at once, 200 bursts: coalesced (W7) and a node each (W7-each)
 //	BenchmarkReadBatch32/... RB32: ReadBatch of 32 functions; RL32: 32 concurrent RLock/Release
+//	BenchmarkScale...        the scale series (memory per session, readers granted together,
+//	                         drains to 10,000): skipped unless -bench.scale; see BENCHMARKS.md
 //	BenchmarkW9              W9   64 sessions over 1,000 locks on a 3-node ensemble: lock cycles beside raw create+delete pairs
 //	BenchmarkW9Floor         W9-floor: on W9's ensemble, the servers' CPU per operation of each shape of request
 //

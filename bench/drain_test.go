@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/zkrwlock/rwlock"
 	"github.com/zkrwlock/rwlock/stats"
 )
@@ -19,12 +21,45 @@ import (
 // W6, W6r and the scale series: a queue of waiters behind one writer.
 
 func benchDrain(b *testing.B, name string, waiters int, readers bool) {
+	runDrains(b, drainShape{name: name, waiters: waiters, perSession: 1, readers: readers})
+}
+
+// benchDrainShared is the scale series' drain: perSession waiters on each
+// session, a warm-up round of at most scaleWarmup waiters, and the
+// waiting process's memory reported.
+func benchDrainShared(b *testing.B, name string, waiters, perSession int, readers bool) {
+	runDrains(b, drainShape{name: name, waiters: waiters, perSession: perSession, readers: readers,
+		warmup: min(waiters, scaleWarmup), memory: true, timeout: *flagScaleTimeout})
+}
+
+// scaleWarmup bounds the scale series' warm-up round: filling a queue
+// costs O(n²) listed bytes, and the server's JIT is warm long before.
+const scaleWarmup = 1000
+
+// drainShape is one drain workload.
+type drainShape struct {
+	name       string
+	waiters    int
+	perSession int           // waiters sharing a session
+	readers    bool          // readers behind the writer, else writers
+	warmup     int           // waiters in the warm-up round; 0: as many as measured
+	memory     bool          // report the waiting process's memory
+	timeout    time.Duration // each waiter's, if not waiterTimeout
+}
+
+// waitLimit is how long a waiter waits for its grant, and for everyone's.
+func (d drainShape) waitLimit() time.Duration { return cmp.Or(d.timeout, waiterTimeout) }
+
+// sessions is how many sessions the waiters use.
+func (d drainShape) sessions() int { return (d.waiters + d.perSession - 1) / d.perSession }
+
+func runDrains(b *testing.B, d drainShape) {
 	s := sharedServers(b)
 	b.ReportAllocs()
 	var m metrics
 	for b.Loop() {
 		b.StopTimer()
-		r, err := runDrain(b, s, name, waiters, readers, &m)
+		r, err := runDrain(b, s, d, &m)
 		emit(b, r)
 		if err != nil {
 			b.Fatal(err)
@@ -34,37 +69,67 @@ func benchDrain(b *testing.B, name string, waiters int, readers bool) {
 	m.report(b)
 }
 
-// runDrain is one run: waiters+1 sessions, an unmeasured warm-up round on
-// another lock path, then the measured round.
-func runDrain(b *testing.B, s *servers, name string, waiters int, readers bool, m *metrics) (*record, error) {
-	ss := s.dial(b, waiters+1)
+// runDrain is one run: the holder's session and the waiters', an
+// unmeasured warm-up round on another lock path, then the measured round.
+func runDrain(b *testing.B, s *servers, d drainShape, m *metrics) (*record, error) {
+	var base memSnap
+	if d.memory {
+		base = memNow()
+	}
+	ss := s.dial(b, 1+d.sessions())
 	defer ss.close()
-	path := lockPath(name)
+	path := lockPath(d.name)
 	var chk checker // over both rounds, as the peers' process-wide counters
-	if r, err := drainRound(b, s, ss, name, path+"-warmup", readers, &chk, nil); err != nil {
+	warm := d
+	if d.warmup > 0 {
+		warm.waiters = d.warmup
+	}
+	if r, err := drainRound(b, s, ss, warm, path+"-warmup", &chk, nil, nil); err != nil {
 		return r, fmt.Errorf("warm-up round: %w", err)
 	}
-	return drainRound(b, s, ss, name, path, readers, &chk, m)
+	var mem *memSnap
+	if d.memory {
+		mem = &base
+	}
+	return drainRound(b, s, ss, d, path, &chk, m, mem)
 }
 
-// drainRound queues len(ss.conns)-1 waiters behind a writer on session 0.
-// It is measured (timer, metrics) unless m is nil: the warm-up round.
-func drainRound(b *testing.B, s *servers, ss *sessions, name, path string, readers bool, chk *checker, m *metrics) (*record, error) {
+// drainRound queues d.waiters waiters behind a writer on session 0, with
+// d.perSession on each of the sessions after it. It is measured (timer,
+// metrics) unless m is nil: the warm-up round. With base, it reports the
+// process's memory while all wait, beyond base.
+func drainRound(b *testing.B, s *servers, ss *sessions, d drainShape, path string, chk *checker, m *metrics, base *memSnap) (*record, error) {
+	name, readers := d.name, d.readers
 	measured := m != nil
 	if !measured {
 		m = &metrics{}
 	}
 	ctx := context.Background()
-	n := len(ss.conns) - 1
+	n := d.waiters
 	holder, err := ss.lock(b, 0, path).Lock(ctx)
 	if err != nil {
 		return nil, err
 	}
 	chk.enter(true)
+	// The holder stops holding at its release, or when its grant is lost,
+	// whichever comes first: the lock promises the loss (Done) before anyone
+	// else can be granted, so a waiter granted after it is no violation. A
+	// loss voids the run all the same (see below).
+	var holderOut sync.Once
+	leave := func() { holderOut.Do(func() { chk.leave(true) }) }
+	stopWatching := make(chan struct{})
+	defer close(stopWatching)
+	go func() {
+		select {
+		case <-holder.Done():
+			leave()
+		case <-stopWatching:
+		}
+	}()
 	var rec stats.Recorder // the waiters'
 	locks := make([]*rwlock.RWLock, n)
 	for i := range locks {
-		locks[i] = ss.lock(b, i+1, path, rwlock.WithObserver(&rec))
+		locks[i] = ss.lock(b, 1+i/d.perSession, path, rwlock.WithObserver(&rec))
 	}
 
 	acqT, relT := make([]time.Duration, n), make([]time.Duration, n)
@@ -93,7 +158,7 @@ func drainRound(b *testing.B, s *servers, ss *sessions, name, path string, reade
 			if readers {
 				acquire = l.RLock
 			}
-			actx, cancel := context.WithTimeout(ctx, waiterTimeout)
+			actx, cancel := context.WithTimeout(ctx, d.waitLimit())
 			g, err := acquire(actx)
 			cancel()
 			if err != nil {
@@ -105,7 +170,7 @@ func drainRound(b *testing.B, s *servers, ss *sessions, name, path string, reade
 			chk.enter(!readers)
 			if readers {
 				allHeld.arrive()
-				if !allHeld.wait(waiterTimeout) {
+				if !allHeld.wait(d.waitLimit()) {
 					fail(errors.New("not every reader held the lock"))
 				}
 			}
@@ -123,11 +188,12 @@ func drainRound(b *testing.B, s *servers, ss *sessions, name, path string, reade
 	polls, mntrPolls := int64(1), int64(1)
 	for {
 		children, _, err := ss.conns[0].Children(path)
-		if err != nil {
+		// A loaded machine may drop the connection; the session rides it out.
+		if err != nil && !errors.Is(err, zk.ErrConnectionClosed) {
 			fail(fmt.Errorf("holder: list %s: %w", path, err))
 			break
 		}
-		if len(children) >= n+1 || failed.Load() > 0 {
+		if (err == nil && len(children) >= n+1) || failed.Load() > 0 {
 			break
 		}
 		polls++
@@ -136,10 +202,13 @@ func drainRound(b *testing.B, s *servers, ss *sessions, name, path string, reade
 	// Every waiter watching: a reader watches the writer with one data
 	// watch; a writer watches its predecessor with a data watch and, when
 	// more nodes were ahead of it (all but the first), a child watch too
-	// (see watch.go).
-	watching := int64(n)
+	// (see watch.go). The server keeps one watch per path and session, so
+	// readers sharing a session share their watch, and so do writers
+	// their child watch: at least the sessions but one have one.
+	sessions := int64(d.sessions())
+	watching := sessions
 	if !readers {
-		watching = int64(2*n - 1)
+		watching = int64(n) + sessions - 1
 	}
 	watchDeadline := now() + watchTimeout
 	for failed.Load() == 0 {
@@ -154,9 +223,16 @@ func drainRound(b *testing.B, s *servers, ss *sessions, name, path string, reade
 		mntrPolls++
 		time.Sleep(pollEvery)
 	}
+	var mem memSnap
+	if base != nil {
+		mem = memNow()
+	}
 	// The enqueue's garbage is not the drain's to collect.
 	runtime.GC()
-	chk.leave(true)
+	if err := holder.Err(); err != nil {
+		fail(fmt.Errorf("the holder lost its grant while the waiters queued: %w", err))
+	}
+	leave()
 	tRel := now()
 	if err := holder.Release(ctx); err != nil {
 		fail(err)
@@ -216,6 +292,13 @@ func drainRound(b *testing.B, s *servers, ss *sessions, name, path string, reade
 		m.add("handoff-p99-us", pct(handoff, 99))
 	}
 	r.put("violations", chk.violations.Load())
+	if base != nil {
+		r.put("sessions", sessions)
+		r.put("waiting_heap_bytes", int64(mem.heapAlloc)-int64(base.heapAlloc))
+		r.put("waiting_stack_bytes", int64(mem.stack)-int64(base.stack))
+		r.put("waiting_rss_bytes", int64(mem.rss)-int64(base.rss))
+		r.memPer("per_waiter", *base, mem, n)
+	}
 	other := polls + mntrPolls*int64(len(s.addrs))
 	req := r.reqPerAcq(s, p0, p1, other, int64(n))
 	r.relistsPerAcq(m, rec.Stats(), int64(n))

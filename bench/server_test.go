@@ -206,9 +206,10 @@ func lockPath(name string) string {
 }
 
 // dial opens n client sessions, each its own *zk.Conn made by rwlock.Dial
-// with the 10s session timeout, at most dialLimit at a time. The caller
-// closes them (defer ss.close()), also when the run fails.
-func (s *servers) dial(b *testing.B, n int) *sessions {
+// with the 10s session timeout (-bench.scale.session with -bench.scale)
+// and go-zookeeper's options opts, at most dialLimit at a time. The caller closes them (defer ss.close()), also when
+// the run fails.
+func (s *servers) dial(b *testing.B, n int, opts ...func(*zk.Conn)) *sessions {
 	b.Helper()
 	ss := &sessions{conns: make([]*zk.Conn, n)}
 	var eg errgroup.Group
@@ -217,7 +218,11 @@ func (s *servers) dial(b *testing.B, n int) *sessions {
 		eg.Go(func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 			defer cancel()
-			c, err := rwlock.Dial(ctx, s.addrs, sessionTimeout)
+			timeout := sessionTimeout
+			if *flagScale {
+				timeout = *flagScaleSession
+			}
+			c, err := rwlock.Dial(ctx, s.addrs, timeout, opts...)
 			ss.conns[i] = c
 			return err
 		})

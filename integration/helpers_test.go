@@ -44,7 +44,7 @@ func connect(t *testing.T, servers string, timeout time.Duration, opts ...connec
 	}
 	addrs := strings.Split(servers, ",")
 	if o.zkConnect {
-		if o.dialer != nil || o.home != nil {
+		if o.dialer != nil || o.home != nil || o.zkOpts != nil {
 			t.Fatal("connect: withZKConnect takes no other option")
 		}
 		conn, rec := zkserver.Connect(t, addrs, timeout)
@@ -59,6 +59,7 @@ func connect(t *testing.T, servers string, timeout time.Duration, opts ...connec
 	if o.home != nil {
 		zkOpts = append(zkOpts, zk.WithHostProvider(newHomeFirst(addrs, *o.home)))
 	}
+	zkOpts = append(zkOpts, o.zkOpts...)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	conn, err := rwlock.Dial(ctx, addrs, timeout, zkOpts...)
@@ -74,6 +75,7 @@ type connectOptions struct {
 	zkConnect bool
 	dialer    func(next zk.Dialer) zk.Dialer
 	home      *int
+	zkOpts    []func(*zk.Conn)
 }
 
 // withZKConnect dials with go-zookeeper's own zk.Connect, as an application
@@ -89,6 +91,12 @@ func withZKConnect() connectOption {
 // returns one that dials through it.
 func withDialer(wrap func(next zk.Dialer) zk.Dialer) connectOption {
 	return func(o *connectOptions) { o.dialer = wrap }
+}
+
+// withZKOptions passes go-zookeeper's options to rwlock.Dial, after
+// connect's own.
+func withZKOptions(opts ...func(*zk.Conn)) connectOption {
+	return func(o *connectOptions) { o.zkOpts = append(o.zkOpts, opts...) }
 }
 
 // withHome makes the client try the home'th server first and the others

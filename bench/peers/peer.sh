@@ -5,6 +5,8 @@
 #
 #   bench/peers/peer.sh curator|kazoo|gozk CONNECT_STRING WORKLOAD...
 #   bench/peers/peer.sh build          compile the Curator and gozk harnesses
+#   bench/peers/peer.sh curator-listing CONNECT_STRING PATH SECONDS
+#                                      take Curator's read lock on PATH (curator/ListingLimit.java)
 #
 # One JSON line per workload on stdout; the exit status is 1 if a workload
 # failed. The Java and Go harnesses are built on first use, and again when
@@ -22,7 +24,7 @@ classpath=$classpath:$jars/zookeeper.jar:$jars/zookeeper-jute.jar:$jars/guava.ja
 classpath=$classpath:$jars/slf4j-api.jar:$jars/slf4j-nop.jar
 
 usage() {
-	sed -n '6,7p' "$0" | sed 's/^#   //' >&2
+	sed -n '6,9p' "$0" | sed 's/^#   //' >&2
 	exit 2
 }
 
@@ -63,6 +65,12 @@ curator)
 	build_curator
 	# shellcheck disable=SC2086 # JAVA_OPTS is a list of options
 	exec java ${JAVA_OPTS:-} -Xss512k -cp "$build/curator:$classpath" CuratorBench "$@"
+	;;
+curator-listing)
+	[ $# -eq 3 ] || usage
+	need "$jars/curator-recipes.jar"
+	# shellcheck disable=SC2086 # JAVA_OPTS is a list of options
+	exec java ${JAVA_OPTS:-} -cp "$classpath" "$here/curator/ListingLimit.java" "$@"
 	;;
 kazoo)
 	[ $# -ge 2 ] || usage
