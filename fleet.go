@@ -89,6 +89,7 @@ func (pw *fleetWatch) begin(h *hold) { pw.join(h) }
 
 func (pw *fleetWatch) changed(h *hold, c change) {
 	if c == releaseRefused {
+		// mutant: fleet-refused-restart
 		pw.join(h) // the watching may have stopped for our release
 	}
 }

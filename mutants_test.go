@@ -143,6 +143,8 @@ var mutants = []mutant{
 		{file: "fleet.go", point: "fleet-never-checks", new: "wait := time.Until(due) + time.Hour"}}},
 	{name: "the fleet watch's first check dated from the grant, not from its listing", flags: []string{"-sim.peer"}, edits: []mutantEdit{
 		{file: "fleet.go", point: "fleet-due-from-grant", new: "dir, due := h.listing, time.Now().Add(fleetInterval)"}}},
+	{name: "the fleet watch not started again after a release the server refused", run: "TestFleetCheckAfterARefusedRelease",
+		edits: []mutantEdit{{file: "fleet.go", point: "fleet-refused-restart", new: "_ = h"}}},
 	{name: "an acquisition that lists a blind peer's node queues anyway", flags: []string{"-sim.peer"}, edits: []mutantEdit{
 		{file: "list.go", point: "queue-beside-blind-peer", new: "if mixed := m.l.blind(snap.peers); false && mixed != nil {"}}},
 	// The rule the lock had before its lease clock: a grant judged by
