@@ -199,6 +199,7 @@ func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, 
 			pw.endAll(idle, m)
 			return
 		}
+		// mutant: fleet-due-from-answer
 		w, due, retry = next, sent.Add(fleetInterval), zkclient.Backoff{}
 	}
 }

@@ -126,3 +126,42 @@ func TestFleetCheckAfterARefusedRelease(t *testing.T) {
 		assert.Equal(t, before+1, c.lists.Load(), "at one listing")
 	})
 }
+
+// The next check is dated from when the listing before it was sent, not
+// from its answer. Here that answer takes 50 ms to come back, and a blind
+// peer's node comes while it is on its way. The holder lists again one
+// interval after the listing before was sent, and is told then.
+func TestFleetCheckDatedFromTheListingSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		g, err := newLock(t, c).Lock(ctx)
+		require.NoError(t, err)
+		_, err = newLock(t, s.conn()).TryLock(ctx)
+		require.ErrorIs(t, err, ErrWouldBlock) // the directory changed, so a check is due
+		synctest.Wait()
+
+		const back = 50 * time.Millisecond
+		sent, peer := make(chan time.Time, 1), make(chan error, 1)
+		var slowed atomic.Bool
+		c.setAfter(func(op, p string, err error) error {
+			if op == "children" && p == dir && slowed.CompareAndSwap(false, true) {
+				sent <- time.Now() // the fake's request leg takes no time
+				time.Sleep(back / 5)
+				_, perr := s.conn().Create(dir+"/_c_"+uuid+"-__WRIT__", nil, zk.FlagEphemeral|zk.FlagSequence, nil)
+				peer <- perr
+				time.Sleep(back - back/5)
+			}
+			return err
+		})
+		time.Sleep(fleetInterval)
+		synctest.Wait()
+		require.True(t, slowed.Load(), "the check fell due")
+		time.Sleep(time.Until((<-sent).Add(fleetInterval)))
+		synctest.Wait()
+		require.NoError(t, <-peer)
+		require.True(t, isClosed(g.Done()), "told one interval after the listing before was sent")
+		require.ErrorIs(t, g.Err(), ErrInvalidArgument)
+	})
+}
