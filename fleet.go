@@ -89,6 +89,7 @@ func (pw *fleetWatch) begin(h *hold) { pw.join(h) }
 
 func (pw *fleetWatch) changed(h *hold, c change) {
 	if c == releaseRefused {
+		// mutant: fleet-refused-restart
 		pw.join(h) // the watching may have stopped for our release
 	}
 }
@@ -198,6 +199,7 @@ func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, 
 			pw.endAll(idle, m)
 			return
 		}
+		// mutant: fleet-due-from-answer
 		w, due, retry = next, sent.Add(fleetInterval), zkclient.Backoff{}
 	}
 }

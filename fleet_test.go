@@ -2,10 +2,12 @@ package rwlock
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -81,5 +83,85 @@ func TestFleetCheckAtMostOncePerInterval(t *testing.T) {
 		assert.LessOrEqual(t, lists, int64(busy/fleetInterval)+1, "at most one listing per interval")
 		assert.Positive(t, lists, "and it does look")
 		require.NoError(t, g.Release(ctx))
+	})
+}
+
+// A holder whose release the server refuses holds on, so it needs the
+// check again. Here the check falls due while the release is under way. Its
+// only holder is releasing, so the watching stops and lists nothing. A blind
+// peer's node came meanwhile. The refusal starts the watching again, and the
+// holder is told at its listing.
+func TestFleetCheckAfterARefusedRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		g, err := newLock(t, c).Lock(ctx)
+		require.NoError(t, err)
+		answer := make(chan struct{})
+		var refused atomic.Bool
+		c.setBefore(func(op, p string) error {
+			if op == "delete" && p == g.Node() && refused.CompareAndSwap(false, true) {
+				<-answer
+				return zk.ErrNoAuth // an ACL changed since the lock was taken
+			}
+			return nil
+		})
+		released := make(chan error, 1)
+		go func() { released <- g.Release(ctx) }()
+		synctest.Wait()
+		require.True(t, refused.Load(), "the release is under way")
+		peerNode(t, s.conn(), "_c_"+uuid+"-__WRIT__", "")
+		before := c.lists.Load()
+		time.Sleep(fleetInterval)
+		synctest.Wait()
+		assert.Equal(t, before, c.lists.Load(), "no listing for a holder that is releasing")
+
+		close(answer)
+		require.ErrorIs(t, <-released, zk.ErrNoAuth)
+		synctest.Wait()
+		require.True(t, isClosed(g.Done()), "told, after the refusal")
+		require.ErrorIs(t, g.Err(), ErrLost)
+		require.ErrorIs(t, g.Err(), ErrInvalidArgument)
+		assert.Equal(t, before+1, c.lists.Load(), "at one listing")
+	})
+}
+
+// The next check is dated from when the listing before it was sent, not
+// from its answer. Here that answer takes 50 ms to come back, and a blind
+// peer's node comes while it is on its way. The holder lists again one
+// interval after the listing before was sent, and is told then.
+func TestFleetCheckDatedFromTheListingSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		g, err := newLock(t, c).Lock(ctx)
+		require.NoError(t, err)
+		_, err = newLock(t, s.conn()).TryLock(ctx)
+		require.ErrorIs(t, err, ErrWouldBlock) // the directory changed, so a check is due
+		synctest.Wait()
+
+		const back = 50 * time.Millisecond
+		sent, peer := make(chan time.Time, 1), make(chan error, 1)
+		var slowed atomic.Bool
+		c.setAfter(func(op, p string, err error) error {
+			if op == "children" && p == dir && slowed.CompareAndSwap(false, true) {
+				sent <- time.Now() // the fake's request leg takes no time
+				time.Sleep(back / 5)
+				_, perr := s.conn().Create(dir+"/_c_"+uuid+"-__WRIT__", nil, zk.FlagEphemeral|zk.FlagSequence, nil)
+				peer <- perr
+				time.Sleep(back - back/5)
+			}
+			return err
+		})
+		time.Sleep(fleetInterval)
+		synctest.Wait()
+		require.True(t, slowed.Load(), "the check fell due")
+		time.Sleep(time.Until((<-sent).Add(fleetInterval)))
+		synctest.Wait()
+		require.NoError(t, <-peer)
+		require.True(t, isClosed(g.Done()), "told one interval after the listing before was sent")
+		require.ErrorIs(t, g.Err(), ErrInvalidArgument)
 	})
 }

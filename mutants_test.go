@@ -143,6 +143,14 @@ var mutants = []mutant{
 		{file: "fleet.go", point: "fleet-never-checks", new: "wait := time.Until(due) + time.Hour"}}},
 	{name: "the fleet watch's first check dated from the grant, not from its listing", flags: []string{"-sim.peer"}, edits: []mutantEdit{
 		{file: "fleet.go", point: "fleet-due-from-grant", new: "dir, due := h.listing, time.Now().Add(fleetInterval)"}}},
+	// The simulation's answers take no time on a healthy link, so it
+	// cannot tell a check dated from the answer from one dated from the
+	// request.
+	{name: "the fleet watch's next check dated from the answer, not from its listing", run: "TestFleetCheckDatedFromTheListingSent",
+		edits: []mutantEdit{{file: "fleet.go", point: "fleet-due-from-answer",
+			new: "w, due, retry = next, sent.Add(time.Since(sent)+fleetInterval), zkclient.Backoff{}"}}},
+	{name: "the fleet watch not started again after a release the server refused", run: "TestFleetCheckAfterARefusedRelease",
+		edits: []mutantEdit{{file: "fleet.go", point: "fleet-refused-restart", new: "_ = h"}}},
 	{name: "an acquisition that lists a blind peer's node queues anyway", flags: []string{"-sim.peer"}, edits: []mutantEdit{
 		{file: "list.go", point: "queue-beside-blind-peer", new: "if mixed := m.l.blind(snap.peers); false && mixed != nil {"}}},
 	// The rule the lock had before its lease clock: a grant judged by

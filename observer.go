@@ -220,18 +220,19 @@ type observing struct{}
 
 func (observing) begin(h *hold) {
 	h.observeStart()
-	h.whenEnded(func(cause error) { h.observeEnd(h.currentMode(), cause) })
+	h.whenEnded(func(cause error) { h.observeEnd(h.currentMode(), cause, h.requests.Load()) })
 }
 
 func (observing) changed(h *hold, c change) {
 	if c != downgraded {
 		return
 	}
-	h.observeEnd(Write, ErrReleased)
+	// The write grant's count is taken and cleared at once. A request
+	// counted later, while its observers run, is the read grant's.
+	h.observeEnd(Write, ErrReleased, h.requests.Reset())
 	h.mu.Lock()
 	h.since = time.Now()
 	h.mu.Unlock()
-	h.requests.Reset()
 	h.observeStart()
 }
 
@@ -243,15 +244,16 @@ func (h *hold) observeStart() {
 	}
 }
 
-// observeEnd tells the observers that h's grant of mode ended with cause.
-// It runs as the hold's end hooks do, after its grants' Done closed.
-func (h *hold) observeEnd(mode Mode, cause error) {
+// observeEnd tells the observers that h's grant of mode ended with cause,
+// having sent requests. It runs as the hold's end hooks do, after its
+// grants' Done closed.
+func (h *hold) observeEnd(mode Mode, cause error, requests int64) {
 	h.mu.Lock()
 	since := h.since
 	h.mu.Unlock()
 	ev := GrantEvent{
 		Lock: h.l.path, Node: h.path, Mode: mode, Hold: time.Since(since), Loss: lossOf(cause),
-		Requests: int(h.requests.Load()), Err: cause,
+		Requests: int(requests), Err: cause,
 	}
 	for _, o := range h.l.observers {
 		o.ObserveGrant(ev)

@@ -401,3 +401,51 @@ func TestTokenReadCounted(t *testing.T) {
 		require.NoError(t, g.Release(ctx))
 	})
 }
+
+// grantHook is a recorder that runs onGrant as it hears of a grant's end.
+type grantHook struct {
+	recorder
+	onGrant func(GrantEvent)
+}
+
+func (r *grantHook) ObserveGrant(e GrantEvent) {
+	r.recorder.ObserveGrant(e)
+	if r.onGrant != nil {
+		r.onGrant(e)
+	}
+}
+
+// A listing for peers is counted in a grant's figures across a Downgrade.
+// Here the check falls due while the observer hears of the write grant's
+// end. So does the read that watches the node again, after the Downgrade's
+// change of its data. Both belong to the read grant's figures.
+func TestFleetListingCountedAcrossDowngrade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		var rec grantHook
+		g, err := newLock(t, c, WithObserver(&rec)).Lock(ctx)
+		require.NoError(t, err)
+		calls := c.calls.Load()
+		_, err = newLock(t, s.conn()).TryLock(ctx)
+		require.ErrorIs(t, err, ErrWouldBlock) // the directory changed, so a check is due
+		synctest.Wait()
+		lists := c.lists.Load()
+		rec.onGrant = func(e GrantEvent) {
+			if e.Mode == Write {
+				time.Sleep(fleetInterval + time.Millisecond) // the check falls due meanwhile
+			}
+		}
+		r, err := g.Downgrade(ctx)
+		require.NoError(t, err)
+		rec.onGrant = nil
+		require.NoError(t, r.Release(ctx))
+		synctest.Wait()
+		require.Equal(t, lists+1, c.lists.Load(), "the check listed once")
+		_, grants := rec.events()
+		require.Len(t, grants, 2)
+		assert.Equal(t, c.calls.Load()-calls, int64(grants[0].Requests+grants[1].Requests),
+			"every request after the grant, the listing too, in the write's figures or the read's")
+	})
+}

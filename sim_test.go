@@ -318,7 +318,7 @@ type simPeer struct {
 	created time.Time
 	until   time.Time // when it releases
 	gone    bool
-	lists   map[*zkClient]int // each client's listings of the directory made before the create
+	lists   map[*zkClient]int // each client's listings of the directory the server read before the create
 }
 
 // simPeerQuiet is how long before the peer's create a client's connection
@@ -651,7 +651,7 @@ func (s *sim) client(c *simClient) {
 		s.grants = append(s.grants, s.given(c.id, dir, g, void))
 		if g2 != nil {
 			done2 = g2.Done()
-			c.other.holding, c.other.holdEnd = g2, c.holdEnd
+			c.other.holding, c.other.holdEnd, c.other.heldSince = g2, c.holdEnd, c.heldSince
 			if !void {
 				s.checkLimits(c.other, g2)
 			}
@@ -1512,8 +1512,15 @@ func (s *sim) peerCreates() {
 	}
 	now := time.Now()
 	p.node, p.created, p.until = node, now, now.Add(time.Duration(1+s.rng.Int64N(int64(2*s.timeout))))
+	// A listing on its way as the peer queues counts as one sent after it.
+	// The server reads it after the create, so it shows the peer's node
+	// unless the peer has gone by then. Only the listings it read before
+	// the create are left out.
 	for _, cl := range s.net.clients {
 		p.lists[cl] = len(cl.dirLists)
+		if i := slices.IndexFunc(cl.dirLists, func(r *zkReq) bool { return r.stage < stageApplied }); i >= 0 {
+			p.lists[cl] = i
+		}
 	}
 	s.peer = p
 	s.logf("a blind peer queues %s, and holds until %v", path.Base(node), at(p.until))
@@ -1538,10 +1545,11 @@ func (s *sim) peerReleases(clientsDone <-chan struct{}) bool {
 }
 
 // checkPeer checks the fleet watch's promise (fleet.go) while the blind
-// peer holds. A client that holds a grant, not told of a loss, and whose
-// connection has been healthy since simPeerQuiet before the peer's create,
-// must have sent a listing of the directory within fleetInterval of the
-// later of the create and its grant. Once those listings are answered (the
+// peer holds. A client that holds a grant of the peer's lock, not told of
+// a loss, and whose connection has been healthy since simPeerQuiet before
+// the peer's create, must have sent a listing of the directory within
+// fleetInterval of the later of the create and its grant, or had one on
+// its way at the create. Once those listings are answered (the
 // model's round trip, which the scheduler chooses), its grant must be
 // lost. Call with net.mu held.
 func (s *sim) checkPeer(now time.Time) {
@@ -1551,7 +1559,7 @@ func (s *sim) checkPeer(now time.Time) {
 	}
 	for _, c := range s.clients {
 		g, cl := c.holding, c.zk
-		if g == nil || isClosed(g.ctx.Done()) || cl.frozen || cl.cut() || cl.tcp == nil || len(cl.tcp.s2c) > 0 ||
+		if g == nil || g.h.l.path != dir || isClosed(g.ctx.Done()) || cl.frozen || cl.cut() || cl.tcp == nil || len(cl.tcp.s2c) > 0 ||
 			!cl.faultAt.Before(p.created.Add(-simPeerQuiet)) {
 			continue
 		}
