@@ -1,0 +1,322 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
+	"github.com/zkrwlock/rwlock/internal/zktest"
+)
+
+// Environment of TestHelperLeader when an election test runs it as the
+// leader's process.
+const (
+	leaderEnvServer  = "ZKRWLOCK_LEADER_SERVER"
+	leaderEnvPath    = "ZKRWLOCK_LEADER_PATH"
+	leaderEnvTimeout = "ZKRWLOCK_LEADER_TIMEOUT"
+	leaderEnvValue   = "ZKRWLOCK_LEADER_VALUE"
+)
+
+// TestHelperLeader is not a test: the election tests run the test binary
+// again as a process that campaigns, with the environment above. It prints
+// "leading <term>" once it leads, and "told <ns>" with CLOCK_MONOTONIC as
+// its leadership's Done closes; then it exits. Without that environment it
+// returns at once.
+func TestHelperLeader(t *testing.T) {
+	server := os.Getenv(leaderEnvServer)
+	if server == "" {
+		return
+	}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "leader:", err)
+		os.Exit(2)
+	}
+	timeout, err := time.ParseDuration(os.Getenv(leaderEnvTimeout))
+	if err != nil {
+		fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := rwlock.Dial(ctx, []string{server}, timeout)
+	if err != nil {
+		fail(err)
+	}
+	e, err := rwlock.NewElection(conn, os.Getenv(leaderEnvPath))
+	if err != nil {
+		fail(err)
+	}
+	g, err := e.Campaign(ctx, []byte(os.Getenv(leaderEnvValue)))
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("leading %d\n", g.Token())
+	<-g.Done()
+	fmt.Printf("told %d\n", monotonic())
+	os.Exit(0)
+}
+
+// leaderProcess is a leader in a process of its own.
+type leaderProcess struct {
+	cmd    *exec.Cmd
+	term   int64
+	told   chan int64 // CLOCK_MONOTONIC as its Done closed
+	reaped bool
+	stderr bytes.Buffer
+}
+
+// startLeader runs TestHelperLeader against server, and waits until it
+// leads. The caller must hold its OS thread until the child is reaped
+// (Pdeathsig is per thread).
+func startLeader(t *testing.T, server, path string, timeout time.Duration, value string) *leaderProcess {
+	t.Helper()
+	p := &leaderProcess{told: make(chan int64, 1)}
+	p.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperLeader$", "-test.timeout=2m")
+	p.cmd.Env = append(os.Environ(), leaderEnvServer+"="+server, leaderEnvPath+"="+path,
+		leaderEnvTimeout+"="+timeout.String(), leaderEnvValue+"="+value)
+	p.cmd.SysProcAttr = childAttr()
+	p.cmd.Stderr = &p.stderr
+	stdout, err := p.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	t.Cleanup(func() {
+		if !p.reaped {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	})
+	leading := make(chan int64, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "leading "); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				leading <- n
+			}
+			if v, ok := strings.CutPrefix(sc.Text(), "told "); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				p.told <- n
+			}
+		}
+		close(leading)
+	}()
+	select {
+	case term, ok := <-leading:
+		if !ok {
+			t.Fatalf("the leader process ended before leading; stderr:\n%s", p.stderr.String())
+		}
+		p.term = term
+	case <-time.After(60 * time.Second):
+		t.Fatal(`the leader process did not print "leading" within 60s`)
+	}
+	return p
+}
+
+// observed is what an observer reported, each with CLOCK_MONOTONIC.
+type observed struct {
+	mu     sync.Mutex
+	states []rwlock.Leadership
+	at     []int64
+	seen   chan struct{} // a value each time a state comes
+}
+
+// observe follows e until ctx ends; the test's cleanup waits for it.
+func observe(t *testing.T, ctx context.Context, e *rwlock.Election) *observed {
+	o := &observed{seen: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(ctx)
+	states := e.Observe(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for s := range states {
+			o.mu.Lock()
+			o.states, o.at = append(o.states, s), append(o.at, monotonic())
+			o.mu.Unlock()
+			select {
+			case o.seen <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return o
+}
+
+// firstAt returns when the observer first reported term, and whether it did.
+func (o *observed) firstAt(term int64) (int64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, s := range o.states {
+		if s.Term == term {
+			return o.at[i], true
+		}
+	}
+	return 0, false
+}
+
+// waitFor waits until the observer has reported term.
+func (o *observed) waitFor(t *testing.T, term int64, within time.Duration) int64 {
+	t.Helper()
+	limit := time.After(within)
+	for {
+		if at, ok := o.firstAt(term); ok {
+			return at
+		}
+		select {
+		case <-o.seen:
+		case <-limit:
+			t.Fatalf("the observer did not report term %d within %v; it reported %v", term, within, o.all())
+		}
+	}
+}
+
+func (o *observed) all() []rwlock.Leadership {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]rwlock.Leadership(nil), o.states...)
+}
+
+// checkOrder checks that the observer never went backwards: terms never
+// decrease, and a term's value is reported once per change.
+func (o *observed) checkOrder(t *testing.T) {
+	t.Helper()
+	var last int64
+	for i, s := range o.all() {
+		if s.Term != 0 {
+			require.GreaterOrEqual(t, s.Term, last, "state %d went backwards: %v", i, o.all())
+			last = s.Term
+		}
+	}
+}
+
+// A leader partitioned from the ensemble, in a process of its own, is told
+// (its Done closes) before its successor's Campaign returns, and before an
+// observer on a third client reports the successor. The order is taken
+// with CLOCK_MONOTONIC across the processes.
+func TestElectionLeaderPartitioned(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
+	const timeout = 4 * time.Second
+	srv := faultServer(t, 1)
+	p := proxied(t, srv.Addr(0))
+	path := zktest.LockPath(t, "/elect")
+	ctx := t.Context()
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	leader := startLeader(t, p.Addr(), path, timeout, "10.0.0.1:80")
+
+	watcher, err := rwlock.NewElection(connect(t, srv.Addr(0), timeout).conn, path)
+	require.NoError(t, err)
+	o := observe(t, ctx, watcher)
+	o.waitFor(t, leader.term, 10*time.Second)
+	value, term, err := watcher.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "10.0.0.1:80", string(value))
+	require.Equal(t, leader.term, term)
+
+	sc := connect(t, srv.Addr(0), timeout)
+	successor, err := rwlock.NewElection(sc.conn, path)
+	require.NoError(t, err)
+	var returnedAt atomic.Int64 // CLOCK_MONOTONIC as the successor's Campaign returned
+	next := goAcquire(t, ctx, func(ctx context.Context) (*rwlock.Grant, error) {
+		g, err := successor.Campaign(ctx, []byte("10.0.0.2:80"))
+		if err == nil {
+			returnedAt.Store(monotonic())
+		}
+		return g, err
+	})
+	waitNodeCount(t, sc.conn, path, 2, 10*time.Second)
+	next.stillWaiting(t, "the leader leads")
+
+	start := monotonic()
+	p.Blackhole()
+	g := next.granted(t, timeout+2*faultTick+10*time.Second)
+	defer mustRelease(t, g)
+	var told int64
+	select {
+	case told = <-leader.told:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the partitioned leader was never told")
+	}
+	heal(p)
+	require.NoError(t, leader.cmd.Wait())
+	leader.reaped = true
+	seen := o.waitFor(t, g.Token(), 10*time.Second)
+	returned := returnedAt.Load()
+	t.Logf("partition → leader told %v, → successor's Campaign returned %v, → observer saw it %v (session timeout %v)",
+		msec(time.Duration(told-start)), msec(time.Duration(returned-start)), msec(time.Duration(seen-start)), timeout)
+	require.Less(t, told, returned, "the successor led before the old leader was told")
+	require.Less(t, told, seen, "the observer reported the successor before the old leader was told")
+	require.Greater(t, g.Token(), leader.term, "terms increase")
+	o.checkOrder(t)
+	value, term, err = watcher.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.2:80", string(value))
+	assert.Equal(t, g.Token(), term)
+}
+
+// A leader killed with SIGKILL leads until the server expires its session;
+// then its successor leads, in a larger term, and an observer on a third
+// client reports the two in order, with nobody or the successor after the
+// dead leader, never backwards.
+func TestElectionLeaderKilled(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
+	const timeout = 4 * time.Second
+	srv := faultServer(t, 1)
+	path := zktest.LockPath(t, "/elect")
+	ctx := t.Context()
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	leader := startLeader(t, srv.Addr(0), path, timeout, "first")
+
+	watcher, err := rwlock.NewElection(connect(t, srv.Addr(0), timeout).conn, path)
+	require.NoError(t, err)
+	o := observe(t, ctx, watcher)
+	o.waitFor(t, leader.term, 10*time.Second)
+
+	sc := connect(t, srv.Addr(0), timeout)
+	successor, err := rwlock.NewElection(sc.conn, path)
+	require.NoError(t, err)
+	next := goAcquire(t, ctx, func(ctx context.Context) (*rwlock.Grant, error) {
+		return successor.Campaign(ctx, []byte("second"))
+	})
+	waitNodeCount(t, sc.conn, path, 2, 10*time.Second)
+	next.stillWaiting(t, "the leader leads")
+
+	killed := time.Now()
+	require.NoError(t, syscall.Kill(leader.cmd.Process.Pid, syscall.SIGKILL))
+	require.ErrorContains(t, leader.cmd.Wait(), "killed")
+	leader.reaped = true
+	g := next.granted(t, timeout+2*faultTick+10*time.Second)
+	defer mustRelease(t, g)
+	took := next.at.Sub(killed)
+	t.Logf("leader SIGKILLed → successor leads %v (session timeout %v, tick %v)", msec(took), timeout, faultTick)
+	require.GreaterOrEqual(t, took, timeout/2, "the successor led before the dead leader's session could have expired")
+	require.Greater(t, g.Token(), leader.term, "terms increase")
+	o.waitFor(t, g.Token(), 10*time.Second)
+	o.checkOrder(t)
+	for _, s := range o.all() {
+		require.Contains(t, []int64{0, leader.term, g.Token()}, s.Term, "a term nobody led in: %v", o.all())
+	}
+	value, _, err := watcher.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "second", string(value))
+}
