@@ -91,7 +91,7 @@ func TestElectionProclaimAndHandOver(t *testing.T) {
 		pending(t, next)
 		require.NoError(t, a.Proclaim(ctx, []byte("a2")))
 		synctest.Wait()
-		pending(t, next) // mutant: proclaim-lets-successor-in
+		pending(t, next) // the change is the leader's, not its end
 		got, term, err = watcher.Leader(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, "a2", string(got))

@@ -128,7 +128,6 @@ func (o *observer) look(ctx context.Context) (headRead, *zkclient.Watch, error) 
 			}
 		}
 		head := o.listed[0]
-		// mutant: observe-reads-without-watch
 		r, w := o.c.GetW(ctx, o.l.path+"/"+head.name)
 		switch {
 		case errors.Is(r.Err, zk.ErrNoNode):

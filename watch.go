@@ -300,6 +300,7 @@ func (m *member) fire(ctx context.Context, f fire) (step, error) {
 			// reader's way. We need not read which of the two.
 			m.markDowngraded(l.node.name)
 		}
+		// mutant: data-change-as-deletion
 		l.spent = l.going == nil
 	default:
 		l.spent = true // a peer's change proves nothing, so look again
