@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -319,4 +321,123 @@ func TestElectionLeaderKilled(t *testing.T) {
 	value, _, err := watcher.Leader(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "second", string(value))
+}
+
+// countingConn counts the requests a client sends, pings and the
+// handshake aside.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int64
+	n      *atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	const opPing = 11
+	if c.writes.Add(1) > 1 { // the first is the handshake
+		if _, op, _, ok := parseRequest(p); !ok || op != opPing {
+			c.n.Add(1)
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// countRequests returns a connect option that counts the client's
+// requests in n.
+func countRequests(n *atomic.Int64) connectOption {
+	return withDialer(func(next zk.Dialer) zk.Dialer {
+		return func(network, address string, timeout time.Duration) (net.Conn, error) {
+			c, err := next(network, address, timeout)
+			if err != nil {
+				return nil, err
+			}
+			return &countingConn{Conn: c, n: n}, nil
+		}
+	})
+}
+
+// Observers cost the server nothing while the queue behind the leader
+// changes, one read each per Proclaim, and a bounded few per change of
+// leader; never a listing per candidate.
+func TestObserveRequests(t *testing.T) {
+	srv := sharedServer(t)
+	path := zktest.LockPath(t, "/elect")
+	ctx := t.Context()
+	const observers = 10
+	counts := make([]*atomic.Int64, observers)
+	watched := make([]*observed, observers)
+	for i := range observers {
+		counts[i] = &atomic.Int64{}
+		e, err := rwlock.NewElection(connect(t, srv.ConnectString(), 0, countRequests(counts[i])).conn, path)
+		require.NoError(t, err)
+		watched[i] = observe(t, ctx, e)
+	}
+	leader, err := rwlock.NewElection(connect(t, srv.ConnectString(), 0).conn, path)
+	require.NoError(t, err)
+	g, err := leader.Campaign(ctx, []byte("a"))
+	require.NoError(t, err)
+	for _, o := range watched {
+		o.waitFor(t, g.Token(), 10*time.Second)
+	}
+	// seenValue waits until every observer has reported value.
+	seenValue := func(value string) {
+		t.Helper()
+		for _, o := range watched {
+			zktest.WaitFor(t, 10*time.Second, func() bool {
+				all := o.all()
+				return len(all) > 0 && string(all[len(all)-1].Value) == value
+			}, "an observer did not report %q: %v", value, lazyText(func() string { return fmt.Sprint(o.all()) }))
+		}
+	}
+	snapshot := func() []int64 {
+		n := make([]int64, observers)
+		for i, c := range counts {
+			n[i] = c.Load()
+		}
+		return n
+	}
+
+	// Candidates queue behind the leader, and some give up.
+	before := snapshot()
+	cc := connect(t, srv.ConnectString(), 0)
+	var waiting []*acquisition
+	live := 1 // the leader's node
+	for i := range 6 {
+		e, err := rwlock.NewElection(cc.conn, path)
+		require.NoError(t, err)
+		cctx, cancel := context.WithCancel(ctx)
+		waiting = append(waiting, goAcquire(t, cctx, func(ctx context.Context) (*rwlock.Grant, error) {
+			return e.Campaign(ctx, []byte(fmt.Sprint("candidate ", i)))
+		}))
+		live++
+		waitNodeCount(t, cc.conn, path, live, 10*time.Second)
+		if i%2 == 1 {
+			cancel()
+			_, err := waiting[i].wait(t)
+			require.ErrorIs(t, err, context.Canceled)
+			live--
+			waitNodeCount(t, cc.conn, path, live, 10*time.Second)
+		} else {
+			t.Cleanup(cancel)
+		}
+	}
+	// A Proclaim's notification comes after every change before it, so an
+	// observer that reported it has answered any wake the queue caused.
+	require.NoError(t, leader.Proclaim(ctx, []byte("a2")))
+	seenValue("a2")
+	after := snapshot()
+	for i := range observers {
+		require.Equal(t, int64(1), after[i]-before[i], "observer %d: three candidates queued and three gave up, then one Proclaim", i)
+	}
+
+	// The leader resigns: the first candidate left leads.
+	require.NoError(t, leader.Resign(ctx))
+	next := waiting[0].granted(t, 10*time.Second)
+	defer mustRelease(t, next)
+	seenValue("candidate 0")
+	changed := snapshot()
+	for i := range observers {
+		n := changed[i] - after[i]
+		require.LessOrEqual(t, n, int64(3), "observer %d: one change of leader", i)
+		t.Logf("observer %d: %d requests for a change of leader", i, n)
+	}
 }
