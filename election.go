@@ -39,6 +39,10 @@ var ErrNoLeader = errors.New("no leader")
 // queue in FIFO order, and the leader's value lives in its node's data.
 // An Election is safe for concurrent use, and campaigns once at a time.
 // Make it with NewElection.
+//
+// Only campaigns may queue on an election's path. A reader waiting there
+// would take a Proclaim for its leader's downgrade or release, since a
+// reader does not read the data of the writer it waits for.
 type Election struct {
 	l *RWLock
 
