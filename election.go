@@ -239,7 +239,8 @@ func (e *Election) Resign(ctx context.Context) error {
 // listing and a read of the head of the queue. It returns an error wrapping ErrNoLeader when
 // nobody leads: the queue is empty, or readers of the same path hold it.
 // A leader's value is empty if it campaigned with none, or if its node was
-// made by a plain write lock on the path.
+// made by a plain write lock on the path. The read is the connected
+// server's, which may lag the ensemble by a moment, as any ZooKeeper read.
 func (e *Election) Leader(ctx context.Context) (value []byte, term int64, err error) {
 	l := e.lock()
 	if l.conn == nil {

@@ -441,3 +441,55 @@ func TestObserveRequests(t *testing.T) {
 		t.Logf("observer %d: %d requests for a change of leader", i, n)
 	}
 }
+
+// A leader stopped (SIGSTOP) past its session leads nobody: its successor
+// leads once the server expires the session, and the old leader's Done
+// closes as soon as it resumes (SIGCONT), before it could act on its stale
+// leadership. Observe on a third client goes from the one to the other.
+func TestElectionLeaderPaused(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
+	const timeout = 4 * time.Second
+	srv := faultServer(t, 1)
+	path := zktest.LockPath(t, "/elect")
+	ctx := t.Context()
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	leader := startLeader(t, srv.Addr(0), path, timeout, "paused")
+	watcher, err := rwlock.NewElection(connect(t, srv.Addr(0), timeout).conn, path)
+	require.NoError(t, err)
+	o := observe(t, ctx, watcher)
+	o.waitFor(t, leader.term, 10*time.Second)
+
+	sc := connect(t, srv.Addr(0), timeout)
+	successor, err := rwlock.NewElection(sc.conn, path)
+	require.NoError(t, err)
+	next := goAcquire(t, ctx, func(ctx context.Context) (*rwlock.Grant, error) {
+		return successor.Campaign(ctx, []byte("next"))
+	})
+	waitNodeCount(t, sc.conn, path, 2, 10*time.Second)
+
+	require.NoError(t, syscall.Kill(leader.cmd.Process.Pid, syscall.SIGSTOP))
+	stopped := time.Now()
+	g := next.granted(t, timeout+2*faultTick+10*time.Second)
+	defer mustRelease(t, g)
+	t.Logf("leader SIGSTOPped → successor leads %v", msec(next.at.Sub(stopped)))
+	require.GreaterOrEqual(t, next.at.Sub(stopped), timeout/2, "the successor led before the stopped leader's session could have expired")
+	o.waitFor(t, g.Token(), 10*time.Second)
+
+	resumed := monotonic()
+	require.NoError(t, syscall.Kill(leader.cmd.Process.Pid, syscall.SIGCONT))
+	var told int64
+	select {
+	case told = <-leader.told:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resumed leader was never told")
+	}
+	require.NoError(t, leader.cmd.Wait())
+	leader.reaped = true
+	t.Logf("SIGCONT → the old leader told %v", msec(time.Duration(told-resumed)))
+	require.Less(t, time.Duration(told-resumed), timeout/4, "the resumed leader must be told at its first look")
+	require.Greater(t, g.Token(), leader.term)
+	o.checkOrder(t)
+}
