@@ -78,9 +78,6 @@ func newElection(conn zkclient.Conn, path string, opts ...Option) (*Election, er
 	return &Election{l: l}, nil
 }
 
-// Path returns the election's lock directory.
-func (e *Election) Path() string { return e.lock().path }
-
 // lock returns the election's lock. For a zero Election it is a zero
 // RWLock, whose methods fail with ErrInvalidArgument.
 func (e *Election) lock() *RWLock {
@@ -191,8 +188,8 @@ func (e *Election) Proclaim(ctx context.Context, value []byte) error {
 // The waiter behind sees the change with its data watch. It takes any
 // change of one of our writers' data for proof that the writer held, so
 // that nothing before it is left (see watch.go). A leader holds, so that
-// is true. The waiter then waits for the node to go, through its child
-// watch on the node.
+// is true. The waiter then waits for the node to go, with its child watch
+// on the node, or else by looking again.
 func (g *Grant) proclaim(ctx context.Context, value []byte) error {
 	h := g.h
 	fail := func(err error) error { return &opError{"proclaim", h.path, err} }
