@@ -20,8 +20,9 @@ import (
 // So the leader is the head of the write queue. Every promise of a write
 // grant is a promise of a leadership. The old leader is told, its Done
 // closed, before any successor's Campaign can return. The term is the
-// grant's token. It is the czxid of the leader's node, and the queue is in
-// the order of creation. So terms strictly increase.
+// grant's token, made the czxid of the leader's node (see exactTerm), which
+// observers read from its stat. The queue is in the order of creation, so
+// terms strictly increase.
 //
 // The value rides in the node's data, in a line of its own (see
 // lockname.ValueLine). It costs the create nothing, and an operator reads
@@ -121,9 +122,56 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (*Grant, error) {
 		e.end(nil)
 		return fail(err)
 	}
+	if !a.members[0].exact {
+		if err := exactTerm(ctx, holds[0]); err != nil {
+			holds[0].drop(ctx)
+			e.end(nil)
+			return fail(err)
+		}
+	}
 	g := holds[0].grant(Write)
 	e.end(g)
 	return g, nil
+}
+
+// exactTerm makes the hold's token its node's czxid, the term observers
+// read from the node's stat.
+//
+// A lock's token may be a stand-in: the pzxid of the listing that granted
+// it, when nothing was created after the node (see dated in list.go). It
+// orders grants as well, but an observer cannot know it. So a campaign
+// granted on a stand-in reads its node once. A campaign that waited has
+// the czxid from the watch on its own node, at no cost. No handle exists
+// yet, so nobody has read the token.
+// It rides out connection loss, as the acquisition does, while the hold
+// lasts. It fails if the hold has ended.
+func exactTerm(ctx context.Context, h *hold) error {
+	var retry zkclient.Backoff
+	for {
+		r := h.c.Get(zkclient.WithCounter(ctx, &h.requests), h.path)
+		switch {
+		case errors.Is(r.Err, zk.ErrNoNode):
+			return lostError(h.path, h.whyDeleted())
+		case zkclient.SessionGone(r.Err):
+			return lostError(h.path, r.Err)
+		case zkclient.ConnectionLoss(r.Err) && ctx.Err() == nil:
+			if err := h.ended(); err != nil {
+				return err // the lease clock gave it up meanwhile
+			}
+			if err := retry.Wait(ctx, h.c.Conn()); err != nil {
+				return err
+			}
+			continue
+		case r.Err != nil:
+			return r.Err
+		}
+		// mutant: term-stand-in
+		h.token = r.V.Stat.Czxid
+		// A leadership lost while we read, as by a hold limit reached in
+		// a pause, fails the Campaign. Its holder was never handed it, so
+		// it would have its head start counted from before it could look.
+		return h.ended()
+	}
 }
 
 // begin marks a campaign under way, unless one is, or a leadership is held.

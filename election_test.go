@@ -201,7 +201,7 @@ func TestObserve(t *testing.T) {
 
 		require.NoError(t, a.Proclaim(ctx, []byte("a2")))
 		expect("a2", ga.Token())
-		assert.Equal(t, before+1, count(), "a Proclaim costs one read")
+		assert.Equal(t, before+2, count(), "a Proclaim costs a read, and a listing since nobody was listed behind the leader")
 
 		before = count()
 		require.NoError(t, a.Resign(ctx))
@@ -245,4 +245,44 @@ func TestObserverNeverGoesBackwards(t *testing.T) {
 			o.show(s.now)
 		}
 	}
+}
+
+// The term is the leadership's token and the czxid observers read, even
+// where the lock would take a stand-in for its token: a listing's pzxid,
+// when a node went between our create and the listing behind it.
+func TestCampaignTermIsTheNodesCzxid(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		s := newFakeServer()
+		first, watcher := newElectionOn(t, s.conn()), newElectionOn(t, s.conn())
+		old, err := first.Campaign(ctx, []byte("old"))
+		require.NoError(t, err)
+		admin := s.conn()
+		t.Cleanup(admin.close)
+		c := s.conn()
+		e := newElectionOn(t, c)
+		gone := make(chan struct{})
+		c.setAfter(func(op, p string, err error) error {
+			if op == "create" && err == nil && strings.HasPrefix(p, dir+"/") {
+				assert.NoError(t, admin.Delete(old.Node(), -1)) // a deletion after our create: pzxid moves past our czxid
+				close(gone)
+			}
+			return err
+		})
+		c.setBefore(func(op, p string) error {
+			if op == "children" {
+				<-gone
+			}
+			return nil
+		})
+		g, err := e.Campaign(ctx, []byte("new"))
+		require.NoError(t, err)
+		_, st, err := admin.Get(g.Node())
+		require.NoError(t, err)
+		assert.Equal(t, st.Czxid, g.Token(), "the term is the node's czxid")
+		_, term, err := watcher.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, g.Token(), term, "observers read the same term")
+		require.NoError(t, e.Resign(ctx))
+	})
 }

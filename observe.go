@@ -23,11 +23,16 @@ import (
 // head, and one read with a watch tells it. Only once every listed node is
 // gone does the observer list again. A data change of the head is a
 // Proclaim, or a release's mark as the node goes. One read tells which.
+// If the listing shows nobody behind the head, a listing goes out beside
+// that read. So a release's mark costs no round trip more than a vanished
+// leader does, and the next change may find its successor listed.
 //
-// So a change of leader costs an observer one request when the old leader
-// vanished, two when it released with its mark, and one listing more when
-// the listing ran out. A Proclaim costs one. An empty queue costs a listing
-// with a child watch, which fires at the first node.
+// So a change of leader costs an observer at most three requests and two
+// round trips after the notification: a read that finds the head gone, a
+// listing, and a read of the new head. A leader that vanished costs no
+// first read, and a listed successor no listing. A Proclaim costs a read,
+// and a listing if nobody is listed behind the head. An empty queue costs
+// a listing with a child watch, which fires at the first node.
 //
 // What it reports never goes backwards. Each read is later in ZooKeeper's
 // order than the last, since one session's reads are, even across
@@ -68,6 +73,7 @@ type observer struct {
 	l      *RWLock
 	c      *zkclient.Client
 	listed []lockNode // the listing's nodes still thought to exist, head first
+	relist bool       // list again beside the next read of the head
 	retry  zkclient.Backoff
 
 	shown   bool // a state has been reported
@@ -108,6 +114,8 @@ func (o *observer) run(ctx context.Context, out chan<- Leadership) {
 					o.listed = nil // a new session: list again
 				} else if ev.Type == zk.EventNodeDeleted && len(o.listed) > 0 {
 					o.listed = o.listed[1:] // the head went: no need to read it
+				} else if ev.Type == zk.EventNodeDataChanged {
+					o.relist = len(o.listed) < 2 // it may be going, with nobody listed behind it
 				}
 				w = nil
 			case <-ctx.Done():
@@ -128,7 +136,21 @@ func (o *observer) look(ctx context.Context) (headRead, *zkclient.Watch, error) 
 			}
 		}
 		head := o.listed[0]
+		var fresh chan zkclient.Reply[[]string]
+		if o.relist {
+			o.relist = false
+			fresh = make(chan zkclient.Reply[[]string], 1)
+			go func() { fresh <- o.c.Children(ctx, o.l.path) }()
+		}
 		r, w := o.c.GetW(ctx, o.l.path+"/"+head.name)
+		if fresh != nil {
+			// The listing may come before or after the head goes. Either
+			// way the nodes it shows behind the head are those still to
+			// come.
+			if f := <-fresh; f.Err == nil {
+				o.listed = append(o.listed[:1], behind(queueOf(f.V), head)...)
+			}
+		}
 		switch {
 		case errors.Is(r.Err, zk.ErrNoNode):
 			o.listed = o.listed[1:] // gone: the next listed node is the head, if it exists
@@ -167,6 +189,15 @@ func (o *observer) list(ctx context.Context) (empty bool, w *zkclient.Watch, err
 		return false, nil, nil
 	}
 	return true, w, nil
+}
+
+// behind returns the nodes of q, in queue order, that come after n.
+func behind(q []lockNode, n lockNode) []lockNode {
+	i := 0
+	for i < len(q) && !lockname.Precedes(n.seq, q[i].seq) {
+		i++
+	}
+	return q[i:]
 }
 
 // queueOf returns the lock nodes of children, in queue order.
