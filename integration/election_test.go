@@ -552,3 +552,65 @@ func TestObserveLatency(t *testing.T) {
 		p50, p99, lags[len(lags)-1], rtt)
 	require.LessOrEqual(t, p50, 2*rtt+10*time.Millisecond, "the median lag should be within two round trips")
 }
+
+// A leader partitioned until the server expired its session, and then
+// reconnected (CURATOR-696): it was told before its successor led, comes
+// back to find its node gone and its leadership lost, never leads on a
+// stale node, and may campaign again, behind its successor, in a larger
+// term.
+func TestElectionLeaderExpiredAndBack(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
+	const timeout = 4 * time.Second
+	srv := faultServer(t, 1)
+	p := proxied(t, srv.Addr(0))
+	path := zktest.LockPath(t, "/elect")
+	ctx := t.Context()
+	lc := connect(t, p.Addr(), timeout)
+	old, err := rwlock.NewElection(lc.conn, path)
+	require.NoError(t, err)
+	g, err := old.Campaign(ctx, []byte("old"))
+	require.NoError(t, err)
+	done := closedAt(ctx, g.Done())
+	watcher, err := rwlock.NewElection(connect(t, srv.Addr(0), timeout).conn, path)
+	require.NoError(t, err)
+	o := observe(t, ctx, watcher)
+	o.waitFor(t, g.Token(), 10*time.Second)
+	sc := connect(t, srv.Addr(0), timeout)
+	successor, err := rwlock.NewElection(sc.conn, path)
+	require.NoError(t, err)
+	next := goAcquire(t, ctx, func(ctx context.Context) (*rwlock.Grant, error) { return successor.Campaign(ctx, []byte("new")) })
+	waitNodeCount(t, sc.conn, path, 2, 10*time.Second)
+	session := lc.conn.SessionID()
+
+	p.Blackhole()
+	ng := next.granted(t, timeout+2*faultTick+10*time.Second)
+	defer mustRelease(t, ng)
+	var doneAt time.Time
+	select {
+	case doneAt = <-done:
+	case <-time.After(time.Second):
+		t.Fatal("the old leader was not told")
+	}
+	require.True(t, doneAt.Before(next.at), "the old leader was told %v after its successor led", next.at.Sub(doneAt))
+	heal(p)
+	zktest.WaitFor(t, 20*time.Second, func() bool {
+		return lc.conn.State() == zk.StateHasSession && lc.conn.SessionID() != session
+	}, "the old leader should come back with a new session")
+	require.ErrorIs(t, g.Err(), rwlock.ErrLost)
+	require.ErrorIs(t, old.Proclaim(ctx, []byte("stale")), rwlock.ErrLost, "no write on a stale node")
+	value, term, err := old.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "new", string(value))
+	require.Equal(t, ng.Token(), term)
+
+	again := goAcquire(t, ctx, func(ctx context.Context) (*rwlock.Grant, error) { return old.Campaign(ctx, []byte("old again")) })
+	waitNodeCount(t, sc.conn, path, 2, 10*time.Second)
+	again.stillWaiting(t, "the successor leads")
+	require.NoError(t, successor.Resign(ctx))
+	g2 := again.granted(t, 10*time.Second)
+	defer mustRelease(t, g2)
+	require.Greater(t, g2.Token(), ng.Token(), "terms increase")
+	o.waitFor(t, g2.Token(), 10*time.Second)
+	o.checkOrder(t)
+}
