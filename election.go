@@ -143,6 +143,7 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (*Grant, error) {
 // granted on a stand-in reads its node once. A campaign that waited has
 // the czxid from the watch on its own node, at no cost. No handle exists
 // yet, so nobody has read the token.
+//
 // It rides out connection loss, as the acquisition does, while the hold
 // lasts. It fails if the hold has ended.
 func exactTerm(ctx context.Context, h *hold) error {
@@ -181,7 +182,7 @@ func (e *Election) begin() error {
 	switch {
 	case e.campaign:
 		return fmt.Errorf("%w: a campaign of this Election is under way", ErrInvalidArgument)
-	case e.leadership != nil && e.leadership.ctx.Err() == nil:
+	case e.leadership != nil && e.leadership.Err() == nil: // Err consults the lease clock
 		return fmt.Errorf("%w: this Election leads already (%s)", ErrInvalidArgument, e.leadership.h.path)
 	}
 	e.campaign = true
