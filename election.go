@@ -41,9 +41,9 @@ var ErrNoLeader = errors.New("no leader")
 // An Election is safe for concurrent use, and campaigns once at a time.
 // Make it with NewElection.
 //
-// Only campaigns may queue on an election's path. A reader waiting there
-// would take a Proclaim for its leader's downgrade or release, since a
-// reader does not read the data of the writer it waits for.
+// Readers of the same path wait for the leader as for any writer. A
+// Proclaim does not let them in: a reader behind a campaign's node reads
+// it again at each change, and passes only on a downgrade mark.
 type Election struct {
 	l *RWLock
 

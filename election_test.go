@@ -286,3 +286,27 @@ func TestCampaignTermIsTheNodesCzxid(t *testing.T) {
 		require.NoError(t, e.Resign(ctx))
 	})
 }
+
+// A reader of the election's path, queued behind the leader, must not be
+// let in by the leader's Proclaim: the leader still holds its write.
+func TestReaderBehindLeaderNotLetInByProclaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		s := newFakeServer()
+		a := newElectionOn(t, s.conn())
+		ga, err := a.Campaign(ctx, []byte("a"))
+		require.NoError(t, err)
+		r := newLock(t, s.conn())
+		next := start(ctx, r.RLock)
+		synctest.Wait()
+		pending(t, next)
+		require.NoError(t, a.Proclaim(ctx, []byte("a2")))
+		synctest.Wait()
+		pending(t, next) // the leader still holds; a reader must wait
+		require.NoError(t, ga.Err())
+		require.NoError(t, a.Resign(ctx))
+		res := <-next
+		require.NoError(t, res.err)
+		require.NoError(t, res.g.Release(ctx))
+	})
+}

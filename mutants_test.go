@@ -178,6 +178,8 @@ var mutants = []mutant{
 		{file: "internal/zkclient/lease.go", point: "headstart", new: "return -t / 8"}}},
 	{name: "elections: a candidate takes its leader's Proclaim for the leader's end", flags: []string{"-sim.elect"}, edits: []mutantEdit{
 		{file: "watch.go", point: "data-change-as-deletion", new: "m.gone(l)"}}},
+	{name: "elections: a reader behind a leader takes its Proclaim for a downgrade", flags: []string{"-sim.elect"}, edits: []mutantEdit{
+		{file: "watch.go", point: "reader-takes-proclaim-for-downgrade", new: "if false {"}}},
 	{name: "a campaign's term left a listing's stand-in, which observers cannot read", run: "TestCampaignTermIsTheNodesCzxid", edits: []mutantEdit{
 		{file: "election.go", point: "term-stand-in", new: "_ = r.V.Stat.Czxid"}}},
 	{name: "an observer reports a state older than one it showed", run: "TestObserverNeverGoesBackwards", edits: []mutantEdit{

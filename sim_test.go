@@ -102,8 +102,9 @@ func TestSimulation(t *testing.T) {
 // election is a write queue with values, so the check is the write lock's:
 // no two leaders hold at once unless one was told. A Proclaim changes the
 // leader's node while candidates wait behind it, which no plain write grant
-// does. Besides, an observer on a session of its own follows the election;
-// what it reports must never go backwards.
+// does. A reader of the path now and then queues behind a leader that may
+// proclaim, and must not be let in by it. Besides, an observer on a session
+// of its own follows the election; what it reports must never go backwards.
 func TestSimulationElections(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, elect: true}
 	simulate(t, cfg, *simElections)
@@ -445,7 +446,12 @@ func (s *sim) run() {
 				step.try, step.set = false, &simSet{mode2: Mode(1 + r.IntN(2)), reversed: how&1 == 0, together: how&2 != 0}
 			}
 			if s.cfg.elect {
+				// Mostly campaigns. A reader of the path now and then
+				// waits for the leader as for any writer, Proclaims or not.
 				step = simStep{mode: Write, hold: hold, proclaim: r.IntN(2) == 0}
+				if r.IntN(4) == 0 {
+					step = simStep{mode: Read, hold: hold}
+				}
 			}
 			c.steps = append(c.steps, step)
 		}
@@ -600,7 +606,7 @@ func (s *sim) client(c *simClient) {
 		start := time.Now()
 		if step.set != nil {
 			g, g2, err = s.lockSet(ctx, c, step)
-		} else if c.elect != nil {
+		} else if c.elect != nil && step.mode == Write {
 			g, err = c.elect.Campaign(ctx, []byte(fmt.Sprintf("c%d/%d", c.id, i)))
 		} else {
 			g, err = c.lock.acquire(ctx, w)
@@ -706,7 +712,7 @@ func (s *sim) client(c *simClient) {
 			ReleaseAll(context.Background(), g, g2)
 			continue
 		}
-		if c.elect != nil {
+		if c.elect != nil && step.mode == Write {
 			c.elect.Resign(context.Background())
 			continue
 		}
@@ -761,7 +767,7 @@ func (s *sim) checkLeader(term int64) {
 	defer s.net.mu.Unlock()
 	for _, c := range s.clients {
 		g := c.holding
-		if g == nil || c.zk.frozen || isClosed(g.ctx.Done()) || !c.known || g.Token() >= term {
+		if g == nil || g.mode != Write || c.zk.frozen || isClosed(g.ctx.Done()) || !c.known || g.Token() >= term {
 			continue
 		}
 		if s.failed == "" {

@@ -614,3 +614,33 @@ func TestElectionLeaderExpiredAndBack(t *testing.T) {
 	o.waitFor(t, g2.Token(), 10*time.Second)
 	o.checkOrder(t)
 }
+
+// A reader queued on an election's path, behind the leader, is not let in
+// by the leader's Proclaim: the leader still holds its write. The reader
+// reads the node again, and is granted only once the leader resigns. The
+// reader's debug log tells when it has taken the Proclaim's notification:
+// it logs "waiting for" at each look, and "granted" as it is let in.
+func TestReaderBehindLeaderWaitsThroughProclaim(t *testing.T) {
+	srv := sharedServer(t)
+	path := zktest.LockPath(t, "/elect")
+	ctx := t.Context()
+	leader, err := rwlock.NewElection(connect(t, srv.ConnectString(), 0).conn, path)
+	require.NoError(t, err)
+	g, err := leader.Campaign(ctx, []byte("a"))
+	require.NoError(t, err)
+
+	var log debugLog
+	r := connect(t, srv.ConnectString(), 0).lock(t, path, rwlock.WithLogger(log.logger()))
+	reader := goAcquire(t, ctx, r.RLock)
+	looks := func() int { return strings.Count(log.about("waiting for"), "\n") }
+	zktest.WaitFor(t, 10*time.Second, func() bool { return looks() == 1 }, "the reader did not look at the leader")
+
+	require.NoError(t, leader.Proclaim(ctx, []byte("a2")))
+	zktest.WaitFor(t, 10*time.Second, func() bool { return looks() == 2 || reader.returned() },
+		"the reader did not take the Proclaim's notification: %s", lazyText(func() string { return log.about("msg=") }))
+	reader.stillWaiting(t, "a Proclaim is no downgrade: the leader still holds")
+	require.NoError(t, g.Err())
+
+	require.NoError(t, leader.Resign(ctx))
+	mustRelease(t, reader.granted(t, 10*time.Second))
+}

@@ -297,6 +297,10 @@ func ValueLine(v []byte) []byte {
 	return append(b, '\n')
 }
 
+// Elected reports whether a node's data carries a value line: the node is
+// a campaign's, and its leader may change its data while it holds.
+func Elected(data []byte) bool { return hasLine(data, valueKey) }
+
 // Value returns the value a node's data carries. It reports false for data
 // with no value line, or one that does not decode.
 func Value(data []byte) ([]byte, bool) {

@@ -246,6 +246,7 @@ func TestValue(t *testing.T) {
 		assert.Equal(t, string(v), string(got))
 		assert.False(t, Held(d), "a value is never a mark: %q", d)
 		assert.False(t, Downgraded(d))
+		assert.True(t, Elected(d), "a campaign's node, whatever its value")
 		assert.Equal(t, "host:42", Owner(d))
 		assert.Equal(t, 1, strings.Count(string(d), "\n")-1, "one line: %q", d)
 	}
@@ -254,6 +255,7 @@ func TestValue(t *testing.T) {
 		_, ok := Value([]byte(bad))
 		assert.False(t, ok, "%q", bad)
 	}
+	assert.False(t, Elected(Data("value=x", 0, MarkHeld)), "a plain writer's node, whatever its owner")
 }
 
 func TestSet(t *testing.T) {
