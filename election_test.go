@@ -2,6 +2,7 @@ package rwlock
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -308,5 +309,60 @@ func TestReaderBehindLeaderNotLetInByProclaim(t *testing.T) {
 		res := <-next
 		require.NoError(t, res.err)
 		require.NoError(t, res.g.Release(ctx))
+	})
+}
+
+// Candidates an observer listed that gave up cost it no walk: when the
+// leader goes, it reads at most one listed node found gone before it lists
+// again, so a change of leader costs a bounded number of requests.
+func TestObserverDoesNotWalkGoneCandidates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		s := newFakeServer()
+		leader := newElectionOn(t, s.conn())
+		oc := s.conn()
+		o := newElectionOn(t, oc)
+		var mu sync.Mutex
+		requests := 0
+		oc.setBefore(func(op, p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			requests++
+			return nil
+		})
+		count := func() int { mu.Lock(); defer mu.Unlock(); return requests }
+		g, err := leader.Campaign(ctx, []byte("leader"))
+		require.NoError(t, err)
+		const gaveUp = 8
+		var cancels []context.CancelFunc
+		var waits []<-chan result
+		for i := range gaveUp + 1 {
+			e := newElectionOn(t, s.conn())
+			cctx, cancel := context.WithCancel(ctx)
+			cancels = append(cancels, cancel)
+			waits = append(waits, start(cctx, func(ctx context.Context) (*Grant, error) { return e.Campaign(ctx, []byte(fmt.Sprint("c", i))) }))
+			synctest.Wait()
+		}
+		octx, stop := context.WithCancel(ctx)
+		states := o.Observe(octx)
+		synctest.Wait()
+		require.Equal(t, "leader", string((<-states).Value))
+		for i := range gaveUp {
+			cancels[i]()
+			require.ErrorIs(t, (<-waits[i]).err, context.Canceled)
+		}
+		synctest.Wait()
+		before := count()
+		require.NoError(t, g.Release(ctx))
+		r := <-waits[gaveUp]
+		require.NoError(t, r.err)
+		synctest.Wait()
+		require.Equal(t, fmt.Sprint("c", gaveUp), string((<-states).Value))
+		assert.LessOrEqual(t, count()-before, 3, "a change of leader costs at most three requests, however many listed candidates gave up")
+		require.NoError(t, r.g.Release(ctx))
+		cancels[gaveUp]()
+		stop()
+		for range states {
+		}
 	})
 }

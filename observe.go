@@ -30,7 +30,9 @@ import (
 // So a change of leader costs an observer at most three requests and two
 // round trips after the notification: a read that finds the head gone, a
 // listing, and a read of the new head. A leader that vanished costs no
-// first read, and a listed successor no listing. A Proclaim costs a read,
+// first read, and a listed successor no listing. Listed candidates that
+// gave up cost no walk: a second listed node known gone makes it list.
+// Then a vanished leader costs a read, a listing and a read. A Proclaim costs a read,
 // and a listing if nobody is listed behind the head. An empty queue costs
 // a listing with a child watch, which fires at the first node.
 //
@@ -74,7 +76,9 @@ type observer struct {
 	c      *zkclient.Client
 	listed []lockNode // the listing's nodes still thought to exist, head first
 	relist bool       // list again beside the next read of the head
-	retry  zkclient.Backoff
+	// headGone: the head's deletion was notified, and it is off listed
+	headGone bool
+	retry    zkclient.Backoff
 
 	shown   bool // a state has been reported
 	term    int64
@@ -114,6 +118,7 @@ func (o *observer) run(ctx context.Context, out chan<- Leadership) {
 					o.listed = nil // a new session: list again
 				} else if ev.Type == zk.EventNodeDeleted && len(o.listed) > 0 {
 					o.listed = o.listed[1:] // the head went: no need to read it
+					o.headGone = true
 				} else if ev.Type == zk.EventNodeDataChanged {
 					o.relist = len(o.listed) < 2 // it may be going, with nobody listed behind it
 				}
@@ -128,6 +133,8 @@ func (o *observer) run(ctx context.Context, out chan<- Leadership) {
 // look reads the head of the queue with a data watch, or lists the queue
 // with a child watch if it is empty.
 func (o *observer) look(ctx context.Context) (headRead, *zkclient.Watch, error) {
+	found := o.headGone // a listed node is known gone
+	o.headGone = false
 	for {
 		if len(o.listed) == 0 {
 			empty, w, err := o.list(ctx)
@@ -152,8 +159,14 @@ func (o *observer) look(ctx context.Context) (headRead, *zkclient.Watch, error) 
 			}
 		}
 		switch {
-		case errors.Is(r.Err, zk.ErrNoNode):
+		case errors.Is(r.Err, zk.ErrNoNode) && !found:
 			o.listed = o.listed[1:] // gone: the next listed node is the head, if it exists
+			found = true
+			continue
+		case errors.Is(r.Err, zk.ErrNoNode):
+			// A second listed node gone: candidates that gave up. Walking
+			// the rest could cost a read each, so one listing tells.
+			o.listed = nil
 			continue
 		case r.Err != nil:
 			return headRead{}, nil, r.Err
