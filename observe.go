@@ -31,10 +31,10 @@ import (
 // round trips after the notification: a read that finds the head gone, a
 // listing, and a read of the new head. A leader that vanished costs no
 // first read, and a listed successor no listing. Listed candidates that
-// gave up cost no walk: a second listed node known gone makes it list.
-// Then a vanished leader costs a read, a listing and a read. A Proclaim costs a read,
-// and a listing if nobody is listed behind the head. An empty queue costs
-// a listing with a child watch, which fires at the first node.
+// gave up cost no walk: a second listed node known gone makes it list. So
+// they add at most a read and a round trip. A Proclaim costs a read, and a
+// listing if nobody is listed behind the head. An empty queue costs a
+// listing with a child watch, which fires at the first node.
 //
 // What it reports never goes backwards. Each read is later in ZooKeeper's
 // order than the last, since one session's reads are, even across
