@@ -82,6 +82,15 @@ var (
 	_ func(*rw.Grant) <-chan struct{}                                      = (*rw.Grant).Revoked
 	_ func() rw.Option                                                     = rw.WithReadCoalescing
 
+	// Elections: a write queue with the leader's value in its node.
+	_ func(*zk.Conn, string, ...rw.Option) (*rw.Election, error)     = rw.NewElection
+	_ func(*rw.Election, context.Context, []byte) (*rw.Grant, error) = (*rw.Election).Campaign
+	_ func(*rw.Election, context.Context, []byte) error              = (*rw.Election).Proclaim
+	_ func(*rw.Election, context.Context) error                      = (*rw.Election).Resign
+	_ func(*rw.Election, context.Context) ([]byte, int64, error)     = (*rw.Election).Leader
+	_ func(*rw.Election, context.Context) <-chan rw.Leadership       = (*rw.Election).Observe
+	_                                                                = rw.Leadership{Value: []byte(nil), Term: int64(0)}
+
 	_ []error = []error{rw.ErrWouldBlock, rw.ErrLost, rw.ErrReleased, rw.ErrInvalidPath, rw.ErrUpgrade,
-		rw.ErrInvalidArgument, rw.ErrSequenceExhausted, rw.ErrHoldLimit, rw.ErrRevoked}
+		rw.ErrInvalidArgument, rw.ErrSequenceExhausted, rw.ErrHoldLimit, rw.ErrRevoked, rw.ErrNoLeader}
 )

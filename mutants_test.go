@@ -187,6 +187,19 @@ var mutants = []mutant{
 		{file: "holdlimit.go", point: "told-late", new: "if told := now.Add(lim.head); false && told.After(at) {"}}},
 	{name: "a resumed holder waits for the hold timer", flags: []string{"-sim.nocut"},
 		edits: []mutantEdit{{file: "holdlimit.go", point: "judge-ignores-hold-limit", new: "if false {"}}},
+	// Elections are a write queue with values (election.go): a successor
+	// must not lead before the old leader's head start, nor on the change
+	// a Proclaim makes to the leader's node.
+	{name: "elections: a head start too short", flags: []string{"-sim.elect"}, edits: []mutantEdit{
+		{file: "internal/zkclient/lease.go", point: "headstart", new: "return -t / 8"}}},
+	{name: "elections: a candidate takes its leader's Proclaim for the leader's end", flags: []string{"-sim.elect"}, edits: []mutantEdit{
+		{file: "watch.go", point: "data-change-as-deletion", new: "m.gone(l)"}}},
+	{name: "elections: a reader behind a leader takes its Proclaim for a downgrade", flags: []string{"-sim.elect"}, edits: []mutantEdit{
+		{file: "watch.go", point: "reader-takes-proclaim-for-downgrade", new: "if false {"}}},
+	{name: "a campaign's term left a listing's stand-in, which observers cannot read", run: "TestCampaignTermIsTheNodesCzxid", edits: []mutantEdit{
+		{file: "election.go", point: "term-stand-in", new: "_ = r.V.Stat.Czxid"}}},
+	{name: "an observer reports a state older than one it showed", run: "TestObserverNeverGoesBackwards", edits: []mutantEdit{
+		{file: "observe.go", point: "observe-backwards", new: "case now.Term != o.term:"}}},
 }
 
 // joinerOnAnEarlierSync lets the joiners waiting for the next sync in on

@@ -89,11 +89,13 @@ var (
 	simSets      = flag.Int("sim.sets", 1000, "number of schedules TestSimulationSets runs")
 	simWithPeer  = flag.Bool("sim.peer", false, "TestSimulation with a blind peer (see TestSimulationBlindPeer)")
 	simPeers     = flag.Int("sim.peers", 1000, "number of schedules TestSimulationBlindPeer runs")
+	simElect     = flag.Bool("sim.elect", false, "TestSimulation with elections (see TestSimulationElections)")
+	simElections = flag.Int("sim.elections", 1000, "number of schedules TestSimulationElections runs")
 )
 
 func TestSimulation(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce, sets: *simWithSets,
-		peer: *simWithPeer}
+		peer: *simWithPeer, elect: *simElect}
 	simulate(t, cfg, *simSchedules)
 }
 
@@ -110,6 +112,20 @@ func TestSimulation(t *testing.T) {
 func TestSimulationBlindPeer(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, peer: true}
 	simulate(t, cfg, *simPeers)
+}
+
+// TestSimulationElections runs the simulation with elections (see
+// election.go): each client campaigns, with a value of its own, and may
+// proclaim a new value halfway through its term, under every fault. An
+// election is a write queue with values, so the check is the write lock's:
+// no two leaders hold at once unless one was told. A Proclaim changes the
+// leader's node while candidates wait behind it, which no plain write grant
+// does. A reader of the path now and then queues behind a leader that may
+// proclaim, and must not be let in by it. Besides, an observer on a session
+// of its own follows the election; what it reports must never go backwards.
+func TestSimulationElections(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, elect: true}
+	simulate(t, cfg, *simElections)
 }
 
 // TestSimulationSets runs the simulation with sets of locks (LockAll, see
@@ -159,6 +175,7 @@ type simConfig struct {
 	coalesce bool // coalesced reads, and a reading goroutine more per process
 	sets     bool // sets of two locks, taken with LockAll
 	peer     bool // a blind peer (see TestSimulationBlindPeer)
+	elect    bool // elections: every step a Campaign, perhaps with a Proclaim
 }
 
 // flags are the test flags that replay seed with c.
@@ -181,6 +198,9 @@ func (c simConfig) flags(seed uint64) string {
 	}
 	if c.peer {
 		f += " -sim.peer"
+	}
+	if c.elect {
+		f += " -sim.elect"
 	}
 	return f
 }
@@ -236,6 +256,7 @@ type simClient struct {
 	bound time.Duration // WithSessionTimeout's, given to a lock whose connection does not tell; 0: none
 	twin  bool          // a second goroutine of another client's process (coalesce), or a set's member
 	lock2 *RWLock       // the set's second lock (sets)
+	elect *Election     // the election on the lock (elect)
 	other *simClient    // holds the grant of lock2 while c holds a set (sets)
 
 	// Guarded by net.mu:
@@ -260,6 +281,8 @@ type simStep struct {
 	// which they learn from the mark alone (see await)
 	downgrade bool
 	set       *simSet // a set of the lock and lock2, instead of mode and try
+	// proclaim a new value halfway through hold (elect)
+	proclaim bool
 }
 
 // simSet is a LockAll of the client's two locks.
@@ -442,6 +465,9 @@ func (s *sim) run() {
 			return
 		}
 		c.lock = l
+		if s.cfg.elect {
+			c.elect = &Election{l: l}
+		}
 		if s.cfg.sets {
 			if c.lock2, err = newRWLock(lockConn, dir2, opts...); err != nil {
 				s.fail("newRWLock: %v", err)
@@ -458,6 +484,14 @@ func (s *sim) run() {
 			if s.cfg.sets && r.IntN(3) != 0 {
 				how := r.IntN(4)
 				step.try, step.set = false, &simSet{mode2: Mode(1 + r.IntN(2)), reversed: how&1 == 0, together: how&2 != 0}
+			}
+			if s.cfg.elect {
+				// Mostly campaigns. A reader of the path now and then
+				// waits for the leader as for any writer, Proclaims or not.
+				step = simStep{mode: Write, hold: hold, proclaim: r.IntN(2) == 0}
+				if r.IntN(4) == 0 {
+					step = simStep{mode: Read, hold: hold}
+				}
 			}
 			c.steps = append(c.steps, step)
 		}
@@ -489,6 +523,10 @@ func (s *sim) run() {
 	s.logf("session timeout %v, server tick %v, %d host(s), %d clients, faults: %+v", s.timeout, tick, hosts, nClients, s.budget)
 
 	var clients, apps sync.WaitGroup
+	stopObserving := func() {}
+	if s.cfg.elect {
+		stopObserving = s.observe(hosts)
+	}
 	for _, c := range s.clients {
 		clients.Go(func() { s.client(c) })
 		if !c.twin {
@@ -501,6 +539,7 @@ func (s *sim) run() {
 		close(clientsDone)
 	}()
 	s.schedule(clientsDone)
+	stopObserving()
 	for _, d := range []string{dir, dir2} {
 		if nodes := s.server.lockNodes(d); len(nodes) > 0 {
 			s.fail("nodes left behind in %s: %v", d, nodes)
@@ -607,6 +646,8 @@ func (s *sim) client(c *simClient) {
 		start := time.Now()
 		if step.set != nil {
 			g, g2, err = s.lockSet(ctx, c, step)
+		} else if c.elect != nil && step.mode == Write {
+			g, err = c.elect.Campaign(ctx, []byte(fmt.Sprintf("c%d/%d", c.id, i)))
 		} else {
 			g, err = c.lock.acquire(ctx, w)
 		}
@@ -675,7 +716,13 @@ func (s *sim) client(c *simClient) {
 			}
 			return false
 		}
-		if !step.downgrade || g2 != nil {
+		if step.proclaim {
+			if held(step.hold / 2) {
+				c.zk.pause()
+				s.proclaim(c, fmt.Sprintf("c%d/%d'", c.id, i))
+				held(step.hold - step.hold/2)
+			}
+		} else if !step.downgrade || g2 != nil {
 			held(step.hold)
 		} else if held(step.hold / 2) {
 			c.zk.pause()
@@ -709,10 +756,79 @@ func (s *sim) client(c *simClient) {
 			ReleaseAll(context.Background(), g, g2)
 			continue
 		}
+		if c.elect != nil && step.mode == Write {
+			c.elect.Resign(context.Background())
+			continue
+		}
 		g.Release(context.Background())
 		if g2 != nil {
 			g2.Release(context.Background())
 		}
+	}
+}
+
+// observe follows the election from a session of its own, which the
+// scheduler may reset like any other. Each state it reports must be no
+// older than the last, and a new leader's must come after every earlier
+// leader has been told (check's rule, seen by a third party). stop ends
+// it and waits for it.
+func (s *sim) observe(hosts int) (stop func()) {
+	conn := s.net.session(hosts, s.timeout, true)
+	e, err := newElection(conn, dir)
+	if err != nil {
+		s.fail("newElection: %v", err)
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	states := e.Observe(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var last Leadership
+		for st := range states {
+			s.logf("the observer sees %q in term %d", st.Value, st.Term)
+			if st.Term != 0 && st.Term < last.Term {
+				s.fail("the observer went back from term %d to term %d", last.Term, st.Term)
+			}
+			if st.Term != 0 {
+				last = st
+				s.checkLeader(st.Term)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		conn.close()
+	}
+}
+
+// checkLeader checks that no client leads in a term before term, untold,
+// as the observer reports term. Its rule is check's, and a stopped process
+// is judged at its first look.
+func (s *sim) checkLeader(term int64) {
+	s.net.mu.Lock()
+	defer s.net.mu.Unlock()
+	for _, c := range s.clients {
+		g := c.holding
+		if g == nil || g.mode != Write || c.zk.frozen || isClosed(g.ctx.Done()) || !c.known || g.Token() >= term {
+			continue
+		}
+		if s.failed == "" {
+			s.failed = fmt.Sprintf("the observer reported term %d while %s, untold", term, s.status(c))
+		}
+	}
+}
+
+// proclaim changes the value of c's leadership. It may fail as the
+// leadership is lost, or as the connection fails.
+func (s *sim) proclaim(c *simClient, value string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	err := c.elect.Proclaim(ctx, []byte(value))
+	s.logf("c%d proclaims %q: %v", c.id, value, err)
+	if err != nil && !expectedFailure(err) && !zkclient.ConnectionLoss(err) {
+		s.fail("c%d: unexpected error from Proclaim: %v", c.id, err)
 	}
 }
 

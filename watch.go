@@ -135,6 +135,9 @@ type look struct {
 	r     zkclient.Reply[zkclient.Node]
 	gone  bool // shown gone
 	spent bool // its watches told all they can; look again if it still matters
+	// elected: the node is a campaign's, whose leader may Proclaim (see
+	// election.go). Its data changes while it holds, so a change is no downgrade.
+	elected bool
 }
 
 // A fire is one of a look's watches that fired.
@@ -245,6 +248,7 @@ func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-
 		}
 		// Marks count only on our own nodes. A peer's data is its own
 		// business, and a peer holds its node until it deletes it.
+		l.elected = l.node.ours && l.node.mode == Write && lockname.Elected(l.r.V.Data)
 		if l.node.ours && l.node.mode == Write && lockname.Held(l.r.V.Data) {
 			m.snap.pruneBefore(l.node) // it held, so nothing before it is left
 			if m.mode == Read && lockname.Downgraded(l.r.V.Data) {
@@ -294,12 +298,20 @@ func (m *member) fire(ctx context.Context, f fire) (step, error) {
 	// mutant: reader-trusts-peer
 	case ev.Type == zk.EventNodeDataChanged && l.node.ours:
 		m.snap.pruneBefore(l.node) // it held, so nothing before it is left
+		// A leader's Proclaim changes its data while it holds. So a reader
+		// reads the node again, and passes on the downgrade mark alone.
+		// mutant: reader-takes-proclaim-for-downgrade
+		if m.mode == Read && l.elected {
+			l.spent = true
+			return stepWait, nil
+		}
 		if m.mode == Read {
 			// It is shared now, downgraded, or on its way out with the held
 			// mark riding on its deletion. Either way it is out of a
 			// reader's way. We need not read which of the two.
 			m.markDowngraded(l.node.name)
 		}
+		// mutant: data-change-as-deletion
 		l.spent = l.going == nil
 	default:
 		l.spent = true // a peer's change proves nothing, so look again

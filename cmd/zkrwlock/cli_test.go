@@ -34,6 +34,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"help", "ls"}, []string{"--older-than"}},
 		{[]string{"dev", "--help"}, []string{"--servers", "--log", "Ctrl-C", "stop it with SIGTERM", "kill -TERM"}},
 		{[]string{"version", "--help"}, []string{"build"}},
+		{[]string{"leader", "--help"}, []string{"--watch", "--json", "--zk", "value_base64", "term", "no leader"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := runIn(t, nil, tc.args...)
@@ -76,6 +77,7 @@ func TestUsageErrors(t *testing.T) {
 		{"queue extra argument", []string{"queue", "/locks/x", "/locks/y"}, "unexpected argument"},
 		{"chroot", []string{"queue", "--zk", "127.0.0.1:2181/app", "/locks/x"}, "chroot"},
 		{"dev servers", []string{"dev", "--servers", "2"}, "--servers"},
+		{"leader no path", []string{"leader", "--watch"}, "missing lock PATH"},
 		{"ls no prefix", []string{"ls", "--json"}, "missing PREFIX"},
 		{"ls extra argument", []string{"ls", "/locks", "/more"}, "unexpected argument"},
 		{"ls relative prefix", []string{"ls", "locks"}, "invalid path"},

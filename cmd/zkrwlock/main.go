@@ -3,6 +3,7 @@
 //
 //	zkrwlock exec --write /locks/schema -- ./migrate.sh   run a command under the lock
 //	zkrwlock queue /locks/schema                          who holds the lock, who waits
+//	zkrwlock leader --watch /elections/api                who leads an election, as it changes
 //	zkrwlock ls --older-than 1h /locks                    every lock under /locks, stuck first
 //	zkrwlock dev                                          a throwaway local ZooKeeper
 //	zkrwlock version                                      the version of this build
@@ -31,6 +32,7 @@ Commands:
   exec     take the lock, run a command while holding it, release it when it exits
   queue    show who holds the lock and who waits, in order
   revoke   ask whoever holds the lock now to let go
+  leader   print the leader of an election, or follow it (--watch)
   ls       list the locks under a prefix, stuck ones first
   dev      start a throwaway local ZooKeeper server until Ctrl-C or SIGTERM
   version  print zkrwlock's version (also --version)
@@ -56,6 +58,7 @@ var commands = map[string]command{
 	"exec":    {runExec, execUsage},
 	"queue":   {runQueue, queueUsage},
 	"revoke":  {runRevoke, revokeUsage},
+	"leader":  {runLeader, leaderUsage},
 	"ls":      {runLs, lsUsage},
 	"dev":     {runDev, devUsage},
 	"version": {runVersion, versionUsage},

@@ -12,6 +12,7 @@ import (
 // for a lost lock, 126/127 as env(1) and timeout(1) use them, and 128+n,
 // as shells report a death by signal n, for an interrupted wait.
 const (
+	exitNoLeader    = 1   // leader: nobody leads, as grep exits 1 for no match
 	exitUsage       = 64  // EX_USAGE: bad flags or arguments, invalid lock path
 	exitUnavailable = 69  // EX_UNAVAILABLE: no ZooKeeper session, or ZooKeeper failed
 	exitTimeout     = 75  // EX_TEMPFAIL: --timeout (or --no-wait) while waiting
@@ -26,7 +27,8 @@ const (
 
 const exitCodes = `Exit status:
   N        exec: the command's own exit status (128+n if it died of signal n)
-  0        success (queue, ls, dev, --help)
+  0        success (queue, ls, leader, dev, --help)
+  1        leader: nobody leads
   64       usage: bad flag or argument, invalid lock path
   69       ZooKeeper unavailable: no session within --connect-timeout, or a request failed
   75       exec: gave up waiting (--timeout, --no-wait); no node left behind

@@ -2,6 +2,7 @@ package lockname
 
 import (
 	"bytes"
+	"encoding/base64"
 	"slices"
 	"strconv"
 	"strings"
@@ -269,4 +270,48 @@ func Set(data []byte) (others []string, size int) {
 		return nil, 0
 	}
 	return others, size
+}
+
+// An election's node carries its leader's value in a line of its own. The
+// create writes it, and the leader's Proclaim rewrites it, at no request
+// more than the change itself:
+//
+//	owner=build-7:4242
+//	value=MTAuMC4wLjc6ODA4MA==
+//
+// The value is arbitrary bytes, so the line spells it in standard base64.
+// Base64 has no newline, and no line of it can pass for a mark. So
+// `zkCli get` still shows one key per line, and Held and Downgraded never
+// mistake a value for a mark.
+const valueKey = "value="
+
+// MaxValue bounds a leader's value. Every observer reads it at each change,
+// and ZooKeeper caps a node's data at jute.maxbuffer, 1 MiB by default.
+const MaxValue = 64 << 10
+
+// ValueLine returns the line that carries v.
+func ValueLine(v []byte) []byte {
+	b := make([]byte, 0, len(valueKey)+base64.StdEncoding.EncodedLen(len(v))+1)
+	b = append(b, valueKey...)
+	b = base64.StdEncoding.AppendEncode(b, v)
+	return append(b, '\n')
+}
+
+// Elected reports whether a node's data carries a value line: the node is
+// a campaign's, and its leader may change its data while it holds.
+func Elected(data []byte) bool { return hasLine(data, valueKey) }
+
+// Value returns the value a node's data carries. It reports false for data
+// with no value line, or one that does not decode.
+func Value(data []byte) ([]byte, bool) {
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, valueKey); ok {
+			b, err := base64.StdEncoding.DecodeString(strings.TrimSuffix(v, "\n"))
+			if err != nil {
+				return nil, false
+			}
+			return b, true
+		}
+	}
+	return nil, false
 }

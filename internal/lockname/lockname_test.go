@@ -238,6 +238,26 @@ func TestDataMaxHold(t *testing.T) {
 	}
 }
 
+func TestValue(t *testing.T) {
+	for _, v := range [][]byte{nil, []byte("10.0.0.7:8080"), []byte("state=held\nmode=read\n"), {0, 0xff, '\n'}} {
+		d := append(Data("host:42", 0, 0), ValueLine(v)...)
+		got, ok := Value(d)
+		assert.True(t, ok)
+		assert.Equal(t, string(v), string(got))
+		assert.False(t, Held(d), "a value is never a mark: %q", d)
+		assert.False(t, Downgraded(d))
+		assert.True(t, Elected(d), "a campaign's node, whatever its value")
+		assert.Equal(t, "host:42", Owner(d))
+		assert.Equal(t, 1, strings.Count(string(d), "\n")-1, "one line: %q", d)
+	}
+	assert.Equal(t, "value=MTAuMC4wLjc6ODA4MA==\n", string(ValueLine([]byte("10.0.0.7:8080"))))
+	for _, bad := range []string{"", "owner=x\n", "value=not base64!\n"} {
+		_, ok := Value([]byte(bad))
+		assert.False(t, ok, "%q", bad)
+	}
+	assert.False(t, Elected(Data("value=x", 0, MarkHeld)), "a plain writer's node, whatever its owner")
+}
+
 func TestSet(t *testing.T) {
 	base := Data("host:42", 0, 0)
 	d := InSet(base, []string{"/a", "/b", "/c"}, 1)
