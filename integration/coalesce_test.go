@@ -60,18 +60,23 @@ func TestCoalescedBurstRequests(t *testing.T) {
 		require.NoError(t, eg.Wait())
 	}
 	const bursts = 20
-	var total, most int64
-	for range bursts {
-		n := requestCount(t, zk, burst)
-		total += n
-		most = max(most, n)
+	counts := make([]int64, bursts)
+	var total int64
+	for i := range counts {
+		counts[i] = requestCount(t, zk, burst)
+		total += counts[i]
 	}
-	t.Logf("requests per burst of 64 readers: %.2f on average over %d bursts, at most %d", float64(total)/bursts, bursts, most)
-	// 4 a burst. The server also counts go-zookeeper's pings and the
-	// lease's keepalives, and a reader that the Go scheduler runs only
-	// after the joiners' sync went waits for a second one: two in all may
-	// come on top.
-	assert.LessOrEqual(t, total, int64(4*bursts+2), "requests for %d bursts of 64 readers", bursts)
+	slices.Sort(counts)
+	t.Logf("requests per burst of 64 readers: %.2f on average over %d bursts, median %d, at most %d",
+		float64(total)/bursts, bursts, counts[bursts/2], counts[bursts-1])
+	// 4 a burst: the median says so. Beside it the server counts
+	// go-zookeeper's pings and the lease's keepalives. A reader that the Go
+	// scheduler runs only after the joiners' sync waits for a second one,
+	// and one run after the last release makes a node of its own (4 more).
+	// On a loaded machine that happens now and then, so the total allows a
+	// second node for one burst in four.
+	assert.LessOrEqual(t, counts[bursts/2], int64(4), "the median burst of 64 readers")
+	assert.LessOrEqual(t, total, int64(5*bursts), "requests for %d bursts of 64 readers", bursts)
 	assert.Empty(t, lockNodes(t, c.conn, path))
 }
 
