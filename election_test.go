@@ -285,6 +285,10 @@ func TestCampaignTermIsTheNodesCzxid(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, g.Token(), term, "observers read the same term")
 		require.NoError(t, e.Resign(ctx))
+		// The old leader's node was deleted under it: it must hear so. Its
+		// goroutines then end before the bubble's time stops with this
+		// function.
+		<-old.Done()
 	})
 }
 
