@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
 	"regexp"
 	"slices"
 	"strings"
@@ -91,6 +93,30 @@ func (h *warnings) WithAttrs(attrs []slog.Attr) slog.Handler {
 }
 
 func (h *warnings) WithGroup(string) slog.Handler { return h }
+
+// dialInterruptible dials for a command that the first SIGINT, SIGTERM or
+// SIGHUP ends: ctx ends then. stop stops listening and returns that signal,
+// if one came. done closes the connection and stops listening; the caller
+// defers it. An interrupted dial says so.
+func (c *connFlags) dialInterruptible() (ctx context.Context, conn *zk.Conn, stop func() os.Signal, done func(), err error) {
+	sigs := make(chan os.Signal, 1)
+	notify(sigs, interrupts...)
+	ctx, stop = interruptible(context.Background(), sigs)
+	conn, err = c.dial(ctx)
+	if err != nil {
+		sig := stop()
+		signal.Stop(sigs)
+		if sig != nil {
+			err = interruptedErr(sig, "while connecting to ZooKeeper")
+		}
+		return nil, nil, nil, nil, err
+	}
+	return ctx, conn, stop, func() {
+		closeConn(conn)
+		stop()
+		signal.Stop(sigs)
+	}, nil
+}
 
 // errConnectTimeout is the cause of a dial that ran out of time.
 var errConnectTimeout = errors.New("connect timeout")

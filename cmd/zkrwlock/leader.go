@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"time"
 
 	"github.com/zkrwlock/rwlock"
@@ -64,19 +62,11 @@ func runLeader(std stdio, args []string) int {
 }
 
 func showLeader(std stdio, cf *connFlags, path string, watch, asJSON bool) error {
-	sigs := make(chan os.Signal, 1)
-	notify(sigs, interrupts...)
-	defer signal.Stop(sigs)
-	ctx, stop := interruptible(context.Background(), sigs)
-	defer stop()
-	conn, err := cf.dial(ctx)
+	ctx, conn, stop, done, err := cf.dialInterruptible()
 	if err != nil {
-		if sig := stop(); sig != nil {
-			return interruptedErr(sig, "while connecting to ZooKeeper")
-		}
 		return err
 	}
-	defer closeConn(conn)
+	defer done()
 	e, err := rwlock.NewElection(conn, path, rwlock.WithLogger(cf.logger(std.err)))
 	if err != nil {
 		return &failure{exitUsage, err}

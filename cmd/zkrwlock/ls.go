@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"sync"
@@ -172,20 +170,12 @@ func runLs(std stdio, args []string) int {
 
 // list finds the locks, reads their queues and prints them.
 func (o *lsOptions) list(std stdio) error {
-	sigs := make(chan os.Signal, 1)
-	notify(sigs, interrupts...)
-	defer signal.Stop(sigs)
-	ctx, stop := interruptible(context.Background(), sigs)
-	defer stop()
 	log := o.conn.logger(std.err)
-	conn, err := o.conn.dial(ctx)
+	ctx, conn, stop, done, err := o.conn.dialInterruptible()
 	if err != nil {
-		if sig := stop(); sig != nil {
-			return interruptedErr(sig, "while connecting to ZooKeeper")
-		}
 		return err
 	}
-	defer closeConn(conn)
+	defer done()
 
 	var mu sync.Mutex
 	warn := func(msg string) {

@@ -7,8 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -170,24 +168,16 @@ func parsePath(std stdio, fs *flag.FlagSet, usage string, args []string, conn *c
 }
 
 func showQueue(std stdio, cf *connFlags, path string, dialect *rwlock.Dialect, asJSON bool) error {
-	sigs := make(chan os.Signal, 1)
-	notify(sigs, interrupts...)
-	defer signal.Stop(sigs)
-	ctx, stop := interruptible(context.Background(), sigs)
-	defer stop()
 	log := cf.logger(std.err)
 	opts := []rwlock.Option{rwlock.WithLogger(log)}
 	if dialect != nil {
 		opts = []rwlock.Option{rwlock.WithLogger(cf.lockLogger(std.err, "zkrwlock queue")), rwlock.WithDialect(*dialect)}
 	}
-	conn, err := cf.dial(ctx)
+	ctx, conn, stop, done, err := cf.dialInterruptible()
 	if err != nil {
-		if sig := stop(); sig != nil {
-			return interruptedErr(sig, "while connecting to ZooKeeper")
-		}
 		return err
 	}
-	defer closeConn(conn)
+	defer done()
 	l, err := rwlock.New(conn, path, opts...)
 	if err != nil {
 		return &failure{exitUsage, err}

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
-	"os/signal"
 	"time"
 
 	"github.com/zkrwlock/rwlock"
@@ -44,19 +42,11 @@ func runRevoke(std stdio, args []string) int {
 }
 
 func revoke(std stdio, cf *connFlags, path, reason string) error {
-	sigs := make(chan os.Signal, 1)
-	notify(sigs, interrupts...)
-	defer signal.Stop(sigs)
-	ctx, stop := interruptible(context.Background(), sigs)
-	defer stop()
-	conn, err := cf.dial(ctx)
+	ctx, conn, stop, done, err := cf.dialInterruptible()
 	if err != nil {
-		if sig := stop(); sig != nil {
-			return interruptedErr(sig, "while connecting to ZooKeeper")
-		}
 		return err
 	}
-	defer closeConn(conn)
+	defer done()
 	l, err := rwlock.New(conn, path, rwlock.WithLogger(cf.logger(std.err)))
 	if err != nil {
 		return &failure{exitUsage, err}
