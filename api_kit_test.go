@@ -1,0 +1,12 @@
+package rwlock_test
+
+import (
+	"sync"
+
+	rw "github.com/zkrwlock/rwlock"
+)
+
+// The exported API of issue 37's additions, as api_test.go checks the rest.
+var (
+	_ func(*rw.RWLock) sync.Locker = rw.NewLocker
+)
