@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
 )
 
 // Lockers of two processes (two sessions), each shared by goroutines,
@@ -102,6 +103,8 @@ func TestLockerMisuse(t *testing.T) {
 // without a panic, a Lock made during the outage waits, and is granted once
 // the server is back and the old node gone.
 func TestLockerRidesOutAnOutage(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35) // the lock's watches are re-set on the reconnection
 	srv := faultServer(t, 1)
 	const path = "/locker/outage"
 	ctx := testContext(t)

@@ -277,14 +277,8 @@ func (d *dialer) why(err error) string {
 	case unheard:
 		return "a server took the connection but did not answer ZooKeeper's handshake in time"
 	}
-	if _, last, ok := strings.Cut(err.Error(), "(last attempt: "); ok { // rwlock.Dial's error
-		last = strings.TrimSuffix(last, ")")
-		// go-zookeeper calls the handshake "authentication", which has
-		// nothing to do with --auth.
-		if rest, ok := strings.CutPrefix(last, "authentication failed: "); ok {
-			last = "the handshake failed: " + rest
-		}
-		return "last attempt: " + last
+	if _, tried, ok := strings.Cut(err.Error(), "; tried "); ok { // rwlock.Dial's error
+		return "tried " + tried
 	}
 	if failed != "" {
 		return "last attempt: " + failed
