@@ -27,7 +27,12 @@ TESTLOG := $(GO) run ./scripts/testlog
 SIM_SCHEDULES ?= 2000000
 SIM_FIRST ?= $(shell date +%s)
 
-.PHONY: demo test soak check release-check check-tiers slowest sim chaos fuzz zookeeper peers bench
+.PHONY: install demo test soak check release-check check-tiers slowest sim chaos fuzz zookeeper peers bench
+
+## install: go install ./cmd/zkrwlock, recording the checkout's revision for
+## zkrwlock version even where go does not (-buildvcs=false, a git worktree)
+install:
+	$(GO) install -ldflags "-X main.revision=$$(git rev-parse HEAD) -X main.modified=$$(git diff --quiet HEAD && echo false || echo true)" ./cmd/zkrwlock
 
 zookeeper:
 	@./scripts/install-zookeeper.sh
