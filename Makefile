@@ -144,10 +144,12 @@ bench: zookeeper
 	echo "bench: $$out.jsonl, $$out.txt" >&2; exit $$rc
 
 ## check: formatting, and vet with the current Go, which also compiles
-## api_test.go: the exported API, name by name and signature by signature
+## api_test.go: the exported API, name by name and signature by signature;
+## then the README's install snippet, run as printed in an empty directory
 check:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet $(PACKAGES)
+	./scripts/check-readme-install.sh
 
 ## release-check: the slower checks, in make soak: vet with the oldest Go and for
 ## macOS; then a module outside the repository that uses otelrwlock and lockprof,
