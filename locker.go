@@ -38,28 +38,37 @@ import (
 // nor get the fencing token. Code that must stop writing on a loss, or
 // fence its writes, uses [RWLock.WithWrite] or [RWLock.Lock].
 //
-// The Locker also excludes its own callers in this process, with a
-// sync.Mutex held from Lock to Unlock. So even after a loss its callers
+// The Locker also excludes its own callers in this process, as a mutex
+// held from Lock to Unlock would. So even after a loss its callers
 // never overlap one another, and Unlock always releases the grant of the
 // Lock it ends. Lockers made by separate calls exclude one another only
 // through ZooKeeper.
 func NewLocker(l *RWLock) sync.Locker {
-	return &locker{l: l}
+	return &locker{l: l, held: make(chan struct{}, 1)}
 }
 
+// Why the Locker excludes its own callers too. A grant may be lost while
+// its caller still runs, and nothing tells that caller. Another goroutine's
+// Lock would then be granted by ZooKeeper at once. Two callers of one
+// Locker would be inside together, in one process, where a mutex promises
+// otherwise. And Unlock would not know whose grant to release. So one
+// token, held from Lock to Unlock, admits one caller at a time. A loss
+// then lets in only other processes, which ZooKeeper already allows.
 type locker struct {
 	l *RWLock
 
-	// mu is held from Lock to Unlock. Only its holder sets g, so that a
-	// grant lost early cannot let a second caller in before Unlock.
-	mu sync.Mutex
-	g  atomic.Pointer[Grant] // the grant of the Lock that holds mu
+	// held is the token: a Lock sends into it, its Unlock takes it back.
+	// A channel, not a sync.Mutex, so that a test in a synctest bubble
+	// sees a blocked caller as durably blocked.
+	held chan struct{}
+	g    atomic.Pointer[Grant] // the grant of the Lock that holds the token
 }
 
 func (k *locker) Lock() {
-	k.mu.Lock()
+	// mutant: locker-exclusion
+	k.held <- struct{}{}
 	if k.l == nil {
-		k.mu.Unlock()
+		<-k.held
 		panic(&opError{"lock", "", fmt.Errorf("%w: NewLocker of a nil *RWLock", ErrInvalidArgument)})
 	}
 	ctx := context.Background()
@@ -71,12 +80,12 @@ func (k *locker) Lock() {
 			return
 		}
 		if incurable(err) {
-			k.mu.Unlock()
+			<-k.held
 			panic(err)
 		}
 		k.l.log.Warn("rwlock: Locker: cannot take the lock; trying again", "lock", k.l.path, "err", err)
 		if err := retry.Wait(ctx, k.l.conn); err != nil { // only a closed connection ends this wait
-			k.mu.Unlock()
+			<-k.held
 			panic(&opError{"lock", k.l.path, err})
 		}
 	}
@@ -93,7 +102,8 @@ func (k *locker) Unlock() {
 	if g == nil {
 		panic("rwlock: Unlock of an unlocked Locker")
 	}
-	defer k.mu.Unlock()
+	// mutant: locker-exclusion-unlock
+	defer func() { <-k.held }()
 	ctx, cancel := context.WithTimeout(context.Background(), k.l.cleanupTimeout)
 	defer cancel()
 	if err := ignoreBackground(g.Release(ctx)); err != nil {
