@@ -30,7 +30,8 @@ type Server struct {
 
 // StartServer starts a standalone ZooKeeper server for t and waits until it
 // serves; t.Cleanup stops it. A loaded machine may take seconds, an idle
-// one about one.
+// one about one. It starts one under -short too: a test that should not
+// checks testing.Short itself.
 func StartServer(t testing.TB) *Server {
 	t.Helper()
 	return start(t, 1)
