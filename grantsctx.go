@@ -36,8 +36,9 @@ func GrantsContext(ctx context.Context, grants ...*Grant) (_ context.Context, ca
 			grants[i] = nil
 			continue
 		}
-		// The hook runs on the goroutine that ends g. So the context ends
-		// before a loss is reported to anyone else, as WithWrite's does.
+		// The hook runs on the goroutine that ends g, before that goroutine
+		// goes on. So the context ends as soon as g's Done closes, as
+		// WithWrite's does, not a scheduling delay later.
 		stops = append(stops, g.whenEnded(func(cause error) {
 			if errors.Is(cause, ErrReleased) {
 				cause = &opError{"grant", g.Node(), cause}
