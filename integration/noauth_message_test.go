@@ -24,5 +24,5 @@ func TestNoAuthMessageAdvisesAddAuth(t *testing.T) {
 	require.ErrorIs(t, err, zk.ErrNoAuth)
 	assert.Regexp(t, `may not delete nodes in /noauth-message, so it could never release a grant there `+
 		`\(no entry of the directory's ACL allows DELETE to an identity this client has: add one, such as digest user:password, `+
-		`with zk.Conn.AddAuth before locking, see WithACL\)$`, err.Error())
+		`with zk.Conn.AddAuth before locking\)$`, err.Error())
 }

@@ -401,9 +401,10 @@ func (c *connFlags) zkFail(err error, format string, args ...any) error {
 }
 
 // withoutLibraryHint is err's text without the advice the library gives
-// a Go program ("see WithACL"), which means nothing to an operator.
+// a Go program (a parenthesis with "see WithACL", or one naming
+// zk.Conn.AddAuth), which means nothing to an operator.
 func withoutLibraryHint(err error) string {
 	return libraryHint.ReplaceAllString(err.Error(), "")
 }
 
-var libraryHint = regexp.MustCompile(`\s*\([^()]*\bsee With[A-Za-z]+\)`)
+var libraryHint = regexp.MustCompile(`\s*\([^()]*\b(see With[A-Za-z]+\)|zk\.Conn\.AddAuth\b[^()]*\))`)
