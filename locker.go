@@ -18,11 +18,13 @@ import (
 // Lock blocks until it holds the lock exclusively. It rides out connection
 // loss, server restarts and session expiry: each failed attempt is logged
 // at warning level on l's logger (see [WithLogger]) and tried again, after
-// a pause of up to half a second and once the client has a session. It
-// panics only for errors no retry can cure: l not made by New (an error
-// wrapping ErrInvalidArgument), a *zk.Conn closed by its owner, or
-// [ErrSequenceExhausted]. Those are mistakes of the program or of the
-// operator, not outages.
+// a pause of up to half a second and once the client has a session. An ACL
+// refusal (zk.ErrNoAuth) is tried again too, since an AddAuth or a changed
+// ACL cures it. Lock panics only for errors no retry can cure: an error
+// wrapping ErrInvalidArgument (l not made by New, or peers on the path
+// that do not see its nodes, see [WithDialect]), a *zk.Conn closed by its
+// owner, or [ErrSequenceExhausted]. Those are mistakes of the program or
+// of the operator, not outages.
 //
 // Unlock releases the grant, waiting for the deletion at most the cleanup
 // timeout (see [WithCleanupTimeout]). It never panics over the server. If
