@@ -200,6 +200,11 @@ var mutants = []mutant{
 		{file: "election.go", point: "term-stand-in", new: "_ = r.V.Stat.Czxid"}}},
 	{name: "an observer reports a state older than one it showed", run: "TestObserverNeverGoesBackwards", edits: []mutantEdit{
 		{file: "observe.go", point: "observe-backwards", new: "case now.Term != o.term:"}}},
+	// A Locker's exclusion of its own callers is in-process: the
+	// simulation, which checks grants, has nothing to find.
+	{name: "a Locker lets a second caller in once its grant is lost", run: "TestLockerExcludesItsCallersAfterALoss", edits: []mutantEdit{
+		{file: "locker.go", point: "locker-exclusion", new: "_ = k.held"},
+		{file: "locker.go", point: "locker-exclusion-unlock", new: "_ = k.held"}}},
 }
 
 // joinerOnAnEarlierSync lets the joiners waiting for the next sync in on

@@ -200,7 +200,8 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Grant, error) {
 
 // WithWrite runs fn while holding the lock exclusively, and releases it
 // when fn returns. Errors acquiring the lock are returned as from Lock, and
-// fn does not run. The context fn gets carries the grant. It is cancelled
+// fn does not run. The context fn gets carries the grant, which
+// [GrantFromContext] returns, for its Token and Multi. It is cancelled
 // with a cause wrapping ErrLost when the grant is lost, and a migration
 // must stop writing then. Its Err and Done consult the lease clock as
 // [Grant.Err] does. Contexts derived from it see a loss at the clock's next
