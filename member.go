@@ -60,6 +60,7 @@ type member struct {
 	snap       snapshot
 	downgraded map[string]bool // writers seen downgraded (readers only)
 	waited     bool            // we watched a node before being granted
+	delay      lockDelay       // what WithLockDelay makes us wait (see lockdelay.go)
 	retry      zkclient.Backoff
 
 	dir     *zkclient.Watch // child watch on the directory, from our first listing
