@@ -370,3 +370,45 @@ func TestObserverDoesNotWalkGoneCandidates(t *testing.T) {
 		}
 	})
 }
+
+// Observers hear of a Campaign as a write acquisition with Campaign set,
+// and of its term as a write grant with Term set; a lost term has its
+// Loss, a Resign none. A plain write grant and a downgraded term are no
+// terms.
+func TestElectionObserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		s := newFakeServer()
+		var r recorder
+		e := newElectionOn(t, s.conn(), WithObserver(&r))
+		g, err := e.Campaign(ctx, []byte("v"))
+		require.NoError(t, err)
+		require.NoError(t, e.Resign(ctx))
+		g, err = e.Campaign(ctx, []byte("v"))
+		require.NoError(t, err)
+		require.NoError(t, s.conn().Delete(g.Node(), -1)) // by hand
+		synctest.Wait()
+		<-g.Done()
+		d, err := e.Campaign(ctx, []byte("v"))
+		require.NoError(t, err)
+		rd, err := d.Downgrade(ctx)
+		require.NoError(t, err)
+		require.NoError(t, rd.Release(ctx))
+
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		require.Len(t, r.acquires, 3)
+		for _, a := range r.acquires {
+			assert.True(t, a.Campaign)
+			assert.Equal(t, Write, a.Mode)
+		}
+		require.Len(t, r.grants, 4)
+		assert.True(t, r.grants[0].Term)
+		assert.Empty(t, r.grants[0].Loss, "a Resign is a release")
+		assert.True(t, r.grants[1].Term)
+		assert.Equal(t, "node_deleted", r.grants[1].Loss)
+		assert.True(t, r.grants[2].Term, "the term ends at its Downgrade")
+		assert.Equal(t, Read, r.grants[3].Mode)
+		assert.False(t, r.grants[3].Term, "a downgraded term leads nobody")
+	})
+}

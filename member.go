@@ -29,8 +29,9 @@ const (
 
 // want is what the caller asked of one lock.
 type want struct {
-	mode  Mode
-	block bool // false for TryLock and TryRLock
+	mode     Mode
+	block    bool // false for TryLock and TryRLock
+	campaign bool // an Election's Campaign (see election.go), for the observers
 }
 
 // acquisition is one call that makes nodes, in progress.
