@@ -3,6 +3,7 @@ package rwlock
 import (
 	"context"
 	"fmt"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -410,5 +411,37 @@ func TestElectionObserved(t *testing.T) {
 		assert.True(t, r.grants[2].Term, "the term ends at its Downgrade")
 		assert.Equal(t, Read, r.grants[3].Mode)
 		assert.False(t, r.grants[3].Term, "a downgraded term leads nobody")
+	})
+}
+
+// An observer writes nothing: on a path that does not exist it reports
+// that nobody leads, and makes no directory. Once a Campaign makes it, the
+// observer reports the leader. Leader makes nothing either.
+func TestObserveMakesNoDirectory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		s := newFakeServer()
+		watcher := newElectionOn(t, s.conn())
+		states := watcher.Observe(ctx)
+		require.Equal(t, Leadership{}, <-states, "nobody leads")
+		synctest.Wait()
+		_, _, err := watcher.Leader(ctx)
+		require.ErrorIs(t, err, ErrNoLeader)
+		for _, p := range []string{dir, path.Dir(dir)} {
+			_, _, err := s.conn().Get(p)
+			require.ErrorIs(t, err, zk.ErrNoNode, "%s made by a reader", p)
+		}
+
+		g, err := newElectionOn(t, s.conn()).Campaign(ctx, []byte("v"))
+		require.NoError(t, err)
+		got := <-states
+		assert.Equal(t, g.Token(), got.Term)
+		assert.Equal(t, "v", string(got.Value))
+		require.NoError(t, g.Release(ctx))
+		assert.Equal(t, int64(0), (<-states).Term)
+		cancel()
+		for range states {
+		}
 	})
 }
