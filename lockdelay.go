@@ -24,12 +24,16 @@ import (
 // marks. A reader, a writer granted at first try and a waiter that gives up
 // delete plainly. So the option costs each release a two-operation multi in
 // place of a delete, in one round trip still, and each watcher one event
-// more. It costs nothing else: no request more, no watch more.
+// more. And a writer that waits behind one of our writers reads it again
+// after a data change, unless its child watch told the deletion already:
+// at worst a request and a round trip more per handoff (see lookAgain).
 //
 // A node leaves the snapshot (see watch.go) in one of these ways:
 //   - A data change, then its deletion: a mark rode on the deletion. Clean.
-//   - Pruned by a later writer's mark: that writer held, so it waited out
-//     any delay the node owed. We come after its grant. Clean.
+//   - Pruned by a later writer's mark: that writer held, having waited out
+//     the delay of every loss it heard of. We come after its grant. A loss
+//     it never heard of, as when its listing came after the node went, we
+//     never heard of either, since we watched that writer alone. Clean.
 //   - Its deletion with a data watch still set, an answer that it is
 //     missing with no data change seen, or absence from a later listing.
 //     Nothing proves it released. Unclean: the grant waits until d after we
@@ -38,9 +42,9 @@ import (
 // Everything else errs towards waiting. A waiter that gave up deletes
 // plainly, and so costs the one behind it d. A node that went before the
 // waiter's first look at it costs d too: a candidate that queues as the
-// leader resigns waits, since nothing can tell it how the node went. A deletion by hand, an ACL
-// that forbids the mark, a hold limit reached and a queue again after a
-// session expiry all count as losses.
+// leader resigns waits, since nothing can tell it how the node went. A
+// deletion by hand, an ACL that forbids the mark, a hold limit reached and
+// a queue again after a session expiry all count as losses.
 //
 // A data change is a release's mark, a Proclaim or a downgrade. The last
 // two leave the node in place. So after a data change the waiter reads the
@@ -64,9 +68,9 @@ import (
 // nearest writer before it alone; readers lost ahead never exclude it.
 //
 // What it cannot cover: a node made after the loss sees nothing go. Only
-// waiters queued at the loss are held back, and later acquisitions of the
-// same RWLock, which remembers; a newcomer elsewhere that finds the queue
-// empty is granted at once. The delay counts on the waiter's
+// waiters that heard of the loss are held back, and later acquisitions of
+// the same RWLock, which remembers. A newcomer elsewhere that finds the
+// queue empty is granted at once. The delay counts on the waiter's
 // monotonic clock, from when its goroutine took the event, which is after
 // the server's deletion.
 
