@@ -209,6 +209,7 @@ func (a *acquisition) requeue(sessionReplaced bool) {
 		a.members[0].l.debug("queueing again with new nodes", a.members[0].path)
 	}
 	for _, m := range a.members {
+		m.vanished(nil) // what went ahead of the old node, nothing told (see lockdelay.go)
 		m.node, m.path, m.session, m.unsure = "", "", 0, false
 		m.snap, m.dir, m.own, m.tok, m.exact = snapshot{}, nil, ownWatch{}, 0, false
 	}
@@ -268,6 +269,7 @@ func (m *member) adopt(ctx context.Context, r zkclient.Reply[[]string]) (step, e
 		default:
 			m.node, m.path, m.session, m.tok = n.name, path, w.session, w.stat.Czxid
 			m.own = ownWatch{watch: w.watch}
+			m.adoptSnapshot(r.V) // what went ahead since, the next listing tells (see lockdelay.go)
 			m.l.debug("found the node of a create whose answer was lost", path)
 			return stepList, nil
 		}

@@ -113,6 +113,7 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (*Grant, error) {
 	}
 	a := newAcquisition(Request{l, Write})
 	a.members[0].lines = lockname.ValueLine(value)
+	a.members[0].campaign = true
 	start := time.Now()
 	l.starting(ctx, a.members[0].want, start)
 	holds, err := a.run(ctx)

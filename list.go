@@ -97,6 +97,7 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat, sent time.Time
 	if !m.ours(r.Session) {
 		return stepRequeue, nil
 	}
+	m.vanished(r.V) // before takeSnapshot reuses the snapshot's memory
 	snap, err := takeSnapshot(m.dropTwins(r.V), m.node, m.snap.before)
 	switch {
 	case errors.Is(err, errNotListed):
@@ -119,6 +120,12 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat, sent time.Time
 		m.listed(m)
 	}
 	if _, blocked := m.snap.blocker(m.isDowngraded); !blocked {
+		if m.owesDelay() { // see lockdelay.go
+			if !m.block {
+				return 0, ErrWouldBlock
+			}
+			return stepWait, nil
+		}
 		return stepGrant, nil // the listing proves our node there, and nothing in our way
 	}
 	return stepWait, nil

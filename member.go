@@ -29,8 +29,9 @@ const (
 
 // want is what the caller asked of one lock.
 type want struct {
-	mode  Mode
-	block bool // false for TryLock and TryRLock
+	mode     Mode
+	block    bool // false for TryLock and TryRLock
+	campaign bool // an Election's Campaign (see election.go), for the observers
 }
 
 // acquisition is one call that makes nodes, in progress.
@@ -60,6 +61,7 @@ type member struct {
 	snap       snapshot
 	downgraded map[string]bool // writers seen downgraded (readers only)
 	waited     bool            // we watched a node before being granted
+	delay      lockDelay       // what WithLockDelay makes us wait (see lockdelay.go)
 	retry      zkclient.Backoff
 
 	dir     *zkclient.Watch // child watch on the directory, from our first listing

@@ -190,6 +190,16 @@ var mutants = []mutant{
 	// Elections are a write queue with values (election.go): a successor
 	// must not lead before the old leader's head start, nor on the change
 	// a Proclaim makes to the leader's node.
+	// Lock-delay (lockdelay.go): after an unclean loss ahead, no grant
+	// before the delay has passed since the waiter learned of it.
+	{name: "lock-delay: a successor granted at the loss", flags: []string{"-sim.lockdelay"}, edits: []mutantEdit{
+		{file: "lockdelay.go", point: "lock-delay-early", new: "until := time.Now()"}}},
+	{name: "lock-delay: a deletion with no mark before it taken for a release", flags: []string{"-sim.lockdelay"}, edits: []mutantEdit{
+		{file: "watch.go", point: "lock-delay-deletion-clean", new: "m.gone(l, true)"}}},
+	{name: "lock-delay: a data change taken for a release without a look", flags: []string{"-sim.lockdelay"}, edits: []mutantEdit{
+		{file: "lockdelay.go", point: "lock-delay-trusts-change", new: "if true {"}}},
+	{name: "lock-delay: nodes a listing no longer shows taken for released", flags: []string{"-sim.lockdelay"}, edits: []mutantEdit{
+		{file: "lockdelay.go", point: "lock-delay-vanished", new: "if false {"}}},
 	{name: "elections: a head start too short", flags: []string{"-sim.elect"}, edits: []mutantEdit{
 		{file: "internal/zkclient/lease.go", point: "headstart", new: "return -t / 8"}}},
 	{name: "elections: a candidate takes its leader's Proclaim for the leader's end", flags: []string{"-sim.elect"}, edits: []mutantEdit{

@@ -19,6 +19,7 @@ type options struct {
 	sessionTimeout time.Duration
 	cleanupTimeout time.Duration
 	maxHold        time.Duration
+	lockDelay      time.Duration // WithLockDelay
 	observers      []Observer
 	starters       []StartObserver // the observers that are StartObservers too
 	dialect        Dialect

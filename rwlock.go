@@ -54,6 +54,8 @@ type RWLock struct {
 	sessionTimeout time.Duration // from WithSessionTimeout; 0 when not given
 	cleanupTimeout time.Duration
 	maxHold        time.Duration // from WithMaxHold; 0 for none
+	lockDelay      time.Duration // from WithLockDelay; 0 for none
+	heardLoss      heardLoss     // the latest grant any acquisition owes a lock-delay (see lockdelay.go)
 	dialect        Dialect
 
 	observers []Observer      // from WithObserver
@@ -102,6 +104,7 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		sessionTimeout: o.sessionTimeout,
 		cleanupTimeout: o.cleanupTimeout,
 		maxHold:        o.maxHold,
+		lockDelay:      o.lockDelay,
 		observers:      o.observers,
 		starters:       o.starters,
 		dialect:        o.dialect,

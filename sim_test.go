@@ -91,12 +91,28 @@ var (
 	simPeers     = flag.Int("sim.peers", 1000, "number of schedules TestSimulationBlindPeer runs")
 	simElect     = flag.Bool("sim.elect", false, "TestSimulation with elections (see TestSimulationElections)")
 	simElections = flag.Int("sim.elections", 1000, "number of schedules TestSimulationElections runs")
+	simWithDelay = flag.Bool("sim.lockdelay", false, "TestSimulation with WithLockDelay (see TestSimulationLockDelay)")
+	simDelays    = flag.Int("sim.delays", 1000, "number of schedules TestSimulationLockDelay runs")
 )
 
 func TestSimulation(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce, sets: *simWithSets,
-		peer: *simWithPeer, elect: *simElect}
+		peer: *simWithPeer, elect: *simElect, lockDelay: *simWithDelay}
 	simulate(t, cfg, *simSchedules)
+}
+
+// TestSimulationLockDelay runs the simulation with WithLockDelay on every
+// lock, with elections half the time (see lockdelay.go). Besides the other
+// checks, it checks the delay's promise against the server's record. Take
+// a grant whose node the server deleted without a release's held mark: its
+// session expired, or its hold limit or a lost release deleted it plainly.
+// No grant that conflicts with it goes to a node that was in the queue
+// before it, and listed it, sooner than the delay after the deletion.
+func TestSimulationLockDelay(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, lockDelay: true}
+	simulate(t, cfg, *simDelays/2)
+	cfg.elect = true
+	simulate(t, cfg, *simDelays/2)
 }
 
 // TestSimulationBlindPeer runs the simulation with a blind peer: a Curator
@@ -176,7 +192,12 @@ type simConfig struct {
 	sets     bool // sets of two locks, taken with LockAll
 	peer     bool // a blind peer (see TestSimulationBlindPeer)
 	elect    bool // elections: every step a Campaign, perhaps with a Proclaim
+	// every lock WithLockDelay(simLockDelay(timeout)), and its check
+	lockDelay bool
 }
+
+// simLockDelay is the lock-delay of a run whose sessions' timeout is t.
+func simLockDelay(t time.Duration) time.Duration { return t / 2 }
 
 // flags are the test flags that replay seed with c.
 func (c simConfig) flags(seed uint64) string {
@@ -198,6 +219,9 @@ func (c simConfig) flags(seed uint64) string {
 	}
 	if c.peer {
 		f += " -sim.peer"
+	}
+	if c.lockDelay {
+		f += " -sim.lockdelay"
 	}
 	if c.elect {
 		f += " -sim.elect"
@@ -455,6 +479,9 @@ func (s *sim) run() {
 		if s.cfg.coalesce {
 			opts = append(opts, WithReadCoalescing())
 		}
+		if s.cfg.lockDelay {
+			opts = append(opts, WithLockDelay(simLockDelay(s.timeout)))
+		}
 		if r.IntN(3) == 0 {
 			// Holds that run past it, sometimes through a fault.
 			opts = append(opts, WithMaxHold(time.Duration(10+r.Int64N(int64(s.timeout/time.Millisecond)))*time.Millisecond))
@@ -688,6 +715,7 @@ func (s *sim) client(c *simClient) {
 		}
 		if !void {
 			s.checkLimits(c, g)
+			s.checkLockDelay(c, g)
 		}
 		s.grants = append(s.grants, s.given(c.id, dir, g, void))
 		if g2 != nil {
@@ -881,6 +909,49 @@ func (s *sim) given(id int, lock string, g *Grant, void bool) simGrant {
 		head = lim.head
 	}
 	return simGrant{id, lock, g.Mode(), time.Now(), g, head, void}
+}
+
+// checkLockDelay checks WithLockDelay's promise (see lockdelay.go) as g is
+// granted to c. Take an earlier grant o that conflicts with g, whose node
+// the server deleted unmarked: no release's held mark rode on it. Suppose
+// g's node came after o's, and g's session set a watch on o's node after
+// g's create, which the deletion fired. Then g is granted no sooner than
+// the delay after the deletion. Later nodes wait for g, so this covers
+// them too. A child watch counts only on a node whose data never changed:
+// after a Proclaim or a downgrade, a waiter that reads the node again and
+// finds it gone takes the change for a release's mark, as lockdelay.go
+// says. A write grant downgraded before the deletion conflicts as the read
+// grant it became. A session's own nodes watched by its holds do not
+// count: it deleted them, or saw them go, as their holder. Call with
+// net.mu held.
+func (s *sim) checkLockDelay(c *simClient, g *Grant) {
+	if !s.cfg.lockDelay {
+		return
+	}
+	now, d := time.Now(), simLockDelay(s.timeout)
+	s.server.mu.Lock()
+	defer s.server.mu.Unlock()
+	created, session := s.server.czxids[g.Node()], g.h.session
+	for _, o := range s.grants {
+		if o.void || o.lock != g.h.l.path || o.mode == Read && g.Mode() == Read || o.g.h.session == session {
+			continue
+		}
+		death, gone := s.server.deaths[o.g.Node()]
+		if !gone || death.marked || s.server.czxids[o.g.Node()] > created {
+			continue
+		}
+
+		if at, ok := s.downgraded[o.g]; ok && o.mode == Write && g.Mode() == Read && !at.After(death.at) {
+			continue
+		}
+		told := slices.ContainsFunc(death.watchers, func(w fakeWatcher) bool {
+			return w.session == session && w.since >= created && (w.data || !death.changed)
+		})
+		if told && now.Before(death.at.Add(d)) {
+			s.failed = fmt.Sprintf("c%d was granted %s %s at %v, %v after %s went unmarked at %v; the lock-delay is %v",
+				c.id, g.Mode(), g.Node(), at(now), now.Sub(death.at), o.g.Node(), at(death.at), d)
+		}
+	}
 }
 
 // checkLimits checks the hold limit's promise (see holdlimit.go) as g is

@@ -79,6 +79,8 @@ type chaosReport struct {
 	Joined                int // of them, grants on a node another reader of the process held too
 	Steps, Nested         int
 	Violations            []string       // a step under a grant after a conflicting grant was returned, or past its hold limit
+	Terms                 int            // grants of the election e (chaos_elect_test.go)
+	DoubleLeaders         []string       // of Violations, those of e: a leader's step after another's Campaign returned
 	Ambiguous             int            // a conflicting grant came while a step's Err was being asked: a pause fell there
 	Lost                  map[string]int // losses by cause
 	FalseLosses           []string       // lost with no fault on its client or on any server around it
@@ -144,6 +146,9 @@ func check(events []chaosEvent, faults []chaosFault, settle time.Duration) chaos
 		if g.limit > 0 {
 			r.Limited++
 		}
+		if g.lock == chaosElectionLock {
+			r.Terms++
+		}
 		if g.shared {
 			r.Coalesced++
 			sharers[fmt.Sprint(g.holder.client, g.lock, g.node)]++
@@ -162,6 +167,7 @@ func check(events []chaosEvent, faults []chaosFault, settle time.Duration) chaos
 		}
 	}
 	r.Violations, r.Ambiguous = lateSteps(grants)
+	r.DoubleLeaders = doubleLeaders(grants)
 	for _, g := range grants {
 		if g.lost == nil {
 			continue

@@ -103,6 +103,7 @@ func TestHelperChaosClient(t *testing.T) {
 		shared = append(shared, rwlock.WithMaxHold(c.sharedLimit))
 	}
 	c.shared = c.newLock(conn, paths[0], shared...)
+	elect := c.newCampaigner(conn, paths[0]) // chaos_elect_test.go
 	c.print("ready")
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -116,6 +117,14 @@ func TestHelperChaosClient(t *testing.T) {
 			w := c.worker(1 + i)
 			for ctx.Err() == nil {
 				w.readRound(ctx)
+			}
+		})
+	}
+	if elect != nil {
+		wg.Go(func() {
+			w := c.worker(chaosCampaigner)
+			for ctx.Err() == nil {
+				w.campaignRound(ctx, elect)
 			}
 		})
 	}

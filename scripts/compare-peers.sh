@@ -44,6 +44,11 @@
 #   EXTRAS=1                              0 skips zkrwlock's own workloads
 #   MAX_FOREIGN_CPU=0.5                   CPU-seconds of other processes' load a run may overlap
 #   WARM=1                                0 skips the server warm-up
+#   FAILOVER=0                            1 adds elections' failover beside Curator's LeaderLatch:
+#                                         FAILOVER_ROUNDS (default 10) interleaved rounds on loopback,
+#                                         each one sample of each side after a clean resign and after
+#                                         kill -9 of the leader's process (session timeout 4 s), into
+#                                         failover.jsonl (not in table.md)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
@@ -277,6 +282,19 @@ for r in $(seq 1 "$rounds"); do
 		fi
 	done
 done
+
+if [ "${FAILOVER:-0}" = 1 ]; then
+	for r in $(seq 1 "${FAILOVER_ROUNDS:-10}"); do
+		log "failover round $r: curator, then zkrwlock"
+		"$root/bench/peers/peer.sh" curator-latch "$cs" "/rwbench/curator/latch-$r-$$" 1 4000 \
+			>>"$out/failover.jsonl" 2>>"$out/failover.log" || log "  curator-latch failed: see failover.log"
+		# make bench names its result files by the second: one run a second.
+		while [ "$(date +%Y%m%d-%H%M%S)" = "$last_ours" ]; do sleep 0.2; done
+		last_ours=$(date +%Y%m%d-%H%M%S)
+		{ ZKRWLOCK_BENCH_SERVERS=$cs make -s bench BENCH='^BenchmarkFailover(Resign|Kill)$' 2>>"$out/failover.log" || true; } |
+			{ grep '^{' || true; } >>"$out/failover.jsonl"
+	done
+fi
 
 stop_helpers # the proxies report how late they were as they exit
 for d in $delays; do

@@ -20,6 +20,7 @@ import (
 
 const execUsage = `Usage: zkrwlock exec (--write | --read) [flags] PATH [--] COMMAND [ARGS...]
        zkrwlock exec (--write PATH | --read PATH)... [flags] [--] COMMAND [ARGS...]
+` + electUsage + `
 
 Takes the lock whose directory is PATH (exclusive with --write, shared with
 --read), runs COMMAND while holding it, releases it when COMMAND exits, and
@@ -62,6 +63,8 @@ the repository). After a silence, SIGKILL follows SIGTERM within T/16 less
 0.1s (1.775s with the default), the least time the server may take to let
 another client in; after a deleted node or an expired session, at once.
 --grace shortens that time; a longer one does not fit and is refused.
+
+` + electUsageText + `
 
 With another lock library on PATH (Curator, kazoo, go-zookeeper's zk.Lock),
 --dialect names our node so that it counts it in its queue; every zkrwlock
@@ -112,6 +115,7 @@ type execOptions struct {
 	// locks are the locks to take (see locks.go); path and mode are the
 	// first's, the only one in the first form.
 	locks []lockArg
+	elect electFlags // --elect, --value and --lock-delay (elect.go)
 }
 
 func runExec(std stdio, args []string) int {
@@ -126,7 +130,7 @@ func runExec(std stdio, args []string) int {
 	if locks, _, _ := parseLocks(probe.flagSet(), &probe.write, &probe.read, args); len(locks) > 0 {
 		o.locks, rest, err = parseLocks(fs, &o.write, &o.read, args)
 	} else {
-		pos, rest, err = parse(std.out, fs, execUsage, args, 1)
+		pos, rest, err = parse(std.out, fs, execUsage, args, execPositionals(args))
 	}
 	if errors.Is(err, errHelp) {
 		return 0
@@ -159,6 +163,7 @@ func (o *execOptions) flagSet() *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
 	durationVar(fs, &o.maxHold, "max-hold", 0, "hold the lock at most this long: a head start before it, the command is "+
 		"stopped as for a lost lock (SIGTERM, SIGKILL after --grace) and zkrwlock exits 112; the lock is freed at it")
+	o.elect.register(fs)
 	o.dialect.register(fs)
 	o.conn.register(fs)
 	return fs
@@ -167,6 +172,9 @@ func (o *execOptions) flagSet() *flag.FlagSet {
 // validate checks the arguments and settles the mode and whether to wait.
 // given holds the flags set on the command line.
 func (o *execOptions) validate(pos, rest []string, given map[string]bool) error {
+	if err := o.elect.settle(o, given); err != nil {
+		return err
+	}
 	switch {
 	case o.locks == nil && o.write.set == o.read.set:
 		return fail(exitUsage, "give exactly one of --write and --read")
@@ -247,6 +255,7 @@ func (o *execOptions) run(prog string) (int, error) {
 	if o.owner != "" {
 		opts = append(opts, rwlock.WithOwner(o.owner))
 	}
+	opts = o.elect.options(opts)
 	var locks []*rwlock.RWLock
 	for _, a := range o.locks {
 		l, err := rwlock.New(conn, a.path, opts...)
@@ -258,7 +267,12 @@ func (o *execOptions) run(prog string) (int, error) {
 	}
 
 	var grants []*rwlock.Grant
-	if len(locks) == 1 {
+	if o.elect.path != "" {
+		var g *rwlock.Grant
+		if g, err = o.campaign(ctx, conn, opts); err == nil {
+			grants = []*rwlock.Grant{g}
+		}
+	} else if len(locks) == 1 {
 		var g *rwlock.Grant
 		if g, err = o.acquire(ctx, prog, locks[0], conn); err == nil {
 			grants = []*rwlock.Grant{g}
