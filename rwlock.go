@@ -55,6 +55,7 @@ type RWLock struct {
 	cleanupTimeout time.Duration
 	maxHold        time.Duration // from WithMaxHold; 0 for none
 	dialect        Dialect
+	capacity       int64 // WithCapacity's permits; 0 for a read/write lock (see capacity.go)
 
 	observers []Observer      // from WithObserver
 	starters  []StartObserver // those of observers that hear of starts too
@@ -105,6 +106,7 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		observers:      o.observers,
 		starters:       o.starters,
 		dialect:        o.dialect,
+		capacity:       o.capacity,
 	}
 	if o.coalesce {
 		l.coalesce = &coalescer{live: map[string]*sharedRead{}}
@@ -134,13 +136,14 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if l.conn == nil {
 		return nil, &opError{verb(w), l.path, fmt.Errorf("%w: the RWLock was not made by New", ErrInvalidArgument)}
 	}
+	w.weight = l.weigh(w.mode, w.weight)
 	if g, err := l.nested(ctx, w); g != nil || err != nil {
 		return g, err
 	}
 	if l.coalesce != nil && w.mode == Read && w.block {
 		return l.readShared(ctx)
 	}
-	a := newAcquisition(Request{l, w.mode})
+	a := newAcquisition(Request{Lock: l, Mode: w.mode, Weight: w.weight})
 	a.members[0].block = w.block
 	start := time.Now()
 	l.starting(ctx, w, start)

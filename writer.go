@@ -32,7 +32,7 @@ func writeBlocker(before []lockNode) (lockNode, bool) {
 // A writer granted at once deletes plainly, so the uncontended release pays
 // for no transaction.
 func releaseMark(m *member) lockname.Mark {
-	if m.mode == Write && m.waited {
+	if m.mode == Write && m.waited && m.weight == 0 { // a permit's mark is written at its grant (see capacity.go)
 		return lockname.MarkHeld
 	}
 	return lockname.Unmarked
