@@ -139,7 +139,8 @@ func (m *member) prefix(guid string) string {
 func permitBlocker(before []lockNode, self lockNode) (lockNode, bool) {
 	var sum int64
 	for _, n := range before {
-		sum += n.weight
+		// mutant: permit-out-of-order
+		sum += n.weight // waiters too: nobody passes a waiter
 	}
 	// mutant: permit-past-capacity
 	if sum+self.weight <= self.capacity {

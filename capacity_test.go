@@ -2,12 +2,17 @@ package rwlock
 
 import (
 	"context"
+	"fmt"
+	"path"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/lockname"
 )
 
 // A permit costs what a lock does uncontended: create, list, delete. Its
@@ -243,4 +248,38 @@ func TestPermitsInASet(t *testing.T) {
 		require.NoError(t, ReleaseAll(ctx, append(gs, one)...))
 		other.background.Wait()
 	})
+}
+
+// checkRule checks the rule at the grant of the node at p (see
+// capacity.go): the weights of the nodes before it on the server, held or
+// waiting, plus its own, fit in its capacity. Nodes with its guid are left
+// out: they are its process's leftovers of a lost create, on their way out,
+// which the lock leaves out too (see dropTwins). A node gone already is
+// not checked.
+func (s *fakeServer) checkRule(p string) string {
+	dir, name := path.Split(p)
+	self, ok := lockname.Parse(name)
+	if !ok || self.Capacity == 0 {
+		return fmt.Sprintf("granted %s, which is not a bounded node", p)
+	}
+	nodes := s.lockNodes(strings.TrimSuffix(dir, "/"))
+	if !slices.Contains(nodes, name) {
+		return ""
+	}
+	guid, _ := lockname.GUID(name)
+	sum := self.Weight
+	var ahead []string
+	for _, other := range nodes {
+		n, ok := lockname.Parse(other)
+		if g, _ := lockname.GUID(other); !ok || g == guid || !lockname.Precedes(n.Seq, self.Seq) {
+			continue
+		}
+		sum += n.Weight
+		ahead = append(ahead, n.Bare())
+	}
+	if sum > self.Capacity {
+		return fmt.Sprintf("granted %s, though the nodes before it, %v, leave less than its weight (capacity %d)",
+			self.Bare(), ahead, self.Capacity)
+	}
+	return ""
 }

@@ -200,6 +200,13 @@ var mutants = []mutant{
 		{file: "election.go", point: "term-stand-in", new: "_ = r.V.Stat.Czxid"}}},
 	{name: "an observer reports a state older than one it showed", run: "TestObserverNeverGoesBackwards", edits: []mutantEdit{
 		{file: "observe.go", point: "observe-backwards", new: "case now.Term != o.term:"}}},
+	// A bounded lock (capacity.go): the rule, and its watch set.
+	{name: "a permit granted past the capacity", flags: []string{"-sim.capacity"}, edits: []mutantEdit{
+		{file: "capacity.go", point: "permit-past-capacity", new: "if sum < self.capacity {"}}},
+	{name: "a small permit granted past a large waiter", flags: []string{"-sim.capacity"}, edits: []mutantEdit{
+		{file: "capacity.go", point: "permit-out-of-order", new: "if sum+n.weight <= self.capacity { sum += n.weight }"}}},
+	{name: "a waiter watches the first node ahead, not its predecessor", run: "TestPermitWakeups", edits: []mutantEdit{
+		{file: "capacity.go", point: "permit-watches-wrong-node", new: "return before[:1]"}}},
 }
 
 // joinerOnAnEarlierSync lets the joiners waiting for the next sync in on

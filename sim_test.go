@@ -91,13 +91,30 @@ var (
 	simPeers     = flag.Int("sim.peers", 1000, "number of schedules TestSimulationBlindPeer runs")
 	simElect     = flag.Bool("sim.elect", false, "TestSimulation with elections (see TestSimulationElections)")
 	simElections = flag.Int("sim.elections", 1000, "number of schedules TestSimulationElections runs")
+	simCapacity  = flag.Bool("sim.capacity", false, "TestSimulation with a bounded lock (see TestSimulationPermits)")
+	simPermits   = flag.Int("sim.permits", 1000, "number of schedules TestSimulationPermits runs")
 )
 
 func TestSimulation(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce, sets: *simWithSets,
-		peer: *simWithPeer, elect: *simElect}
+		peer: *simWithPeer, elect: *simElect, capacity: *simCapacity}
 	simulate(t, cfg, *simSchedules)
 }
+
+// TestSimulationPermits runs the simulation with a bounded lock (see
+// capacity.go): every client's lock has simPermitCapacity permits, and each
+// step takes a weight of its own, all of them now and then, under every
+// fault. Besides the holders' weights, which must fit in the capacity
+// unless one was told of its loss, it checks the rule at every grant: the
+// nodes before the grant's on the server, held or waiting, leave room for
+// its weight. A grant past the capacity or out of queue order fails it.
+func TestSimulationPermits(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, capacity: true}
+	simulate(t, cfg, *simPermits)
+}
+
+// simPermitCapacity is the capacity of TestSimulationPermits's lock.
+const simPermitCapacity = 4
 
 // TestSimulationBlindPeer runs the simulation with a blind peer: a Curator
 // writer from a process outside the simulation, which does not see our
@@ -176,6 +193,7 @@ type simConfig struct {
 	sets     bool // sets of two locks, taken with LockAll
 	peer     bool // a blind peer (see TestSimulationBlindPeer)
 	elect    bool // elections: every step a Campaign, perhaps with a Proclaim
+	capacity bool // a bounded lock, and weighted steps (see TestSimulationPermits)
 }
 
 // flags are the test flags that replay seed with c.
@@ -201,6 +219,9 @@ func (c simConfig) flags(seed uint64) string {
 	}
 	if c.elect {
 		f += " -sim.elect"
+	}
+	if c.capacity {
+		f += " -sim.capacity"
 	}
 	return f
 }
@@ -274,9 +295,10 @@ type simClient struct {
 }
 
 type simStep struct {
-	mode Mode
-	try  bool
-	hold time.Duration // unless the grant is lost first
+	mode   Mode
+	try    bool
+	weight int64         // its permits, on a bounded lock (capacity)
+	hold   time.Duration // unless the grant is lost first
 	// downgrade a write grant halfway through hold: its readers join,
 	// which they learn from the mark alone (see await)
 	downgrade bool
@@ -455,6 +477,9 @@ func (s *sim) run() {
 		if s.cfg.coalesce {
 			opts = append(opts, WithReadCoalescing())
 		}
+		if s.cfg.capacity {
+			opts = append(opts, WithCapacity(simPermitCapacity))
+		}
 		if r.IntN(3) == 0 {
 			// Holds that run past it, sometimes through a fault.
 			opts = append(opts, WithMaxHold(time.Duration(10+r.Int64N(int64(s.timeout/time.Millisecond)))*time.Millisecond))
@@ -484,6 +509,10 @@ func (s *sim) run() {
 			if s.cfg.sets && r.IntN(3) != 0 {
 				how := r.IntN(4)
 				step.try, step.set = false, &simSet{mode2: Mode(1 + r.IntN(2)), reversed: how&1 == 0, together: how&2 != 0}
+			}
+			if s.cfg.capacity {
+				step.weight = 1 + r.Int64N(simPermitCapacity)
+				step.mode, step.downgrade = l.permitMode(step.weight), false
 			}
 			if s.cfg.elect {
 				// Mostly campaigns. A reader of the path now and then
@@ -637,7 +666,7 @@ func (s *sim) client(c *simClient) {
 		n.mu.Lock()
 		c.cancel = cancel
 		n.mu.Unlock()
-		w := want{mode: step.mode, block: !step.try}
+		w := want{mode: step.mode, block: !step.try, weight: step.weight}
 		s.server.mu.Lock()
 		arrived := s.server.zxid
 		s.server.mu.Unlock()
@@ -668,6 +697,11 @@ func (s *sim) client(c *simClient) {
 				continue
 			}
 			if msg := s.server.checkToken(g.Node(), g.Mode(), g.Token()); msg != "" {
+				s.fail("c%d: %s", c.id, msg)
+			}
+		}
+		if s.cfg.capacity {
+			if msg := s.server.checkRule(g.Node()); msg != "" {
 				s.fail("c%d: %s", c.id, msg)
 			}
 		}
@@ -1536,6 +1570,7 @@ func (s *sim) check() {
 		return
 	}
 	writers, readers := map[string][]*simClient{}, map[string][]*simClient{}
+	var permits []*simClient // the holders of a bounded lock
 	for _, c := range s.clients {
 		g := c.holding
 		if g == nil || c.zk.frozen || isClosed(g.ctx.Done()) {
@@ -1550,6 +1585,9 @@ func (s *sim) check() {
 			if _, expired := s.net.expired[g.h.session]; expired && !s.protected(c, g) {
 				continue // go-zookeeper's blind spot, which such a grant keeps without a bound the server granted
 			}
+		}
+		if g.h.l.capacity > 0 {
+			permits = append(permits, c)
 		}
 		if p := g.h.l.path; g.Mode() == Write && !c.downgrading {
 			writers[p] = append(writers[p], c)
@@ -1568,6 +1606,19 @@ func (s *sim) check() {
 			s.failed = b.String()
 			return
 		}
+	}
+	var held int64
+	for _, c := range permits {
+		held += holdWeight(c.holding.h)
+	}
+	if held > simPermitCapacity {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d permits held of %d, none told of a loss:", held, simPermitCapacity)
+		for _, c := range permits {
+			b.WriteString("\n\t")
+			b.WriteString(s.status(c))
+		}
+		s.failed = b.String()
 	}
 }
 
