@@ -72,15 +72,26 @@ func (o *options) checkCapacity() error {
 // Acquire fails with ErrInvalidArgument on a lock without a capacity, or
 // for w outside 1…capacity.
 func (l *RWLock) Acquire(ctx context.Context, w int64) (*Grant, error) {
+	return l.acquireWeight(ctx, "acquire", w, true)
+}
+
+// TryAcquire is Acquire without the wait, as TryLock is Lock's: it fails
+// with ErrWouldBlock, leaving no node, when the w permits are not free for
+// it now, or a waiter is ahead.
+func (l *RWLock) TryAcquire(ctx context.Context, w int64) (*Grant, error) {
+	return l.acquireWeight(ctx, "tryacquire", w, false)
+}
+
+func (l *RWLock) acquireWeight(ctx context.Context, verb string, w int64, block bool) (*Grant, error) {
 	switch {
 	case l.conn == nil:
-		return nil, &opError{"acquire", l.path, fmt.Errorf("%w: the RWLock was not made by New", ErrInvalidArgument)}
+		return nil, &opError{verb, l.path, fmt.Errorf("%w: the RWLock was not made by New", ErrInvalidArgument)}
 	case l.capacity == 0:
-		return nil, &opError{"acquire", l.path, fmt.Errorf("%w: Acquire on a lock made without WithCapacity", ErrInvalidArgument)}
+		return nil, &opError{verb, l.path, fmt.Errorf("%w: %s on a lock made without WithCapacity", ErrInvalidArgument, verb)}
 	case w < 1 || w > l.capacity:
-		return nil, &opError{"acquire", l.path, fmt.Errorf("%w: weight %d (1 to %d)", ErrInvalidArgument, w, l.capacity)}
+		return nil, &opError{verb, l.path, fmt.Errorf("%w: weight %d (1 to %d)", ErrInvalidArgument, w, l.capacity)}
 	}
-	return l.acquire(ctx, want{mode: l.permitMode(w), block: true, weight: w})
+	return l.acquire(ctx, want{mode: l.permitMode(w), block: block, weight: w})
 }
 
 // Capacity returns the lock's capacity, or 0 for a lock made without one.

@@ -56,6 +56,9 @@ func TestPermitsInQueueOrder(t *testing.T) {
 		pending(t, w1) // 3+1 fits, but the 2 waits ahead of it
 		_, err = c.TryRLock(ctx)
 		assert.ErrorIs(t, err, ErrWouldBlock)
+		_, err = c.TryAcquire(ctx, 1)
+		assert.ErrorIs(t, err, ErrWouldBlock)
+		assert.Len(t, s.lockNodes(dir), 3, "a TryAcquire that would block leaves no node")
 
 		require.NoError(t, g3.Release(ctx))
 		synctest.Wait()
@@ -201,6 +204,8 @@ func TestPermitsBadInput(t *testing.T) {
 			w int64
 		}{{plain, 1}, {four, 0}, {four, 5}, {four, -1}, {&RWLock{}, 1}} {
 			_, err := tc.l.Acquire(ctx, tc.w)
+			assert.ErrorIs(t, err, ErrInvalidArgument, "weight %d", tc.w)
+			_, err = tc.l.TryAcquire(ctx, tc.w)
 			assert.ErrorIs(t, err, ErrInvalidArgument, "weight %d", tc.w)
 		}
 		_, err := LockAll(ctx, Request{Lock: plain, Mode: Read, Weight: 1})

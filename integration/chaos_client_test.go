@@ -59,7 +59,7 @@ var chaosLimits = []time.Duration{time.Second, 1500 * time.Millisecond, 3 * time
 const chaosCoalescedReaders = 3
 
 // chaosCapacity is the capacity of the bounded lock c, on a's path with
-// -c appended (chaosPermitsPath), which an eighth of the rounds take with a
+// -c appended (chaosPermitsPath), which a quarter of the rounds take with a
 // weight of their own.
 const chaosCapacity = 4
 
@@ -215,7 +215,7 @@ func (w *chaosWorker) round(ctx context.Context) {
 	var reqs []rwlock.Request
 	var names []string
 	switch n := w.rng.IntN(8); {
-	case n == 3:
+	case n == 3 || n == 4:
 		w.permitRound(ctx)
 		return
 	case n < 2: // a set, in a random order
