@@ -216,8 +216,10 @@ func (l *RWLock) disagree(s *snapshot) error {
 // a node behind it, writes the held mark into its node at once (announce).
 // Its follower, which watches it as a waiter, wakes on the data change and
 // learns that every node up to it holds. So it is the first waiter now, and
-// watches them all. A chain of admissions rides these marks, one per
-// admission. A grant whose listing showed nobody behind marks nothing. Any
+// watches them all. Its snapshot may still show nodes that went while it
+// watched its predecessor alone: if the nodes up to the marked one weigh
+// more than n, it lists once first. A chain of admissions rides these
+// marks, one per admission. A grant whose listing showed nobody behind marks nothing. Any
 // later listing was made after it fitted, and shows it in the prefix that
 // may hold, since the nodes ahead only go.
 //
@@ -245,7 +247,10 @@ func (m *member) waitPermits(ctx context.Context) (step, error) {
 	w := &watching{fired: make(chan struct{}, 1)}
 	defer w.stop()
 	for {
-		ahead := m.permitsAhead()
+		ahead, stale := m.permitsAhead()
+		if stale {
+			return stepList, nil // the first waiter's snapshot shows nodes long gone
+		}
 		if len(ahead) == 0 {
 			if own != nil {
 				if next, err := m.settleOwn(<-own); next != stepWait || err != nil {
@@ -282,27 +287,30 @@ func (m *member) waitPermits(ctx context.Context) (step, error) {
 }
 
 // permitsAhead returns the nodes to watch, or nil when our node fits (see
-// the herd-free wait).
-func (m *member) permitsAhead() []lockNode {
+// the herd-free wait). It reports stale when we are the first waiter but
+// the snapshot holds more weight ahead than can hold at once. Some of
+// those nodes went unseen while we watched our predecessor alone. One
+// listing then costs less than a look at each.
+func (m *member) permitsAhead() (ahead []lockNode, stale bool) {
 	before := m.snap.before
 	if _, blocked := permitBlocker(before, m.snap.self); !blocked {
-		return nil
+		return nil, false
 	}
 	var k int // before[:k] may hold
-	for sum := int64(0); k < len(before) && sum+before[k].weight <= m.l.capacity; k++ {
+	var sum int64
+	for ; k < len(before) && sum+before[k].weight <= m.l.capacity; k++ {
 		sum += before[k].weight
 	}
 	for i := len(before) - 1; i >= k; i-- {
 		if m.admitted[before[i].name] {
-			k = i + 1 // it holds, so every node before it does
-			break
+			return nil, true // it holds, with every node before it, and they weigh more than n
 		}
 	}
 	if k < len(before) {
 		// mutant: permit-watches-wrong-node
-		return before[len(before)-1:] // our predecessor waits
+		return before[len(before)-1:], false // our predecessor waits
 	}
-	return before // we are the first waiter
+	return before, false // we are the first waiter
 }
 
 // unwatched returns the nodes of ahead without a look that still waits for

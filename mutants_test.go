@@ -206,7 +206,7 @@ var mutants = []mutant{
 	{name: "a small permit granted past a large waiter", flags: []string{"-sim.capacity"}, edits: []mutantEdit{
 		{file: "capacity.go", point: "permit-out-of-order", new: "if sum+n.weight <= self.capacity { sum += n.weight }"}}},
 	{name: "a waiter watches the first node ahead, not its predecessor", run: "TestPermitWakeups", edits: []mutantEdit{
-		{file: "capacity.go", point: "permit-watches-wrong-node", new: "return before[:1]"}}},
+		{file: "capacity.go", point: "permit-watches-wrong-node", new: "return before[:1], false"}}},
 }
 
 // joinerOnAnEarlierSync lets the joiners waiting for the next sync in on
