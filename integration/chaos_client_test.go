@@ -24,7 +24,8 @@ import (
 // made by rwlock.Dial through its own proxies, two lock paths, a (the chaos
 // lock) and b. Its main goroutine takes locks again and again: a alone or
 // b alone, read or write, or both in one LockAll set in a random order and
-// random modes, released with ReleaseAll. A quarter of its rounds use
+// random modes, released with ReleaseAll, or a weight of the bounded lock c
+// (chaosCapacity). A quarter of its rounds use
 // handles with a hold limit, and some of those hold past it. A few holds
 // outlast the session timeout, so that partitions and stops take grants.
 // Some clients also run coalesced readers: goroutines that read a through
