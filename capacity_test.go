@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -287,4 +288,39 @@ func (s *fakeServer) checkRule(p string) string {
 			self.Bare(), ahead, self.Capacity)
 	}
 	return ""
+}
+
+// A permit is a grant like any other: it has a token, revocation reaches
+// its holders, and its hold limit ends it. (Guarded writes: see
+// TestPermitsLargeRequestHoldsBackSmall in integration.)
+func TestPermitIsAGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		a, b := newLock(t, s.conn(), WithCapacity(3)), newLock(t, s.conn(), WithCapacity(3), WithMaxHold(2*time.Second))
+		g1, err := a.Acquire(ctx, 2)
+		require.NoError(t, err)
+		g2, err := b.Acquire(ctx, 1)
+		require.NoError(t, err)
+		assert.NotZero(t, g1.Token())
+		assert.Less(t, g1.Token(), g2.Token())
+
+		r1, r2 := g1.Revoked(), g2.Revoked()
+		synctest.Wait()
+		require.NoError(t, newLock(t, s.conn(), WithCapacity(3)).Revoke(ctx, "stop"))
+		synctest.Wait()
+		assert.True(t, isClosed(r1))
+		assert.True(t, isClosed(r2))
+
+		w := start(ctx, func(ctx context.Context) (*Grant, error) { return a.Acquire(ctx, 2) })
+		synctest.Wait()
+		pending(t, w)
+		time.Sleep(3 * time.Second) // past g2's hold limit
+		synctest.Wait()
+		assert.ErrorIs(t, g2.Err(), ErrHoldLimit)
+		require.NoError(t, g1.Release(ctx))
+		synctest.Wait()
+		require.NoError(t, granted(t, w).Release(ctx))
+		assert.Empty(t, s.lockNodes(dir))
+	})
 }

@@ -96,7 +96,8 @@ func TestPermitsFIFOAndWakeups(t *testing.T) {
 }
 
 // A large request holds back a later small one that would fit, on a real
-// server, and the release that makes room admits both.
+// server, and the release that makes room admits both. A permit's guarded
+// write commits.
 func TestPermitsLargeRequestHoldsBackSmall(t *testing.T) {
 	t.Parallel()
 	srv := sharedServer(t)
@@ -116,6 +117,9 @@ func TestPermitsLargeRequestHoldsBackSmall(t *testing.T) {
 	mustRelease(t, g3)
 	g2, g1 := a2.granted(t, 10*time.Second), a1.granted(t, 10*time.Second)
 	assert.Less(t, g2.Token(), g1.Token())
+	// A guarded write under a permit commits while it holds.
+	_, err = g2.Multi(ctx, &zk.CreateRequest{Path: path + "-guarded", Data: []byte("x"), Acl: zk.WorldACL(zk.PermAll)})
+	require.NoError(t, err)
 	mustRelease(t, g2)
 	mustRelease(t, g1)
 }
