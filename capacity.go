@@ -219,22 +219,27 @@ func (l *RWLock) disagree(s *snapshot) error {
 // watches them all. Its snapshot may still show nodes that went while it
 // watched its predecessor alone: if the nodes up to the marked one weigh
 // more than n, it lists once first. A chain of admissions rides these
-// marks, one per admission. A grant whose listing showed nobody behind marks nothing. Any
-// later listing was made after it fitted, and shows it in the prefix that
-// may hold, since the nodes ahead only go.
+// marks, one per admission. A grant whose listing showed nobody behind it
+// marks nothing. Any later listing was made after it fitted, so it shows
+// that grant in the prefix that may hold: the nodes ahead only go.
 //
-// Wake-ups per release. A release wakes the first waiter, and the waiters
-// it might admit. Every waiter woken but not admitted is the new first
-// waiter: at most one. A follower woken by a mark is a waiter the chain
-// admitted just before it. So one release wakes at most one waiter more
-// than it admits, and the watches stay linear in the queue.
+// Wake-ups per release. A deletion wakes only the waiters that watch the
+// holders. Such a waiter's snapshot fitted whole, and a snapshot only
+// overstates, so every node ahead of it may hold. It is the first waiter,
+// or a waiter that fits already and is admitted when it wakes. A woken
+// waiter that is admitted wakes its follower with its mark. So every waiter
+// woken is admitted, but the last of the chain: one release wakes at most
+// one waiter more than it admits. A waiter granted keeps the watches it
+// set, as go-zookeeper cannot remove them. The server still sends their
+// events, which wake nobody.
 //
 // The marks carry no safety. A grant rests on the snapshot's sum alone, a
 // sum that can only be too large. A lost mark delays a follower until its
 // predecessor goes; announce retries to keep that short.
 
 // waitPermits is the wait of a member under a capacity. It returns
-// stepWait never: it waits until its node fits, or fails.
+// stepGrant once its node fits, stepList where a listing must tell more,
+// or the step after a failure.
 func (m *member) waitPermits(ctx context.Context) (step, error) {
 	if !m.block {
 		return 0, ErrWouldBlock // the listing, exact, showed it does not fit
@@ -248,16 +253,16 @@ func (m *member) waitPermits(ctx context.Context) (step, error) {
 	defer w.stop()
 	for {
 		ahead, stale := m.permitsAhead()
+		if own != nil && (stale || len(ahead) == 0) {
+			if next, err := m.settleOwn(<-own); next != stepWait || err != nil {
+				return next, err
+			}
+			own = nil
+		}
 		if stale {
 			return stepList, nil // the first waiter's snapshot shows nodes long gone
 		}
 		if len(ahead) == 0 {
-			if own != nil {
-				if next, err := m.settleOwn(<-own); next != stepWait || err != nil {
-					return next, err
-				}
-				own = nil
-			}
 			if ev, gone := m.ownGone(); gone {
 				return m.ownEvent(ev)
 			}
