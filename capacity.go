@@ -94,9 +94,6 @@ func (l *RWLock) acquireWeight(ctx context.Context, verb string, w int64, block 
 	return l.acquire(ctx, want{mode: l.permitMode(w), block: block, weight: w})
 }
 
-// Capacity returns the lock's capacity, or 0 for a lock made without one.
-func (l *RWLock) Capacity() int64 { return l.capacity }
-
 // permitMode is the mode of a grant of w permits: Write for all of them.
 func (l *RWLock) permitMode(w int64) Mode {
 	if w == l.capacity {
