@@ -37,6 +37,12 @@ func TestPermitUncontendedCostsThreeRequests(t *testing.T) {
 			assert.Equal(t, int64(3+c.overtaken(first)), c.calls.Load()-before, "create, list, delete")
 		}
 		assert.Empty(t, s.lockNodes(dir))
+
+		one := newLock(t, c, WithCapacity(1))
+		g, err = one.RLock(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, Write, g.Mode(), "one permit of one is all of them")
+		require.NoError(t, g.Release(t.Context()))
 	})
 }
 

@@ -136,7 +136,9 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if l.conn == nil {
 		return nil, &opError{verb(w), l.path, fmt.Errorf("%w: the RWLock was not made by New", ErrInvalidArgument)}
 	}
-	w.weight = l.weigh(w.mode, w.weight)
+	if w.weight = l.weigh(w.mode, w.weight); w.weight > 0 {
+		w.mode = l.permitMode(w.weight) // RLock of a lock of one permit takes them all
+	}
 	if g, err := l.nested(ctx, w); g != nil || err != nil {
 		return g, err
 	}
