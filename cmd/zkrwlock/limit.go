@@ -20,10 +20,10 @@ type permitFlags struct {
 }
 
 func (p *permitFlags) register(fs *flag.FlagSet) {
-	fs.Int64Var(&p.limit, "limit", 0, "take the lock as a bounded shared lock of N permits, at most N commands at once "+
+	fs.Int64Var(&p.limit, "limit", 0, "take the lock as a bounded shared lock of `N` permits, at most N commands at once "+
 		"(weights add up), in queue order; every client of PATH must give the same N; "+
 		"it takes the place of --write and --read, with one PATH")
-	fs.Int64Var(&p.weight, "weight", 1, "with --limit, the permits this command takes, 1 to N; N is the whole lock")
+	fs.Int64Var(&p.weight, "weight", 1, "with --limit, the `W` permits this command takes, 1 to N; N is the whole lock")
 }
 
 // validate checks --limit and --weight against the rest of exec's flags,
