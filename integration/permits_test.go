@@ -1,9 +1,15 @@
 package integration
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,4 +174,77 @@ func TestPermitsLostCreateLeavesNoOrphan(t *testing.T) {
 			waitNodes(t, checker.conn, path, 5*time.Second)
 		})
 	}
+}
+
+// A holder of two of three permits, in another process, dies by SIGKILL:
+// its permits stay counted until the server expires its session, and only
+// then is a waiter that needs them granted, beside the holder of the third.
+func TestFaultPermitHolderKilled(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
+	const timeout = 4 * time.Second
+	srv := faultServer(t, 1) // its own: the times measured are the point
+	path := zktest.LockPath(t, "/it")
+	ctx := t.Context()
+
+	// The child gets SIGKILL if this thread ends (Pdeathsig is per thread):
+	// keep the thread until the child is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), holderEnvServer+"="+srv.Addr(0), holderEnvPath+"="+path,
+		holderEnvTimeout+"="+timeout.String(), holderEnvPermits+"=3,2")
+	cmd.SysProcAttr = childAttr()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	reaped := false
+	defer func() {
+		if !reaped { // the test failed before the kill
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+	held := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if node, ok := strings.CutPrefix(sc.Text(), "held "); ok {
+				held <- node
+			}
+		}
+	}()
+	var node string
+	select {
+	case node = <-held:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the holder process did not print \"held\" within 60s; stderr:\n%s", stderr.String())
+	}
+	require.Contains(t, node, "-sem-2of3-")
+
+	third, err := connect(t, srv.Addr(0), timeout).lock(t, path, rwlock.WithCapacity(3)).Acquire(ctx, 1)
+	require.NoError(t, err)
+	waiter := connect(t, srv.Addr(0), timeout)
+	wl := waiter.lock(t, path, rwlock.WithCapacity(3))
+	w := goAcquire(t, ctx, func(ctx context.Context) (*rwlock.Grant, error) { return wl.Acquire(ctx, 2) })
+	waitNodeCount(t, waiter.conn, path, 3, 10*time.Second)
+	w.stillWaiting(t, "the holder process holds two permits of three")
+
+	killed := time.Now()
+	require.NoError(t, syscall.Kill(cmd.Process.Pid, syscall.SIGKILL))
+	err = cmd.Wait()
+	reaped = true
+	require.ErrorContains(t, err, "killed")
+	g := w.granted(t, timeout+2*faultTick+10*time.Second)
+	took := w.at.Sub(killed)
+	t.Logf("holder of 2 permits SIGKILLed → waiter of 2 granted %v (session timeout %v)", msec(took), timeout)
+	require.GreaterOrEqual(t, took, timeout/2, "granted before the dead holder's session could have expired")
+	exists, _, err := waiter.conn.Exists(node)
+	require.NoError(t, err)
+	require.False(t, exists, "the dead holder's node went first")
+	require.NoError(t, third.Err(), "the third permit is held throughout")
+	mustRelease(t, g)
+	mustRelease(t, third)
 }
