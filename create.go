@@ -100,14 +100,14 @@ type created struct {
 func (a *acquisition) send(ctx context.Context, sending chan struct{}) created {
 	if len(a.members) == 1 {
 		m := a.members[0]
-		r := a.c.Create(ctx, nodePrefix(m.l.path, a.guid, m.mode, m.l.dialect), m.data(), zk.FlagEphemeral|zk.FlagSequence, m.l.acl,
+		r := a.c.Create(ctx, m.prefix(a.guid), m.data(), zk.FlagEphemeral|zk.FlagSequence, m.l.acl,
 			sending, func(r zkclient.Reply[string]) { m.l.finishCreate(a.c, r, a.guid) })
 		return created{paths: []string{r.V}, session: r.Session, err: r.Err}
 	}
 	ops := make([]any, len(a.members))
 	for i, m := range a.members {
 		ops[i] = &zk.CreateRequest{
-			Path: nodePrefix(m.l.path, a.guid, m.mode, m.l.dialect), Data: m.data(), Acl: m.l.acl,
+			Path: m.prefix(a.guid), Data: m.data(), Acl: m.l.acl,
 			Flags: zk.FlagEphemeral | zk.FlagSequence,
 		}
 	}

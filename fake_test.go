@@ -81,6 +81,7 @@ type fakeConn struct {
 	session  atomic.Int64
 	state    atomic.Int32
 	calls    atomic.Int64         // requests sent to the server
+	notified atomic.Int64         // data watch events the server sent it (see TestPermitWakeups)
 	lists    atomic.Int64         // of which Children and ChildrenW of a directory
 	applied  []string             // "op path" of every request, in the server's order; guarded by s.mu
 	connects atomic.Uint64        // sessions had: one per connection, as Dial counts them
@@ -521,6 +522,9 @@ func (s *fakeServer) fire(p string, kind watchKind, typ zk.EventType) {
 			continue // the server forgot the session's watches
 		}
 		for _, ch := range c.watches[k] {
+			if kind == dataWatch {
+				c.notified.Add(1)
+			}
 			ev := zk.Event{Type: typ, State: zk.StateHasSession, Path: p}
 			if c.cl != nil {
 				c.cl.event(ch, ev)

@@ -114,6 +114,9 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat, sent time.Time
 		// queue, loudly. abort deletes our node.
 		return 0, mixed
 	}
+	if err := m.l.disagree(&snap); err != nil {
+		return 0, err // a node made under another capacity: refuse, as above
+	}
 	m.snap, m.listedAt = snap, sent
 	m.dated(dir)
 	if m.listed != nil {
@@ -177,7 +180,7 @@ func (m *member) dated(dir *zk.Stat) {
 	case creates == int64(m.snap.self.seq)+1:
 		m.tok = dir.Pzxid
 	// mutant: reader-token-any-listing
-	case m.mode == Read && !m.snap.laterWriter && m.snap.peers == 0:
+	case m.mode == Read && m.weight == 0 && !m.snap.laterWriter && m.snap.peers == 0:
 		m.tok = dir.Pzxid
 	}
 }

@@ -203,7 +203,7 @@ var mutants = []mutant{
 	{name: "elections: a head start too short", flags: []string{"-sim.elect"}, edits: []mutantEdit{
 		{file: "internal/zkclient/lease.go", point: "headstart", new: "return -t / 8"}}},
 	{name: "elections: a candidate takes its leader's Proclaim for the leader's end", flags: []string{"-sim.elect"}, edits: []mutantEdit{
-		{file: "watch.go", point: "data-change-as-deletion", new: "m.gone(l)"}}},
+		{file: "watch.go", point: "data-change-as-deletion", new: "m.gone(l, true)"}}},
 	{name: "elections: a reader behind a leader takes its Proclaim for a downgrade", flags: []string{"-sim.elect"}, edits: []mutantEdit{
 		{file: "watch.go", point: "reader-takes-proclaim-for-downgrade", new: "if false {"}}},
 	{name: "a campaign's term left a listing's stand-in, which observers cannot read", run: "TestCampaignTermIsTheNodesCzxid", edits: []mutantEdit{
@@ -215,6 +215,13 @@ var mutants = []mutant{
 	{name: "a Locker lets a second caller in once its grant is lost", run: "TestLockerExcludesItsCallersAfterALoss", edits: []mutantEdit{
 		{file: "locker.go", point: "locker-exclusion", new: "_ = k.held"},
 		{file: "locker.go", point: "locker-exclusion-unlock", new: "_ = k.held"}}},
+	// A bounded lock (capacity.go): the rule, and its watch set.
+	{name: "a permit granted past the capacity", flags: []string{"-sim.capacity"}, edits: []mutantEdit{
+		{file: "capacity.go", point: "permit-past-capacity", new: "if sum < self.capacity {"}}},
+	{name: "a small permit granted past a large waiter", flags: []string{"-sim.capacity"}, edits: []mutantEdit{
+		{file: "capacity.go", point: "permit-out-of-order", new: "if sum+n.weight <= self.capacity { sum += n.weight }"}}},
+	{name: "a waiter watches the first node ahead, not its predecessor", run: "TestPermitWakeups", edits: []mutantEdit{
+		{file: "capacity.go", point: "permit-watches-wrong-node", new: "return before[:1], false"}}},
 }
 
 // joinerOnAnEarlierSync lets the joiners waiting for the next sync in on

@@ -23,7 +23,8 @@ type options struct {
 	observers      []Observer
 	starters       []StartObserver // the observers that are StartObservers too
 	dialect        Dialect
-	coalesce       bool // WithReadCoalescing
+	coalesce       bool  // WithReadCoalescing
+	capacity       int64 // WithCapacity; 0 for none
 	err            error
 }
 
@@ -47,6 +48,9 @@ func makeOptions(opts []Option) (options, error) {
 		if o.err != nil {
 			return options{}, o.err
 		}
+	}
+	if err := o.checkCapacity(); err != nil {
+		return options{}, err
 	}
 	return o, nil
 }

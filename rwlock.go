@@ -57,6 +57,7 @@ type RWLock struct {
 	lockDelay      time.Duration // from WithLockDelay; 0 for none
 	heardLoss      heardLoss     // the latest grant any acquisition owes a lock-delay (see lockdelay.go)
 	dialect        Dialect
+	capacity       int64 // WithCapacity's permits; 0 for a read/write lock (see capacity.go)
 
 	observers []Observer      // from WithObserver
 	starters  []StartObserver // those of observers that hear of starts too
@@ -108,6 +109,7 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		observers:      o.observers,
 		starters:       o.starters,
 		dialect:        o.dialect,
+		capacity:       o.capacity,
 	}
 	if o.coalesce {
 		l.coalesce = &coalescer{live: map[string]*sharedRead{}}
@@ -137,13 +139,16 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if l.conn == nil {
 		return nil, &opError{verb(w), l.path, fmt.Errorf("%w: the RWLock was not made by New", ErrInvalidArgument)}
 	}
+	if w.weight = l.weigh(w.mode, w.weight); w.weight > 0 {
+		w.mode = l.permitMode(w.weight) // RLock of a lock of one permit takes them all
+	}
 	if g, err := l.nested(ctx, w); g != nil || err != nil {
 		return g, err
 	}
 	if l.coalesce != nil && w.mode == Read && w.block {
 		return l.readShared(ctx)
 	}
-	a := newAcquisition(Request{l, w.mode})
+	a := newAcquisition(Request{Lock: l, Mode: w.mode, Weight: w.weight})
 	a.members[0].block = w.block
 	start := time.Now()
 	l.starting(ctx, w, start)

@@ -93,11 +93,14 @@ var (
 	simElections = flag.Int("sim.elections", 1000, "number of schedules TestSimulationElections runs")
 	simWithDelay = flag.Bool("sim.lockdelay", false, "TestSimulation with WithLockDelay (see TestSimulationLockDelay)")
 	simDelays    = flag.Int("sim.delays", 1000, "number of schedules TestSimulationLockDelay runs")
+	simCapacity  = flag.Bool("sim.capacity", false, "TestSimulation with a bounded lock (see TestSimulationPermits)")
+	simPermits   = flag.Int("sim.permits", 1000, "number of schedules TestSimulationPermits runs")
 )
 
 func TestSimulation(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce, sets: *simWithSets,
-		peer: *simWithPeer, elect: *simElect, lockDelay: *simWithDelay}
+		peer: *simWithPeer, elect: *simElect, lockDelay: *simWithDelay,
+		capacity: *simCapacity}
 	simulate(t, cfg, *simSchedules)
 }
 
@@ -114,6 +117,21 @@ func TestSimulationLockDelay(t *testing.T) {
 	cfg.elect = true
 	simulate(t, cfg, *simDelays/2)
 }
+
+// TestSimulationPermits runs the simulation with a bounded lock (see
+// capacity.go): every client's lock has simPermitCapacity permits, and each
+// step takes a weight of its own, all of them now and then, under every
+// fault. Besides the holders' weights, which must fit in the capacity
+// unless one was told of its loss, it checks the rule at every grant: the
+// nodes before the grant's on the server, held or waiting, leave room for
+// its weight. A grant past the capacity or out of queue order fails it.
+func TestSimulationPermits(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, capacity: true}
+	simulate(t, cfg, *simPermits)
+}
+
+// simPermitCapacity is the capacity of TestSimulationPermits's lock.
+const simPermitCapacity = 4
 
 // TestSimulationBlindPeer runs the simulation with a blind peer: a Curator
 // writer from a process outside the simulation, which does not see our
@@ -194,6 +212,8 @@ type simConfig struct {
 	elect    bool // elections: every step a Campaign, perhaps with a Proclaim
 	// every lock WithLockDelay(simLockDelay(timeout)), and its check
 	lockDelay bool
+	// a bounded lock, and weighted steps (see TestSimulationPermits)
+	capacity bool
 }
 
 // simLockDelay is the lock-delay of a run whose sessions' timeout is t.
@@ -225,6 +245,9 @@ func (c simConfig) flags(seed uint64) string {
 	}
 	if c.elect {
 		f += " -sim.elect"
+	}
+	if c.capacity {
+		f += " -sim.capacity"
 	}
 	return f
 }
@@ -298,9 +321,10 @@ type simClient struct {
 }
 
 type simStep struct {
-	mode Mode
-	try  bool
-	hold time.Duration // unless the grant is lost first
+	mode   Mode
+	try    bool
+	weight int64         // its permits, on a bounded lock (capacity)
+	hold   time.Duration // unless the grant is lost first
 	// downgrade a write grant halfway through hold: its readers join,
 	// which they learn from the mark alone (see await)
 	downgrade bool
@@ -482,6 +506,9 @@ func (s *sim) run() {
 		if s.cfg.lockDelay {
 			opts = append(opts, WithLockDelay(simLockDelay(s.timeout)))
 		}
+		if s.cfg.capacity {
+			opts = append(opts, WithCapacity(simPermitCapacity))
+		}
 		if r.IntN(3) == 0 {
 			// Holds that run past it, sometimes through a fault.
 			opts = append(opts, WithMaxHold(time.Duration(10+r.Int64N(int64(s.timeout/time.Millisecond)))*time.Millisecond))
@@ -511,6 +538,10 @@ func (s *sim) run() {
 			if s.cfg.sets && r.IntN(3) != 0 {
 				how := r.IntN(4)
 				step.try, step.set = false, &simSet{mode2: Mode(1 + r.IntN(2)), reversed: how&1 == 0, together: how&2 != 0}
+			}
+			if s.cfg.capacity {
+				step.weight = 1 + r.Int64N(simPermitCapacity)
+				step.mode, step.downgrade = l.permitMode(step.weight), false
 			}
 			if s.cfg.elect {
 				// Mostly campaigns. A reader of the path now and then
@@ -664,7 +695,7 @@ func (s *sim) client(c *simClient) {
 		n.mu.Lock()
 		c.cancel = cancel
 		n.mu.Unlock()
-		w := want{mode: step.mode, block: !step.try}
+		w := want{mode: step.mode, block: !step.try, weight: step.weight}
 		s.server.mu.Lock()
 		arrived := s.server.zxid
 		s.server.mu.Unlock()
@@ -695,6 +726,11 @@ func (s *sim) client(c *simClient) {
 				continue
 			}
 			if msg := s.server.checkToken(g.Node(), g.Mode(), g.Token()); msg != "" {
+				s.fail("c%d: %s", c.id, msg)
+			}
+		}
+		if s.cfg.capacity {
+			if msg := s.server.checkRule(g.Node()); msg != "" {
 				s.fail("c%d: %s", c.id, msg)
 			}
 		}
@@ -1607,6 +1643,7 @@ func (s *sim) check() {
 		return
 	}
 	writers, readers := map[string][]*simClient{}, map[string][]*simClient{}
+	var permits []*simClient // the holders of a bounded lock
 	for _, c := range s.clients {
 		g := c.holding
 		if g == nil || c.zk.frozen || isClosed(g.ctx.Done()) {
@@ -1621,6 +1658,9 @@ func (s *sim) check() {
 			if _, expired := s.net.expired[g.h.session]; expired && !s.protected(c, g) {
 				continue // go-zookeeper's blind spot, which such a grant keeps without a bound the server granted
 			}
+		}
+		if g.h.l.capacity > 0 {
+			permits = append(permits, c)
 		}
 		if p := g.h.l.path; g.Mode() == Write && !c.downgrading {
 			writers[p] = append(writers[p], c)
@@ -1639,6 +1679,19 @@ func (s *sim) check() {
 			s.failed = b.String()
 			return
 		}
+	}
+	var held int64
+	for _, c := range permits {
+		held += holdWeight(c.holding.h)
+	}
+	if held > simPermitCapacity {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d permits held of %d, none told of a loss:", held, simPermitCapacity)
+		for _, c := range permits {
+			b.WriteString("\n\t")
+			b.WriteString(s.status(c))
+		}
+		s.failed = b.String()
 	}
 }
 

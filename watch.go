@@ -50,6 +50,9 @@ import (
 // of these requests waits for another's answer. The proof needs only that
 // both answers be in before we are granted.
 func (m *member) wait(ctx context.Context) (step, error) {
+	if m.weight > 0 {
+		return m.waitPermits(ctx) // a bounded lock's wait (see capacity.go)
+	}
 	if !m.block {
 		return m.tryPass(ctx)
 	}

@@ -33,7 +33,7 @@ func writeBlocker(before []lockNode) (lockNode, bool) {
 // for no transaction. With WithLockDelay every release marks, readers' too,
 // so that a plain deletion tells of a loss (see lockdelay.go).
 func releaseMark(m *member) lockname.Mark {
-	if m.mode == Write && m.waited || m.l.lockDelay > 0 {
+	if m.mode == Write && m.waited && m.weight == 0 || m.l.lockDelay > 0 { // a permit's mark is written at its grant (see capacity.go)
 		return lockname.MarkHeld
 	}
 	return lockname.Unmarked

@@ -38,7 +38,7 @@
 #
 # Environment:
 #   DELAYS="0 0.5 1 2"                    ms added each way; 0 is loopback
-#   WORKLOADS="W1 W2 W3 W4 W5 W6 W6r W7 W8 W9"   (W7, W8, W9: Curator and zkrwlock only)
+#   WORKLOADS="W1 W2 W3 W4 W5 W6 W6r W7 W8 W9 W11"   (W7, W8, W9, W11: Curator and zkrwlock only)
 #   W9_DELAYS="0 1"                       the settings of DELAYS in which W9 runs
 #   IMPLS="curator kazoo gozk zkrwlock"   (go-zk runs only W1, W3, W6: it has no read lock; kazoo no W7)
 #   EXTRAS=1                              0 skips zkrwlock's own workloads
@@ -54,7 +54,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
 out=${2:-$(mktemp -d /tmp/compare-peers.XXXXXX)}
 delays=${DELAYS:-0 0.5 1 2}
-workloads=${WORKLOADS:-W1 W2 W3 W4 W5 W6 W6r W7 W8 W9}
+workloads=${WORKLOADS:-W1 W2 W3 W4 W5 W6 W6r W7 W8 W9 W11}
 w9_delays=${W9_DELAYS:-0 1}
 impls=${IMPLS:-curator kazoo gozk zkrwlock}
 max_foreign=${MAX_FOREIGN_CPU:-0.5}
@@ -238,7 +238,7 @@ supported() { # supported IMPL WORKLOAD
 	case $1:$2 in
 	gozk:W1 | gozk:W3 | gozk:W6) return 0 ;;
 	gozk:*) return 1 ;;
-	kazoo:W7 | kazoo:W8 | kazoo:W9) return 1 ;; # the harness has none: Curator is their reference
+	kazoo:W7 | kazoo:W8 | kazoo:W9 | kazoo:W11) return 1 ;; # the harness has none: Curator is their reference
 	esac
 }
 

@@ -20,6 +20,7 @@ import (
 
 const execUsage = `Usage: zkrwlock exec (--write | --read) [flags] PATH [--] COMMAND [ARGS...]
        zkrwlock exec (--write PATH | --read PATH)... [flags] [--] COMMAND [ARGS...]
+       zkrwlock exec --limit N [--weight W] [flags] PATH [--] COMMAND [ARGS...]
 ` + electUsage + `
 
 Takes the lock whose directory is PATH (exclusive with --write, shared with
@@ -38,6 +39,16 @@ that lock. A PATH may be named once. The forms do not mix: a --write or
 With several locks there are no progress lines, --no-wait and --timeout 0
 are refused (give a --timeout), and ZKRWLOCK_NODE has their nodes, one a
 line, in the order given.
+
+The third form takes PATH as a bounded shared lock of N permits: at most N
+commands at once, or fewer where --weight W (default 1) makes some take
+more. Waiters are admitted in queue order: a waiting heavy command holds
+back the lighter ones behind it. Every client of PATH must give the same
+N; a node made with another, or by --write or --read, fails it with a
+message that says so.
+--limit takes the place of --write and --read and takes one PATH: it does
+not join the several-locks form. 'zkrwlock queue' shows the permits in use
+and the waiters' weights.
 
 While it waits longer than a second, it says why on stderr, when that
 changes and every 10s otherwise (--quiet: never):
@@ -108,6 +119,7 @@ type execOptions struct {
 	// graceGiven is true when --grace was given: then it must fit.
 	graceGiven bool
 	maxHold    time.Duration
+	permits    permitFlags // --limit, --weight (see limit.go)
 
 	path string
 	argv []string
@@ -165,6 +177,7 @@ func (o *execOptions) flagSet() *flag.FlagSet {
 		"stopped as for a lost lock (SIGTERM, SIGKILL after --grace) and zkrwlock exits 112; the lock is freed at it")
 	o.elect.register(fs)
 	o.dialect.register(fs)
+	o.permits.register(fs)
 	o.conn.register(fs)
 	return fs
 }
@@ -175,9 +188,12 @@ func (o *execOptions) validate(pos, rest []string, given map[string]bool) error 
 	if err := o.elect.settle(o, given); err != nil {
 		return err
 	}
+	if err := o.permits.validate(o, given); err != nil {
+		return err
+	}
 	switch {
 	case o.locks == nil && o.write.set == o.read.set:
-		return fail(exitUsage, "give exactly one of --write and --read")
+		return fail(exitUsage, "give exactly one of --write, --read and --limit")
 	case o.locks == nil && len(pos) == 0:
 		return fail(exitUsage, "missing lock PATH")
 	case len(rest) == 0:
@@ -248,7 +264,7 @@ func (o *execOptions) run(prog string) (int, error) {
 		stop()
 		return 0, err
 	}
-	opts := []rwlock.Option{rwlock.WithLogger(log), rwlock.WithDialect(o.dialect.d)}
+	opts := append([]rwlock.Option{rwlock.WithLogger(log), rwlock.WithDialect(o.dialect.d)}, o.permits.option()...)
 	if o.maxHold > 0 {
 		opts = append(opts, rwlock.WithMaxHold(o.maxHold))
 	}
@@ -338,9 +354,9 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 		p.start(wctx)
 	}
 	begin := time.Now()
-	var g *rwlock.Grant
-	var err error
+	g, permits, err := o.permits.acquire(wctx, l, o.noWait)
 	switch {
+	case permits:
 	case o.mode == rwlock.Write && o.noWait:
 		g, err = l.TryLock(wctx)
 	case o.mode == rwlock.Write:
