@@ -142,8 +142,9 @@ func TestBlackholeConnectTimeout(t *testing.T) {
 			require.Contains(t, r.stderr, "never answered ZooKeeper's handshake")
 			require.NotContains(t, r.stderr, "authentication")
 			// go-zookeeper alone would wait 200s for the handshake, and 2s
-			// more to close; the process's start and exit take the rest.
-			require.Less(t, took, connectTimeout+time.Second, "overran --connect-timeout")
+			// more to close. The bound stays under those 2s, and leaves the
+			// process's start and exit on a loaded machine the rest.
+			require.Less(t, took, connectTimeout+1900*time.Millisecond, "overran --connect-timeout")
 		})
 	}
 }
