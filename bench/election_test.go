@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -147,7 +146,7 @@ func startBenchLeader(b *testing.B, servers []string, path string) *exec.Cmd {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperBenchLeader$")
 	cmd.Env = append(os.Environ(), benchLeaderEnv+"="+strings.Join(servers, ","), benchLeaderPathEnv+"="+path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
