@@ -38,7 +38,8 @@ var (
 	ErrHoldLimit = errors.New("hold limit reached")
 	// ErrRevoked is the cause with which WithRead and WithWrite cancel
 	// their function's context when the grant is revoked. See
-	// RWLock.Revoke.
+	// RWLock.Revoke. The cause wraps it, and its text says who asked,
+	// when and why (see Grant.Revocation).
 	ErrRevoked = errors.New("grant revoked")
 )
 

@@ -109,9 +109,10 @@ var mutants = []mutant{
 	// grants, has nothing to find: unit tests cover whom it reaches.
 	{name: "a revocation reaches its holders only through the names", run: "TestRevokeToldByTheFirstWrite", edits: []mutantEdit{
 		{file: "revocations.go", point: "revoke-no-notice", new: "_ = n"}}},
-	{name: "a grant that a revocation fired its watch after is told only by the next read", run: "TestRevokeListeningIsFreeOnceSet",
-		edits: []mutantEdit{{file: "revocations.go", point: "revoke-listen-precedes",
-			new: "if slices.Contains(rv.named, n.Seq) && rv.unchangedLocked(h.c) != nil {"}}},
+	{name: "a grant that a revocation fired its watch after is not told when a read judged the fire before it listened", run: "TestRevokeFirstWriteReachesALateListener",
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-listen-precedes", new: "revokedSince = seen == nil && false"}}},
+	{name: "any change of the directory's data is taken for a revocation", run: "TestRevokeOnlyItsOwnRecord",
+		edits: []mutantEdit{{file: "revoke.go", point: "revoke-any-change", new: "changed := true"}}},
 	{name: "a notification handled once is taken again after a lost read", run: "TestRevokeAfterLostReads",
 		edits: []mutantEdit{{file: "revocations.go", point: "revoke-stale-watch", new: "_ = w"}}},
 	{name: "names count in any directory of the path", run: "TestRevokeNamesOfAnotherDirectory",
@@ -125,7 +126,7 @@ var mutants = []mutant{
 	{name: "a listener that came during a read and is named is not told", run: "TestRevokeConfirmsAListenerThatCameDuringARead",
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-confirm-later", new: "_ = n"}}},
 	{name: "a listener that came during a read is judged by its names", run: "TestRevokeNamesOfAReadUnderWay",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-names-later", new: "if false {"}}},
+		edits: []mutantEdit{{file: "revoke.go", point: "revoke-names-later", new: "case false:"}}},
 	{name: "a retired Client starts a reading", run: "TestRevokeListeningOnARetiredClient",
 		edits: []mutantEdit{{file: "revocations.go", point: "revoke-retired-client", new: "start := !rv.reading && func() bool { h.c.Ref(); return true }()"}}},
 	{name: "a listener named before a reconnection is not told", run: "TestRevokeNamedAcrossAReconnection",

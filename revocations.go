@@ -44,6 +44,13 @@ type revocations struct {
 	steady    bool            // connects is known, and the same before and after that read
 	named     []int32         // the nodes named by the request that read found
 	sent      uint64          // the reads sent so far
+
+	record      []byte          // the directory's data as the last read that succeeded found it
+	recordWatch *zkclient.Watch // the watch that read set
+	recordNo    uint64          // that read's number
+	info        Revocation      // the revocation record, as first read
+	pending     *zkclient.Watch // recordWatch, fired for a change that no read has judged yet
+	pendingNo   uint64          // recordNo, when pending was set
 }
 
 // A listener is a listening grant. It holds its node's sequence number, and
@@ -68,17 +75,22 @@ func (l *RWLock) listenRevocations(c *zkclient.Client) *revocations {
 }
 
 // before returns the directory's watch if a grant made now is known to come
-// before whatever fires it. That holds if the watch is set and not fired,
-// with no new connection since the read that set it. Else before returns
-// nil. The check is made after the packet that decided the grant was read,
-// which can only make it say nil more often.
-func (rv *revocations) before(c *zkclient.Client) *zkclient.Watch {
+// before whatever fires it, with the data the read that set it found. That
+// holds if the watch is set and not fired, with no new connection since the
+// read that set it. Else before returns nil. The check is made after the
+// packet that decided the grant was read, which can only make it say nil
+// more often.
+func (rv *revocations) before(c *zkclient.Client) (*zkclient.Watch, []byte) {
 	if rv == nil {
-		return nil
+		return nil, nil
 	}
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
-	return rv.unchangedLocked(c)
+	w := rv.unchangedLocked(c)
+	if w == nil {
+		return nil, nil
+	}
+	return w, rv.record
 }
 
 // unchangedLocked returns the directory's watch if it is set and has not
@@ -113,16 +125,31 @@ func (rv *revocations) listen(h *hold) {
 		return
 	}
 	rv.mu.Lock()
-	// Under mu, a fire that these checks miss is handled by revokeBefore,
-	// which finds h among the listeners.
+	// Under mu, a fire that these checks miss is judged by keep, which
+	// finds h among the listeners.
 	named := slices.Contains(rv.named, n.Seq)
-	// mutant: revoke-listen-precedes
-	if revoking(h.precedes()) || named && rv.unchangedLocked(h.c) != nil {
+	p, seen := h.precedes()
+	revokedSince := false
+	if revoking(p) {
+		if rv.recordWatch == p {
+			// No read since the fire: the next one judges it, with h.
+			if rv.pending == nil {
+				rv.pending, rv.pendingNo = p, rv.recordNo
+			}
+		} else {
+			// A read since judged the fire. The record it found differs
+			// from the one h was granted under only if a revocation was
+			// written while h held, since ids never come back.
+			// mutant: revoke-listen-precedes
+			revokedSince = !lockname.SameRevocation(seen, rv.record)
+		}
+	}
+	if revokedSince || named && rv.unchangedLocked(h.c) != nil {
 		// A revocation was written while h held, before it listened. Or the
 		// last read named h, and nothing changed since.
+		info := rv.info
 		rv.mu.Unlock()
-		h.l.debug("revoked", h.path)
-		h.revoke()
+		revokeAll([]*hold{h}, info)
 		return
 	}
 	if rv.listeners == nil {
@@ -163,7 +190,7 @@ func (rv *revocations) confirm(h *hold, seq int32) {
 		case r.Err == nil:
 			rev, _ := lockname.ParseRevocation(r.V.Data)
 			if slices.Contains(rev.Names(r.V.Stat.Czxid), seq) {
-				rv.revokeIf(func(x *hold, _ listener) bool { return x == h })
+				rv.revokeIf(func(x *hold, _ listener) bool { return x == h }, revocationOf(r.V))
 			}
 			return
 		case !h.held() || errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):
@@ -264,7 +291,7 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 			}
 			if revoking(w) {
 				// mutant: revoke-no-notice
-				rv.revokeBefore(w, n)
+				rv.fired(w, n)
 			}
 		}
 		if c.Conn().State() != zk.StateHasSession && !rv.backOff(c, &retry) {
@@ -280,7 +307,7 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 		steady := known && after == connects
 		if r.Err == nil {
 			retry, warned = zkclient.Backoff{}, false
-			rv.revoke(rv.keep(next, n, connects, steady, r.V), n)
+			rv.keep(next, n, connects, steady, r.V)
 			w = next
 			continue
 		}
