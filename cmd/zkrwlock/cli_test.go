@@ -34,6 +34,8 @@ func TestHelp(t *testing.T) {
 		{[]string{"help", "ls"}, []string{"--older-than"}},
 		{[]string{"dev", "--help"}, []string{"--servers", "--log", "Ctrl-C", "stop it with SIGTERM", "kill -TERM"}},
 		{[]string{"version", "--help"}, []string{"build"}},
+		{[]string{"revoke", "--help"}, []string{"--reason", "--by", "--wait", "--timeout", "66", "75", "ZKRWLOCK_REVOCATION_FILE"}},
+		{[]string{"exec", "--help"}, []string{"ZKRWLOCK_REVOCATION_FILE", "before it sends SIGTERM"}},
 		{[]string{"leader", "--help"}, []string{"--watch", "--json", "--zk", "value_base64", "term", "no leader"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

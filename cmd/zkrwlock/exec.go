@@ -77,6 +77,12 @@ The command's environment also has:
                   one. Pass it to the store you protect and have the store
                   reject writes with a smaller one
   ZKRWLOCK_NODE   the full path of the lock node
+  ZKRWLOCK_REVOCATION_FILE
+                  a file that does not exist until 'zkrwlock revoke' stops
+                  the command: exec writes it before it sends SIGTERM, as
+                  key=value lines (reason, by, at: the server's time of the
+                  request, lock, mode, node), and removes it after COMMAND
+                  exits
 
 COMMAND runs in a process group of its own (on a terminal, the foreground
 one), so that a lost lock stops everything it started. SIGINT, SIGTERM,
@@ -403,10 +409,17 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 		return 0, fail(exitLost, "lost the %s lock on %s before the command started: %v",
 			o.locks[i].mode, o.locks[i].path, grants[i].Err())
 	}
+	revFile, err := newRevocationFile()
+	if err != nil {
+		o.release(prog, grants...)
+		return 0, fail(exitCannotRun, "cannot make the directory of %s: %v", revocationEnv, err)
+	}
+	defer revFile.remove()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.std.in, o.std.out, o.std.err
 	cmd.Env = append(os.Environ(),
 		"ZKRWLOCK_TOKEN="+strconv.FormatInt(token, 10),
 		"ZKRWLOCK_NODE="+strings.Join(nodes, "\n"),
+		revFile.env(),
 	)
 	c, err := startChild(cmd)
 	if err != nil {
@@ -438,9 +451,13 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, grants[lostAt].Err(), within.Round(time.Millisecond)))
 		},
 		onRevoked: func(within time.Duration) {
-			a := o.locks[revokedAt]
-			printLine(o.std.err, prog, fmt.Sprintf("the %s lock on %s was revoked; "+
-				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, within.Round(time.Millisecond)))
+			a, g := o.locks[revokedAt], grants[revokedAt]
+			// Before the signal, so that the command's handler finds it.
+			if err := revFile.write(g, a); err != nil {
+				printLine(o.std.err, prog, fmt.Sprintf("cannot write %s: %v", revocationEnv, err))
+			}
+			printLine(o.std.err, prog, fmt.Sprintf("the %s lock on %s was revoked%s; "+
+				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, describeRevocation(g), within.Round(time.Millisecond)))
 		},
 		onKill: func() {
 			printLine(o.std.err, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL",
@@ -462,8 +479,8 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 	case res.lost:
 		return 0, fail(exitLost, "the command was stopped because the %s lock on %s was lost", lostLock.mode, lostLock.path)
 	case res.revoked:
-		return 0, fail(exitRevoked, "the command was stopped because the %s lock on %s was revoked",
-			revokedLock.mode, revokedLock.path)
+		return 0, fail(exitRevoked, "the command was stopped because the %s lock on %s was revoked%s",
+			revokedLock.mode, revokedLock.path, describeRevocation(grants[revokedAt]))
 	}
 	return res.code, nil
 }

@@ -14,6 +14,7 @@ import (
 const (
 	exitNoLeader    = 1   // leader: nobody leads, as grep exits 1 for no match
 	exitUsage       = 64  // EX_USAGE: bad flags or arguments, invalid lock path
+	exitNoInput     = 66  // EX_NOINPUT: revoke was given a lock that does not exist
 	exitUnavailable = 69  // EX_UNAVAILABLE: no ZooKeeper session, or ZooKeeper failed
 	exitTimeout     = 75  // EX_TEMPFAIL: --timeout (or --no-wait) while waiting
 	exitNoPerm      = 77  // EX_NOPERM: an ACL does not allow this client; --auth refused
@@ -30,8 +31,10 @@ const exitCodes = `Exit status:
   0        success (queue, ls, leader, dev, --help)
   1        leader: nobody leads
   64       usage: bad flag or argument, invalid lock path
+  66       revoke: no lock at PATH (nothing to revoke)
   69       ZooKeeper unavailable: no session within --connect-timeout, or a request failed
-  75       exec: gave up waiting (--timeout, --no-wait); no node left behind
+  75       exec: gave up waiting (--timeout, --no-wait); no node left behind;
+           revoke --wait: the holders asked still held at --timeout
   77       not allowed: an ACL on the path does not allow this client (NoAuth:
            authenticate with --auth), or ZooKeeper refused --auth
   111      exec: the lock was lost while the command ran; the command was terminated
