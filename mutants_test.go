@@ -111,6 +111,8 @@ var mutants = []mutant{
 		{file: "revocations.go", point: "revoke-no-notice", new: "_ = n"}}},
 	{name: "a grant that a revocation fired its watch after is not told when a read judged the fire before it listened", run: "TestRevokeFirstWriteReachesALateListener",
 		edits: []mutantEdit{{file: "revocations.go", point: "revoke-listen-precedes", new: "revokedSince = seen == nil && false"}}},
+	{name: "Revoked's first call does not wait for the read that judges it", run: "TestRevokeSeenAtTheFirstLook",
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-first-look", new: "if false {"}}},
 	{name: "any change of the directory's data is taken for a revocation", run: "TestRevokeOnlyItsOwnRecord",
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-any-change", new: "changed := true"}}},
 	{name: "a notification handled once is taken again after a lost read", run: "TestRevokeAfterLostReads",

@@ -57,8 +57,9 @@ type revocations struct {
 // how many reads had been sent when it began to listen. Any later read was
 // sent after its grant.
 type listener struct {
-	seq  int32
-	sent uint64
+	seq    int32
+	sent   uint64
+	judged chan struct{} // closed once a read after it began has judged it; nil then
 }
 
 // revocationsOn returns the revocations of the lock's directory on c. It
@@ -118,11 +119,14 @@ func revoking(w *zkclient.Watch) bool {
 }
 
 // listen adds h to the listeners until it ends, and makes sure the
-// directory is watched.
-func (rv *revocations) listen(h *hold) {
+// directory is watched. It returns a channel that closes once a read sent
+// after h began to listen has judged it, or nil if none is needed: what
+// the connection knew already decided. Grant.Revoked waits on it, so that
+// a revocation made before the holder first looks is seen at that look.
+func (rv *revocations) listen(h *hold) (judged <-chan struct{}) {
 	n, ok := lockname.Parse(path.Base(h.path))
 	if !ok {
-		return
+		return nil
 	}
 	rv.mu.Lock()
 	// Under mu, a fire that these checks miss is judged by keep, which
@@ -150,12 +154,20 @@ func (rv *revocations) listen(h *hold) {
 		info := rv.info
 		rv.mu.Unlock()
 		revokeAll([]*hold{h}, info)
-		return
+		return nil
 	}
 	if rv.listeners == nil {
 		rv.listeners = make(map[*hold]listener)
 	}
-	rv.listeners[h] = listener{n.Seq, rv.sent}
+	ls := listener{seq: n.Seq, sent: rv.sent}
+	// A read comes next when the watch is not set, or fired; or h's own, if
+	// named. Else the watch, set and unfired since before h looked, says
+	// nothing has changed since: the last read decided.
+	// mutant: revoke-first-look
+	if rv.watch == nil || rv.watch.FiredNow() || named {
+		ls.judged = make(chan struct{})
+	}
+	rv.listeners[h] = ls
 	// mutant: revoke-retired-client
 	start := !rv.reading && h.c.RefIfLive()
 	rv.reading = rv.reading || start
@@ -176,6 +188,16 @@ func (rv *revocations) listen(h *hold) {
 		// watch.
 		go rv.confirm(h, n.Seq)
 	}
+	return ls.judged
+}
+
+// judgedLocked closes h's judged channel, if it has one.
+func (rv *revocations) judgedLocked(h *hold) {
+	if ls, ok := rv.listeners[h]; ok && ls.judged != nil {
+		close(ls.judged)
+		ls.judged = nil
+		rv.listeners[h] = ls
+	}
 }
 
 // confirm reads the directory's data without a watch, and revokes h if the
@@ -183,6 +205,11 @@ func (rv *revocations) listen(h *hold) {
 // while h listens. It is not tried again when the directory or the session
 // is gone, and h with it.
 func (rv *revocations) confirm(h *hold, seq int32) {
+	defer func() {
+		rv.mu.Lock()
+		rv.judgedLocked(h)
+		rv.mu.Unlock()
+	}()
 	var retry zkclient.Backoff
 	for {
 		r := h.c.Get(h.ctx, h.l.path)

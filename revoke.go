@@ -217,11 +217,20 @@ func heldSeqs(nodes []lockNode, downgraded bool) []int32 {
 
 // Revoked returns a channel that is closed when a revocation made while the
 // grant's node held reaches its holder (see RWLock.Revoke). The grants on
-// one node, downgraded, nested or coalesced, are revoked together. It costs
-// one request when the connection does not watch the lock directory yet, or
-// when the data may have changed since the last read named this grant's
-// node. Otherwise it costs none.
-func (g *Grant) Revoked() <-chan struct{} {
+// one node, downgraded, nested or coalesced, are revoked together. A
+// revocation made before the first call is seen by it: the channel is
+// closed as it returns. Where that takes a read, the first call waits for
+// it, one round trip: when the connection does not watch the lock
+// directory yet, when a change since the grant is not judged yet, or when
+// the data may have changed since the last read named this grant's node.
+// Otherwise it costs no request and does not wait. During an outage it
+// does not wait, and the channel closes once a read can tell. Later calls
+// never wait. An acquisition pays nothing for any of this.
+func (g *Grant) Revoked() <-chan struct{} { return g.revokedChan(true) }
+
+// revokedChan is Revoked. Its first call waits for the read that judges
+// it only if wait is set. Tests that hold that read back pass false.
+func (g *Grant) revokedChan(wait bool) <-chan struct{} {
 	h := g.h
 	st := h.revoked()
 	h.mu.Lock()
@@ -232,7 +241,18 @@ func (g *Grant) Revoked() <-chan struct{} {
 	ch := st.ch
 	h.mu.Unlock()
 	if listen && h.held() {
-		h.l.listenRevocations(h.c).listen(h)
+		judged := h.l.listenRevocations(h.c).listen(h)
+		// The first call waits for the read that judges it, if any, so
+		// that a revocation made before is seen now. Not through an
+		// outage: a read that fails ends the wait, and the channel closes
+		// later, when a read can tell.
+		if wait && judged != nil && h.c.Conn().State() == zk.StateHasSession {
+			select {
+			case <-judged:
+			case <-ch:
+			case <-h.ctx.Done():
+			}
+		}
 	}
 	return ch
 }
@@ -374,6 +394,12 @@ func (rv *revocations) keep(w *zkclient.Watch, n, connects uint64, steady bool, 
 	rv.mu.Lock()
 	rv.watch, rv.readNo, rv.connects, rv.steady, rv.named = w, n, connects, steady, named
 	if w == nil {
+		// A failed read judges nobody, but the first looks of those
+		// waiting stop waiting: they are not kept waiting through an
+		// outage. A later read still tells them.
+		for h := range rv.listeners {
+			rv.judgedLocked(h)
+		}
 		rv.mu.Unlock()
 		return
 	}
@@ -396,6 +422,13 @@ func (rv *revocations) keep(w *zkclient.Watch, n, connects uint64, steady bool, 
 			later = append(later, h)
 		default:
 			hit = append(hit, h)
+		}
+	}
+	for h := range rv.listeners {
+		// The hit are told by their Revoked channel; the later ones, when
+		// their own read is judged.
+		if !slices.Contains(hit, h) && !slices.Contains(later, h) {
+			rv.judgedLocked(h)
 		}
 	}
 	rv.pending = nil

@@ -330,10 +330,10 @@ func TestRevokeAfterLostReads(t *testing.T) {
 		require.False(t, isClosed(holderRevoked), "told by the read after the notification, which waits at the gate")
 		next, err := l.RLock(ctx)
 		require.NoError(t, err)
-		nextRevoked := next.Revoked()
-		gate <- struct{}{}      // lost
-		gate <- struct{}{}      // lost again, once the backoff has passed
-		time.Sleep(time.Second) // the bubble's clock: past the backoff, and the read that then succeeds
+		nextRevoked := next.revokedChan(false) // the read waits at the gate
+		gate <- struct{}{}                     // lost
+		gate <- struct{}{}                     // lost again, once the backoff has passed
+		time.Sleep(time.Second)                // the bubble's clock: past the backoff, and the read that then succeeds
 		synctest.Wait()
 		assert.EqualValues(t, 2, lost.Load())
 		require.True(t, isClosed(holderRevoked), "told by the read that succeeded")
@@ -409,7 +409,7 @@ func TestRevokeServesAListenerAfterAFailedRead(t *testing.T) {
 		synctest.Wait()
 		later, err := l.RLock(ctx)
 		require.NoError(t, err)
-		laterRevoked := later.Revoked() // while the read waits at the gate
+		laterRevoked := later.revokedChan(false) // while the read waits at the gate
 		gate <- struct{}{}
 		synctest.Wait()
 		require.True(t, isClosed(firstRevoked), "told by the read sent again for the later listener")
@@ -487,7 +487,7 @@ func TestRevokeConfirmsAListenerThatCameDuringARead(t *testing.T) {
 		})
 		c.setAfter(func(op, p string, err error) error {
 			if op == "get" && p == dir && lateRevoked == nil {
-				lateRevoked = late.Revoked() // as the read's answer travels
+				lateRevoked = late.revokedChan(false) // as the read's answer travels
 			}
 			return err
 		})
@@ -538,7 +538,7 @@ func TestRevokeNamesOfAReadUnderWay(t *testing.T) {
 				fresh, ferr = newLock(t, c).Lock(ctx)
 				assert.NoError(t, ferr)
 				assert.Equal(t, seqOf(t, path.Base(holder.h.path)), seqOf(t, path.Base(fresh.h.path)))
-				freshRevoked = fresh.Revoked()
+				freshRevoked = fresh.revokedChan(false)
 			}
 			return err
 		})
@@ -584,7 +584,7 @@ func TestRevokeStopsWaitingWhenNobodyListens(t *testing.T) {
 		require.NoError(t, holder.Release(ctx))
 		other, err := l.RLock(ctx)
 		require.NoError(t, err)
-		other.Revoked() // a listener while the read after the notification is lost
+		other.revokedChan(false) // a listener while the read after the notification is lost
 		gate <- struct{}{}
 		time.Sleep(time.Second) // the bubble's clock: the reading waits for the connection
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -966,5 +966,49 @@ func TestRevokeFirstWriteReachesALateListener(t *testing.T) {
 		assert.Equal(t, "first write only", rev.Reason)
 		require.NoError(t, early.Release(ctx))
 		require.NoError(t, set.Release(ctx))
+	})
+}
+
+// A revocation made before the holder first looks is seen at that look:
+// Revoked's first call waits for the read that judges it. Whether the
+// connection watched the directory at the grant or not, and whether the
+// grant is named or only known to come before the write.
+func TestRevokeSeenAtTheFirstLook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		op := newLock(t, s.conn())
+
+		// No watch on c yet: the first call reads, and finds the names.
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, op.Revoke(ctx, "before the first look"))
+		synctest.Wait()
+		assert.Equal(t, int64(1), c.cost(func() {
+			assert.True(t, isClosed(g.Revoked()), "seen at the first look")
+		}), "the read that sets the watch")
+		rev, ok := g.Revocation()
+		require.True(t, ok)
+		assert.Equal(t, "before the first look", rev.Reason)
+		require.NoError(t, g.Release(ctx))
+
+		// The watch set and unfired at the grant: the first call costs
+		// nothing while nothing changed.
+		quiet, err := l.Lock(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, c.cost(func() { assert.False(t, isClosed(quiet.Revoked())) }))
+		require.NoError(t, quiet.Release(ctx))
+		synctest.Wait() // nobody listens: the reading stops, the watch stays
+
+		// Granted while the watch was set; a revocation fires it while
+		// nobody listens, and no read has judged it when the holder looks.
+		h, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, op.Revoke(ctx, "while nobody listened"))
+		synctest.Wait()
+		assert.True(t, isClosed(h.Revoked()), "seen at the first look")
+		require.NoError(t, h.Release(ctx))
 	})
 }

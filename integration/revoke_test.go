@@ -83,6 +83,27 @@ func TestRevokeTellsWhoWhyAndWhen(t *testing.T) {
 	require.NoError(t, g.Release(ctx))
 }
 
+// A revocation made before the holder first looks is seen at that look:
+// a select with default on Revoked's first channel finds it closed.
+func TestRevokeSeenAtTheFirstLook(t *testing.T) {
+	srv := sharedServer(t)
+	a, op := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	path := zktest.LockPath(t, "/revoke")
+	g, err := a.lock(t, path).Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, op.lock(t, path).Revoke(ctx, "before the first look"))
+	select {
+	case <-g.Revoked():
+	default:
+		t.Fatal("a revocation made before the first look was not seen by it")
+	}
+	rev, ok := g.Revocation()
+	require.True(t, ok)
+	assert.Equal(t, "before the first look", rev.Reason)
+	require.NoError(t, g.Release(ctx))
+}
+
 // The holder's connection breaks as the revocation is made: the watch,
 // sent again when the client reconnects, fires for the change it missed.
 func TestRevokeThroughAReconnection(t *testing.T) {
