@@ -92,5 +92,5 @@ var (
 	_                                                                = rw.Leadership{Value: []byte(nil), Term: int64(0)}
 
 	_ []error = []error{rw.ErrWouldBlock, rw.ErrLost, rw.ErrReleased, rw.ErrInvalidPath, rw.ErrUpgrade,
-		rw.ErrInvalidArgument, rw.ErrSequenceExhausted, rw.ErrHoldLimit, rw.ErrRevoked, rw.ErrNoLeader}
+		rw.ErrInvalidArgument, rw.ErrSequenceExhausted, rw.ErrHoldLimit, rw.ErrRevoked, rw.ErrNoLeader, rw.ErrMixedFleet}
 )

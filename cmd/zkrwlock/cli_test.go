@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -183,4 +185,15 @@ func TestVersion(t *testing.T) {
 	r = runIn(t, nil, "version", "extra")
 	require.Equal(t, exitUsage, r.code)
 	requireOneLine(t, r.stderr)
+}
+
+// The library's advice for a mixed fleet, put as the command line's flags.
+func TestMixedFleetInCLIWords(t *testing.T) {
+	for _, d := range dialects {
+		require.Equal(t, "--dialect "+d.String(), cliWords(errors.New("WithDialect("+constName(d)+")")))
+	}
+	err := fmt.Errorf("rwlock: lock /x: %w", errors.New("invalid argument: a mixed fleet: nodes of Curator are on the path: "+
+		"give every zkrwlock client of the path WithDialect(DialectCurator)"))
+	require.Equal(t, "a mixed fleet: nodes of Curator are on the path: give every zkrwlock client of the path --dialect curator",
+		cliWords(err))
 }

@@ -311,6 +311,9 @@ func (o *execOptions) acquireAll(ctx context.Context, locks []*rwlock.RWLock) ([
 		return nil, fail(exitTimeout, "timed out after %v waiting for the locks (%s); left the queues",
 			o.timeout, describeLocks(o.locks))
 	}
+	if f := mixedFleetFailure(err, "refused the locks (%s)", describeLocks(o.locks)); f != nil {
+		return nil, f
+	}
 	return nil, o.conn.zkFail(err, "waiting for the locks (%s)", describeLocks(o.locks))
 }
 
@@ -361,6 +364,9 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 	case errors.Is(err, rwlock.ErrWouldBlock):
 		return nil, fail(exitTimeout, "the %s lock on %s is not free (%s) and %s was given",
 			o.mode, o.path, holdersNow(l), o.giveUp)
+	}
+	if f := mixedFleetFailure(err, "refused the %s lock on %s", o.mode, o.path); f != nil {
+		return nil, f
 	}
 	return nil, o.conn.zkFail(err, "waiting for the %s lock on %s", o.mode, o.path)
 }
@@ -448,7 +454,7 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 		onLost: func(within time.Duration) {
 			a := o.locks[lostAt]
 			printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
-				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, grants[lostAt].Err(), within.Round(time.Millisecond)))
+				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, lossText(grants[lostAt].Err()), within.Round(time.Millisecond)))
 		},
 		onRevoked: func(within time.Duration) {
 			a, g := o.locks[revokedAt], grants[revokedAt]
@@ -467,7 +473,7 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 	if i := lostMember(grants); !res.lost && i >= 0 {
 		res.lost, lostAt = true, i
 		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s as the command exited (%v)",
-			o.locks[i].mode, o.locks[i].path, grants[i].Err()))
+			o.locks[i].mode, o.locks[i].path, lossText(grants[i].Err())))
 	}
 	cause := grants[lostAt].Err()
 	o.release(prog, grants...)

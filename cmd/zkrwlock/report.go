@@ -18,6 +18,7 @@ const (
 	exitUnavailable = 69  // EX_UNAVAILABLE: no ZooKeeper session, or ZooKeeper failed
 	exitTimeout     = 75  // EX_TEMPFAIL: --timeout (or --no-wait) while waiting
 	exitNoPerm      = 77  // EX_NOPERM: an ACL does not allow this client; --auth refused
+	exitConfig      = 78  // EX_CONFIG: a mixed fleet: the path's clients need one --dialect
 	exitLost        = 111 // the grant was lost while the command ran; it was terminated
 	exitHoldLimit   = 112 // the grant reached --max-hold; the command was terminated
 	exitRevoked     = 113 // the grant was revoked ('zkrwlock revoke'); the command was terminated
@@ -37,6 +38,9 @@ const exitCodes = `Exit status:
            revoke --wait: the holders asked still held at --timeout
   77       not allowed: an ACL on the path does not allow this client (NoAuth:
            authenticate with --auth), or ZooKeeper refused --auth
+  78       exec: a mixed fleet: another lock library's nodes on PATH do not
+           count ours; every client of PATH needs one --dialect (retrying
+           does not help)
   111      exec: the lock was lost while the command ran; the command was terminated
   112      exec: the command held the lock for --max-hold; it was terminated
   113      exec: the lock was revoked ('zkrwlock revoke'); the command was terminated
