@@ -111,6 +111,8 @@ var mutants = []mutant{
 		{file: "revocations.go", point: "revoke-no-notice", new: "_ = n"}}},
 	{name: "a grant that a revocation fired its watch after is not told when a read judged the fire before it listened", run: "TestRevokeFirstWriteReachesALateListener",
 		edits: []mutantEdit{{file: "revocations.go", point: "revoke-listen-precedes", new: "revokedSince = seen == nil && false"}}},
+	{name: "a release after the hold-limit notice deletes the node while other grants on it are open", run: "TestHoldLimitReleasedAfterTheNotice",
+		edits: []mutantEdit{{file: "holdlimit.go", point: "early-delete-open-grants", new: "if lim.open--; false {"}}},
 	{name: "Revoked's first call does not wait for the read that judges it", run: "TestRevokeSeenAtTheFirstLook",
 		edits: []mutantEdit{{file: "revocations.go", point: "revoke-first-look", new: "if false {"}}},
 	{name: "any change of the directory's data is taken for a revocation", run: "TestRevokeOnlyItsOwnRecord",

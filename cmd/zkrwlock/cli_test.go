@@ -37,7 +37,8 @@ func TestHelp(t *testing.T) {
 		{[]string{"dev", "--help"}, []string{"--servers", "--log", "Ctrl-C", "stop it with SIGTERM", "kill -TERM"}},
 		{[]string{"version", "--help"}, []string{"build"}},
 		{[]string{"revoke", "--help"}, []string{"--reason", "--by", "--wait", "--timeout", "66", "75", "ZKRWLOCK_REVOCATION_FILE"}},
-		{[]string{"exec", "--help"}, []string{"ZKRWLOCK_REVOCATION_FILE", "before it sends SIGTERM"}},
+		{[]string{"exec", "--help"}, []string{"ZKRWLOCK_REVOCATION_FILE", "before it sends SIGTERM", "(0: no limit)",
+			"at most half of --max-hold", "stops the command", "at 3s"}},
 		{[]string{"leader", "--help"}, []string{"--watch", "--json", "--zk", "value_base64", "term", "no leader"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

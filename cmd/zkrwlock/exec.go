@@ -163,8 +163,10 @@ func (o *execOptions) flagSet() *flag.FlagSet {
 		"(default: that much, 1.775s with the default --session-timeout)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
-	durationVar(fs, &o.maxHold, "max-hold", 0, "hold the lock at most this long: a head start before it, the command is "+
-		"stopped as for a lost lock (SIGTERM, SIGKILL after --grace) and zkrwlock exits 112; the lock is freed at it")
+	durationVar(fs, &o.maxHold, "max-hold", 0, "hold the lock at most this long (0: no limit). A head start before it "+
+		"(a quarter of the session timeout the server granted, at most half of --max-hold: --max-hold 6s stops the command "+
+		"at 3s) the command is stopped as for a lost lock (SIGTERM, SIGKILL after --grace) and zkrwlock exits 112; "+
+		"the lock is freed as the command exits, or at --max-hold at the latest")
 	o.dialect.register(fs)
 	o.conn.register(fs)
 	return fs
@@ -436,12 +438,14 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 	var watchers sync.WaitGroup
 	defer watchers.Wait()
 	defer close(done)
-	var within time.Duration
+	var within, stoppedAfter time.Duration
+	started := time.Now()
 	lostAt, revokedAt := 0, 0 // the member lost, the member revoked
 	res := c.supervise(sigs, stopper{
 		lost:    anyClosed(done, &watchers, lost),
 		revoked: anyClosed(done, &watchers, revoked),
 		lostWithin: func() time.Duration {
+			stoppedAfter = time.Since(started)
 			lostAt = max(lostMember(grants), 0)
 			within = stopWithin(grants[lostAt], o.grace)
 			return within
@@ -480,8 +484,9 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 	lostLock, revokedLock := o.locks[lostAt], o.locks[revokedAt]
 	switch {
 	case res.lost && errors.Is(cause, rwlock.ErrHoldLimit):
-		return 0, fail(exitHoldLimit, "the command was stopped because it held the %s lock on %s for --max-hold %v",
-			lostLock.mode, lostLock.path, o.maxHold)
+		return 0, fail(exitHoldLimit, "the command was stopped %v after it started, a head start before --max-hold %v "+
+			"on the %s lock on %s (a quarter of the session timeout, at most half of --max-hold)",
+			stoppedAfter.Round(100*time.Millisecond), o.maxHold, lostLock.mode, lostLock.path)
 	case res.lost:
 		return 0, fail(exitLost, "the command was stopped because the %s lock on %s was lost", lostLock.mode, lostLock.path)
 	case res.revoked:

@@ -42,7 +42,8 @@ const exitCodes = `Exit status:
            count ours; every client of PATH needs one --dialect (retrying
            does not help)
   111      exec: the lock was lost while the command ran; the command was terminated
-  112      exec: the command held the lock for --max-hold; it was terminated
+  112      exec: --max-hold: the command was stopped a head start before it
+           (at half a short limit); it was terminated
   113      exec: the lock was revoked ('zkrwlock revoke'); the command was terminated
   126/127  exec: the command cannot be run / was not found (before queueing)
   130/143  interrupted (SIGINT/SIGTERM) while connecting or waiting; no node left behind
