@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/lockname"
 )
 
 const revokeUsage = `Usage: zkrwlock revoke [flags] PATH
@@ -111,20 +112,18 @@ func revoke(std stdio, cf *connFlags, path string, o revokeOptions) error {
 	} else if !exists {
 		return fail(exitNoInput, "no lock at %s: nothing to revoke ('zkrwlock ls' lists the locks)", path)
 	}
-	if err := l.Revoke(rctx, o.reason); err != nil {
-		return interrupted(err, "revoking %s", path)
-	}
-	q, err := l.Queue(rctx)
+	// The queue before, to name the holders: a holder told at once may have
+	// let go before a listing made after.
+	before, err := l.Queue(rctx)
 	if err != nil {
 		return interrupted(err, "listing the holders of %s", path)
 	}
-	var asked []rwlock.Entry
-	if rev := readRevocation(conn, path, q); rev != nil {
-		for _, e := range q {
-			if rev.names(e) {
-				asked = append(asked, e)
-			}
-		}
+	if err := l.Revoke(rctx, o.reason); err != nil {
+		return interrupted(err, "revoking %s", path)
+	}
+	asked, err := askedOf(rctx, conn, l, path, before)
+	if err != nil {
+		return interrupted(err, "reading the revocation of %s", path)
 	}
 	if len(asked) == 0 {
 		printLine(std.out, prog, fmt.Sprintf("nobody holds %s now: nobody was asked", path))
@@ -138,6 +137,43 @@ func revoke(std stdio, cf *connFlags, path string, o revokeOptions) error {
 		return nil
 	}
 	return waitLetGo(ctx, std, conn, path, asked, o.timeout, stop)
+}
+
+// askedOf returns the holders that the revocation in path's data names:
+// from before, the queue listed before Revoke, or from a listing now for a
+// holder granted since. A name whose node is gone by now is left out.
+func askedOf(ctx context.Context, conn *zk.Conn, l *rwlock.RWLock, path string, before []rwlock.Entry) ([]rwlock.Entry, error) {
+	data, stat, err := conn.Get(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rev, _ := lockname.ParseRevocation(data)
+	named := rev.Names(stat.Czxid)
+	var asked []rwlock.Entry
+	var missing bool
+	for _, seq := range named {
+		i := slices.IndexFunc(before, func(e rwlock.Entry) bool { return e.Seq == seq })
+		if i < 0 {
+			missing = true
+			continue
+		}
+		asked = append(asked, before[i])
+	}
+	if missing {
+		now, err := l.Queue(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range now {
+			if slices.Contains(named, e.Seq) && !slices.ContainsFunc(asked, func(a rwlock.Entry) bool { return a.Seq == e.Seq }) {
+				asked = append(asked, e)
+			}
+		}
+	}
+	return asked, nil
 }
 
 // waitLetGo waits until the nodes of asked are gone, or timeout if not 0.
