@@ -224,9 +224,14 @@ func heldSeqs(nodes []lockNode, downgraded bool) []int32 {
 // directory yet, when a change since the grant is not judged yet, or when
 // the data may have changed since the last read named this grant's node.
 // Otherwise it costs no request and does not wait. During an outage it
-// does not wait, and the channel closes once a read can tell. Later calls
+// does not wait, nor longer than the session timeout for a slow server,
+// and the channel closes once a read can tell. Later calls
 // never wait. An acquisition pays nothing for any of this.
 func (g *Grant) Revoked() <-chan struct{} { return g.revokedChan(true) }
+
+// firstLookBound bounds the first call's wait where the session timeout is
+// not known.
+const firstLookBound = 10 * time.Second
 
 // revokedChan is Revoked. Its first call waits for the read that judges
 // it only if wait is set. Tests that hold that read back pass false.
@@ -245,12 +250,20 @@ func (g *Grant) revokedChan(wait bool) <-chan struct{} {
 		// The first call waits for the read that judges it, if any, so
 		// that a revocation made before is seen now. Not through an
 		// outage: a read that fails ends the wait, and the channel closes
-		// later, when a read can tell.
+		// later, when a read can tell. A server too slow to answer within
+		// the session timeout does not hold the caller longer either.
 		if wait && judged != nil && h.c.Conn().State() == zk.StateHasSession {
+			t, _ := h.c.Timeout(h.l.sessionTimeout, h.session)
+			if t <= 0 {
+				t = firstLookBound
+			}
+			bound := time.NewTimer(t)
+			defer bound.Stop()
 			select {
 			case <-judged:
 			case <-ch:
 			case <-h.ctx.Done():
+			case <-bound.C:
 			}
 		}
 	}
