@@ -339,8 +339,10 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 			continue
 		}
 		rv.keep(nil, n, 0, false, zkclient.Node{})
-		// mutant: revoke-stale-watch
-		w = nil // fired and handled, so the next read is sent at once
+		// Fired and noted as pending, so the next read is sent at once. The
+		// pending fire is noted once (see fired), so a stale watch kept
+		// here could not be taken for a new revocation either.
+		w = nil
 		switch {
 		// mutant: revoke-final-errors
 		case errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):
