@@ -95,5 +95,5 @@ var (
 	_                                                                = rw.GrantEvent{Term: true}
 
 	_ []error = []error{rw.ErrWouldBlock, rw.ErrLost, rw.ErrReleased, rw.ErrInvalidPath, rw.ErrUpgrade,
-		rw.ErrInvalidArgument, rw.ErrSequenceExhausted, rw.ErrHoldLimit, rw.ErrRevoked, rw.ErrNoLeader}
+		rw.ErrInvalidArgument, rw.ErrSequenceExhausted, rw.ErrHoldLimit, rw.ErrRevoked, rw.ErrNoLeader, rw.ErrMixedFleet}
 )

@@ -115,14 +115,16 @@ func (l *RWLock) blind(peers uint16) *mixedError {
 
 // A mixedError says that a lock directory holds nodes of peers that do not
 // see the lock's own. The fleet on the path is mixed, and needs one
-// dialect. It wraps ErrInvalidArgument.
+// dialect. It wraps ErrInvalidArgument and ErrMixedFleet.
 type mixedError struct {
 	dialect Dialect
 	peers   []string // whom, as lockname.Marker.Peer says
 	seenBy  uint8    // the families every one of them sees, as lockname.Family.Bit marks them
 }
 
-func (e *mixedError) Error() string { return "invalid argument: a mixed fleet: " + e.detail() }
+func (e *mixedError) Error() string {
+	return "invalid argument: " + ErrMixedFleet.Error() + ": " + e.detail()
+}
 
 // detail says who does not see whom, and what to do.
 func (e *mixedError) detail() string {
@@ -163,7 +165,7 @@ func (e *mixedError) detail() string {
 		"so mutual exclusion with them does not hold: %s", strings.Join(e.peers, " and "), they, e.dialect, fix)
 }
 
-func (e *mixedError) Unwrap() error { return ErrInvalidArgument }
+func (e *mixedError) Unwrap() []error { return []error{ErrInvalidArgument, ErrMixedFleet} }
 
 // constName returns the name of d's constant, for messages.
 func (d Dialect) constName() string {

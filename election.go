@@ -26,10 +26,10 @@ import (
 //
 // The value rides in the node's data, in a line of its own (see
 // lockname.ValueLine). It costs the create nothing, and an operator reads
-// it with `zkCli get`. It is not in the lock directory's data, which stays
-// revocation's alone. So observers watch the leader's node, where the
-// value and the leader's end both show. No record can lag behind the queue
-// it describes, since the queue is the record.
+// it with `zkCli get`. It is not a record in the lock directory's data.
+// Observers watch the leader's node, where the value and the leader's end
+// both show. No record can lag behind the queue it describes, since the
+// queue is the record.
 
 // ErrNoLeader is returned by Leader when nobody leads, and by Proclaim
 // when the Election holds no leadership.

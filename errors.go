@@ -38,8 +38,15 @@ var (
 	ErrHoldLimit = errors.New("hold limit reached")
 	// ErrRevoked is the cause with which WithRead and WithWrite cancel
 	// their function's context when the grant is revoked. See
-	// RWLock.Revoke.
+	// RWLock.Revoke. The cause wraps it, and its text says who asked,
+	// when and why (see Grant.Revocation).
 	ErrRevoked = errors.New("grant revoked")
+	// ErrMixedFleet is wrapped, with ErrInvalidArgument, by the error of an
+	// acquisition refused because peers on the path do not count this
+	// lock's nodes, and by the cause of a grant lost for that. The fleet
+	// on the path needs one dialect: see WithDialect. A loss for it is
+	// GrantEvent.Loss "mixed_fleet", so that it can be alerted on.
+	ErrMixedFleet = errors.New("a mixed fleet")
 )
 
 // An opError is the failure of one operation of the lock on one path. It

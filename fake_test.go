@@ -416,9 +416,12 @@ func (c *fakeConn) Set(p string, data []byte, version int32) (st *zk.Stat, err e
 		if n == nil {
 			return zk.ErrNoNode
 		}
+		if version >= 0 && version != n.stat.Version {
+			return zk.ErrBadVersion
+		}
 		c.s.zxid++
 		n.data = slices.Clone(data)
-		n.stat.Mzxid = c.s.zxid
+		n.stat.Mzxid, n.stat.Mtime = c.s.zxid, time.Now().UnixMilli()
 		n.stat.Version++
 		s := n.stat
 		st = &s

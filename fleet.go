@@ -64,11 +64,11 @@ import (
 //
 // Why no announcement. An acquisition that finds a blind peer could tell
 // the holders through the lock directory's data, in one notification. We
-// do not. That data is revocation's alone, and it takes any change of it
-// for a revocation (see revoke.go). A second record there would need a
-// format of records. And every holder would have to watch the data from its
-// grant. The check above keeps the promise without either. The coming uses
-// need no second record either. Revocation reasons live in the revocation
+// do not. That data holds one record per purpose (see lockname's data
+// format), but clients older than the format take any change of it for a
+// revocation. And every holder would have to watch the data from its
+// grant. The check above keeps the promise without either. The other uses
+// need no announcement either. Revocation reasons live in the revocation
 // record. Leader election's observers watch the leader's node. Caching's
 // marker is in the node's own data.
 type fleetWatch struct {

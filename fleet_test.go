@@ -165,3 +165,30 @@ func TestFleetCheckDatedFromTheListingSent(t *testing.T) {
 		require.ErrorIs(t, g.Err(), ErrInvalidArgument)
 	})
 }
+
+// A mixed fleet is its own cause: an acquisition refused for it, and a
+// grant lost for it, wrap ErrMixedFleet, and the loss is "mixed_fleet" to
+// an Observer, so that it can be alerted on.
+func TestMixedFleetIsItsOwnCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		var rec recorder
+		g, err := newLock(t, s.conn(), WithObserver(&rec)).Lock(ctx)
+		require.NoError(t, err)
+		peerNode(t, s.conn(), "_c_"+uuid+"-__WRIT__", "")
+		time.Sleep(fleetInterval)
+		synctest.Wait()
+		require.True(t, isClosed(g.Done()))
+		require.ErrorIs(t, g.Err(), ErrLost)
+		require.ErrorIs(t, g.Err(), ErrMixedFleet)
+		rec.mu.Lock()
+		require.Len(t, rec.grants, 1)
+		assert.Equal(t, "mixed_fleet", rec.grants[0].Loss)
+		rec.mu.Unlock()
+
+		_, err = newLock(t, s.conn()).TryLock(ctx)
+		require.ErrorIs(t, err, ErrMixedFleet)
+		require.ErrorIs(t, err, ErrInvalidArgument)
+	})
+}

@@ -149,6 +149,7 @@ func (g *Grant) Release(ctx context.Context) error {
 		return nil
 	case g.ctx.Err() != nil || !h.held():
 		g.setReleased(nil) // lost, so its node is gone or being deleted
+		h.releasedLate(ctx)
 		return nil
 	case h.leave():
 		g.setReleased(nil)

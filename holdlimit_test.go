@@ -352,3 +352,42 @@ func TestHoldLimitToldTwiceAtOnce(t *testing.T) {
 		require.NoError(t, g.Release(t.Context()))
 	})
 }
+
+// After the notice, the node goes as soon as every grant on it is
+// released, not at the limit: a process that exits after its Release
+// leaves nothing for the next writer to wait on. Until the last release,
+// it stays for the grants still open.
+func TestHoldLimitReleasedAfterTheNotice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 10 * time.Second
+		s := newFakeServer()
+		ctx := t.Context()
+		l := newLock(t, s.conn(), WithMaxHold(limit), WithReadCoalescing())
+		begin := time.Now()
+		r1, err := l.RLock(ctx)
+		require.NoError(t, err)
+		r2, err := l.RLock(ctx)
+		require.NoError(t, err)
+		require.Equal(t, r1.Node(), r2.Node(), "one node, two grants")
+		w := start(ctx, newLock(t, s.conn()).Lock)
+		<-r1.Done()
+		require.ErrorIs(t, r1.Err(), ErrHoldLimit)
+		told := time.Since(begin)
+		require.Less(t, told, limit)
+		assert.Regexp(t, `hold limit reached: told \S+ after the grant, a head start of \S+ before the limit of 10s`, r1.Err().Error(),
+			"says when the holder was told, and why then")
+
+		require.NoError(t, r1.Release(ctx))
+		synctest.Wait()
+		pending(t, w)
+		assert.Len(t, s.lockNodes(dir), 2, "kept for the grant still open")
+		require.NoError(t, r2.Release(ctx))
+		synctest.Wait()
+		next := granted(t, w)
+		assert.Equal(t, told, time.Since(begin), "granted as the last grant was released, not at the limit")
+		require.NoError(t, next.Release(ctx))
+		time.Sleep(limit)
+		synctest.Wait()
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}

@@ -109,11 +109,14 @@ var mutants = []mutant{
 	// grants, has nothing to find: unit tests cover whom it reaches.
 	{name: "a revocation reaches its holders only through the names", run: "TestRevokeToldByTheFirstWrite", edits: []mutantEdit{
 		{file: "revocations.go", point: "revoke-no-notice", new: "_ = n"}}},
-	{name: "a grant that a revocation fired its watch after is told only by the next read", run: "TestRevokeListeningIsFreeOnceSet",
-		edits: []mutantEdit{{file: "revocations.go", point: "revoke-listen-precedes",
-			new: "if slices.Contains(rv.named, n.Seq) && rv.unchangedLocked(h.c) != nil {"}}},
-	{name: "a notification handled once is taken again after a lost read", run: "TestRevokeAfterLostReads",
-		edits: []mutantEdit{{file: "revocations.go", point: "revoke-stale-watch", new: "_ = w"}}},
+	{name: "a grant that a revocation fired its watch after is not told when a read judged the fire before it listened", run: "TestRevokeFirstWriteReachesALateListener",
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-listen-precedes", new: "revokedSince = seen == nil && false"}}},
+	{name: "a release after the hold-limit notice deletes the node while other grants on it are open", run: "TestHoldLimitReleasedAfterTheNotice",
+		edits: []mutantEdit{{file: "holdlimit.go", point: "early-delete-open-grants", new: "if lim.open--; false {"}}},
+	{name: "Revoked's first call does not wait for the read that judges it", run: "TestRevokeSeenAtTheFirstLook",
+		edits: []mutantEdit{{file: "revocations.go", point: "revoke-first-look", new: "if false {"}}},
+	{name: "any change of the directory's data is taken for a revocation", run: "TestRevokeOnlyItsOwnRecord",
+		edits: []mutantEdit{{file: "revoke.go", point: "revoke-any-change", new: "changed := true"}}},
 	{name: "names count in any directory of the path", run: "TestRevokeNamesOfAnotherDirectory",
 		edits: []mutantEdit{{file: "revoke.go", point: "revoke-names-dir", new: "named = rev.Nodes"}}},
 	{name: "a listener that came as the read failed is left unserved", run: "TestRevokeServesAListenerAfterAFailedRead",
@@ -123,9 +126,9 @@ var mutants = []mutant{
 	{name: "a refused read drops the listeners", run: "TestRevokeRetriesARefusedRead",
 		edits: []mutantEdit{{file: "revocations.go", point: "revoke-final-errors", new: "case !zkclient.ConnectionLoss(r.Err):"}}},
 	{name: "a listener that came during a read and is named is not told", run: "TestRevokeConfirmsAListenerThatCameDuringARead",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-confirm-later", new: "_ = n"}}},
+		edits: []mutantEdit{{file: "revoke.go", point: "revoke-confirm-later", new: "_ = seq"}}},
 	{name: "a listener that came during a read is judged by its names", run: "TestRevokeNamesOfAReadUnderWay",
-		edits: []mutantEdit{{file: "revoke.go", point: "revoke-names-later", new: "if false {"}}},
+		edits: []mutantEdit{{file: "revoke.go", point: "revoke-names-later", new: "case false:"}}},
 	{name: "a retired Client starts a reading", run: "TestRevokeListeningOnARetiredClient",
 		edits: []mutantEdit{{file: "revocations.go", point: "revoke-retired-client", new: "start := !rv.reading && func() bool { h.c.Ref(); return true }()"}}},
 	{name: "a listener named before a reconnection is not told", run: "TestRevokeNamedAcrossAReconnection",
@@ -181,8 +184,11 @@ var mutants = []mutant{
 	// nothing to find; the unit test checks when the holder is told.
 	{name: "a bound shortens a hold limit's head start", run: "TestHoldLimitTellsTheHolderFirst", edits: []mutantEdit{
 		{file: "holdlimit.go", point: "bound-shortens-hold-head", new: "if t == 0 { head = l.maxHold / 4 }"}}},
-	{name: "a hold limit's node deleted at the notice, not at the limit", edits: []mutantEdit{
-		{file: "holdlimit.go", point: "delete-at-limit", new: "time.AfterFunc(time.Until(at)*0, func() { finish(h.path, \"\", h.session) })"}}},
+	// The simulation's holders release soon after the notice, and the node
+	// may go then (releasedLate), so it rarely sees this one: a unit test
+	// holds a grant open past the notice.
+	{name: "a hold limit's node deleted at the notice, not at the limit", run: "TestHoldLimitReleasedAfterTheNotice", edits: []mutantEdit{
+		{file: "holdlimit.go", point: "delete-at-limit", new: "lim.timer = time.AfterFunc(time.Until(at)*0, func() { finish(h.path, \"\", h.session) })"}}},
 	{name: "a holder told of its hold limit late gets no head start", flags: []string{"-sim.nocut"}, edits: []mutantEdit{
 		{file: "holdlimit.go", point: "told-late", new: "if told := now.Add(lim.head); false && told.After(at) {"}}},
 	{name: "a resumed holder waits for the hold timer", flags: []string{"-sim.nocut"},

@@ -77,7 +77,8 @@ type GrantEvent struct {
 	// the lease clock to show the session alive; see Grant.Done.
 	// "disconnected" means the connection dropped, and the lock does not
 	// know the session timeout. "hold_limit" is the end WithMaxHold sets.
-	// "other" is the rest, such as a closed connection, or a downgrade
+	// "mixed_fleet" means a peer that does not count this lock's nodes
+	// queued on the path (ErrMixedFleet). "other" is the rest, such as a closed connection, or a downgrade
 	// whose outcome is unknown.
 	Loss string
 	// Requests counts the requests the grant sent. They are its release,
@@ -158,6 +159,8 @@ func lossOf(cause error) string {
 		return "node_deleted"
 	case errors.Is(cause, ErrHoldLimit):
 		return "hold_limit"
+	case errors.Is(cause, ErrMixedFleet):
+		return "mixed_fleet"
 	case errors.Is(cause, zk.ErrSessionExpired):
 		return "session_expired"
 	case leaseLapsed(cause):

@@ -44,14 +44,22 @@ type revocations struct {
 	steady    bool            // connects is known, and the same before and after that read
 	named     []int32         // the nodes named by the request that read found
 	sent      uint64          // the reads sent so far
+
+	record      []byte          // the directory's data as the last read that succeeded found it
+	recordWatch *zkclient.Watch // the watch that read set
+	recordNo    uint64          // that read's number
+	info        Revocation      // the revocation record, as first read
+	pending     *zkclient.Watch // recordWatch, fired for a change that no read has judged yet
+	pendingNo   uint64          // recordNo, when pending was set
 }
 
 // A listener is a listening grant. It holds its node's sequence number, and
 // how many reads had been sent when it began to listen. Any later read was
 // sent after its grant.
 type listener struct {
-	seq  int32
-	sent uint64
+	seq    int32
+	sent   uint64
+	judged chan struct{} // closed once a read after it began has judged it; nil then
 }
 
 // revocationsOn returns the revocations of the lock's directory on c. It
@@ -68,17 +76,22 @@ func (l *RWLock) listenRevocations(c *zkclient.Client) *revocations {
 }
 
 // before returns the directory's watch if a grant made now is known to come
-// before whatever fires it. That holds if the watch is set and not fired,
-// with no new connection since the read that set it. Else before returns
-// nil. The check is made after the packet that decided the grant was read,
-// which can only make it say nil more often.
-func (rv *revocations) before(c *zkclient.Client) *zkclient.Watch {
+// before whatever fires it, with the data the read that set it found. That
+// holds if the watch is set and not fired, with no new connection since the
+// read that set it. Else before returns nil. The check is made after the
+// packet that decided the grant was read, which can only make it say nil
+// more often.
+func (rv *revocations) before(c *zkclient.Client) (*zkclient.Watch, []byte) {
 	if rv == nil {
-		return nil
+		return nil, nil
 	}
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
-	return rv.unchangedLocked(c)
+	w := rv.unchangedLocked(c)
+	if w == nil {
+		return nil, nil
+	}
+	return w, rv.record
 }
 
 // unchangedLocked returns the directory's watch if it is set and has not
@@ -106,29 +119,55 @@ func revoking(w *zkclient.Watch) bool {
 }
 
 // listen adds h to the listeners until it ends, and makes sure the
-// directory is watched.
-func (rv *revocations) listen(h *hold) {
+// directory is watched. It returns a channel that closes once a read sent
+// after h began to listen has judged it, or nil if none is needed: what
+// the connection knew already decided. Grant.Revoked waits on it, so that
+// a revocation made before the holder first looks is seen at that look.
+func (rv *revocations) listen(h *hold) (judged <-chan struct{}) {
 	n, ok := lockname.Parse(path.Base(h.path))
 	if !ok {
-		return
+		return nil
 	}
 	rv.mu.Lock()
-	// Under mu, a fire that these checks miss is handled by revokeBefore,
-	// which finds h among the listeners.
+	// Under mu, a fire that these checks miss is judged by keep, which
+	// finds h among the listeners.
 	named := slices.Contains(rv.named, n.Seq)
-	// mutant: revoke-listen-precedes
-	if revoking(h.precedes()) || named && rv.unchangedLocked(h.c) != nil {
+	p, seen := h.precedes()
+	revokedSince := false
+	if revoking(p) {
+		if rv.recordWatch == p {
+			// No read since the fire: the next one judges it, with h.
+			if rv.pending == nil {
+				rv.pending, rv.pendingNo = p, rv.recordNo
+			}
+		} else {
+			// A read since judged the fire. The record it found differs
+			// from the one h was granted under only if a revocation was
+			// written while h held, since ids never come back.
+			// mutant: revoke-listen-precedes
+			revokedSince = !lockname.SameRevocation(seen, rv.record)
+		}
+	}
+	if revokedSince || named && rv.unchangedLocked(h.c) != nil {
 		// A revocation was written while h held, before it listened. Or the
 		// last read named h, and nothing changed since.
+		info := rv.info
 		rv.mu.Unlock()
-		h.l.debug("revoked", h.path)
-		h.revoke()
-		return
+		revokeAll([]*hold{h}, info)
+		return nil
 	}
 	if rv.listeners == nil {
 		rv.listeners = make(map[*hold]listener)
 	}
-	rv.listeners[h] = listener{n.Seq, rv.sent}
+	ls := listener{seq: n.Seq, sent: rv.sent}
+	// A read comes next when the watch is not set, or fired; or h's own, if
+	// named. Else the watch, set and unfired since before h looked, says
+	// nothing has changed since: the last read decided.
+	// mutant: revoke-first-look
+	if rv.watch == nil || rv.watch.FiredNow() || named {
+		ls.judged = make(chan struct{})
+	}
+	rv.listeners[h] = ls
 	// mutant: revoke-retired-client
 	start := !rv.reading && h.c.RefIfLive()
 	rv.reading = rv.reading || start
@@ -149,6 +188,16 @@ func (rv *revocations) listen(h *hold) {
 		// watch.
 		go rv.confirm(h, n.Seq)
 	}
+	return ls.judged
+}
+
+// judgedLocked closes h's judged channel, if it has one.
+func (rv *revocations) judgedLocked(h *hold) {
+	if ls, ok := rv.listeners[h]; ok && ls.judged != nil {
+		close(ls.judged)
+		ls.judged = nil
+		rv.listeners[h] = ls
+	}
 }
 
 // confirm reads the directory's data without a watch, and revokes h if the
@@ -156,6 +205,11 @@ func (rv *revocations) listen(h *hold) {
 // while h listens. It is not tried again when the directory or the session
 // is gone, and h with it.
 func (rv *revocations) confirm(h *hold, seq int32) {
+	defer func() {
+		rv.mu.Lock()
+		rv.judgedLocked(h)
+		rv.mu.Unlock()
+	}()
 	var retry zkclient.Backoff
 	for {
 		r := h.c.Get(h.ctx, h.l.path)
@@ -163,7 +217,7 @@ func (rv *revocations) confirm(h *hold, seq int32) {
 		case r.Err == nil:
 			rev, _ := lockname.ParseRevocation(r.V.Data)
 			if slices.Contains(rev.Names(r.V.Stat.Czxid), seq) {
-				rv.revokeIf(func(x *hold, _ listener) bool { return x == h })
+				rv.revokeIf(func(x *hold, _ listener) bool { return x == h }, revocationOf(r.V))
 			}
 			return
 		case !h.held() || errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):
@@ -264,7 +318,7 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 			}
 			if revoking(w) {
 				// mutant: revoke-no-notice
-				rv.revokeBefore(w, n)
+				rv.fired(w, n)
 			}
 		}
 		if c.Conn().State() != zk.StateHasSession && !rv.backOff(c, &retry) {
@@ -280,13 +334,15 @@ func (rv *revocations) read(l *RWLock, c *zkclient.Client, w *zkclient.Watch, n 
 		steady := known && after == connects
 		if r.Err == nil {
 			retry, warned = zkclient.Backoff{}, false
-			rv.revoke(rv.keep(next, n, connects, steady, r.V), n)
+			rv.keep(next, n, connects, steady, r.V)
 			w = next
 			continue
 		}
 		rv.keep(nil, n, 0, false, zkclient.Node{})
-		// mutant: revoke-stale-watch
-		w = nil // fired and handled, so the next read is sent at once
+		// Fired and noted as pending, so the next read is sent at once. The
+		// pending fire is noted once (see fired), so a stale watch kept
+		// here could not be taken for a new revocation either.
+		w = nil
 		switch {
 		// mutant: revoke-final-errors
 		case errors.Is(r.Err, zk.ErrNoNode) || zkclient.SessionGone(r.Err):

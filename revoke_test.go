@@ -3,6 +3,7 @@ package rwlock
 import (
 	"context"
 	"path"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -71,6 +72,7 @@ func TestRevokeCancelsWithWrite(t *testing.T) {
 		err := <-done
 		require.ErrorIs(t, err, ErrRevoked)
 		require.NotErrorIs(t, err, ErrLost)
+		assert.Regexp(t, `^grant revoked by \S+ at \S+: stop$`, err.Error(), "who asked, when and why")
 		assert.Empty(t, s.lockNodes(dir), "released")
 	})
 }
@@ -89,8 +91,8 @@ func TestRevokeOfNobody(t *testing.T) {
 		g, err := l.Lock(ctx)
 		require.NoError(t, err)
 		require.NoError(t, g.Release(ctx))
-		assert.Equal(t, int64(2), c.cost(func() { require.NoError(t, l.Revoke(ctx, "nobody")) }),
-			"the first write and the listing; no names to write")
+		assert.Equal(t, int64(3), c.cost(func() { require.NoError(t, l.Revoke(ctx, "nobody")) }),
+			"the read that keeps the other records, the first write and the listing; no names to write")
 		data, _, err := c.Get(dir)
 		require.NoError(t, err)
 		rev, ok := lockname.ParseRevocation(data)
@@ -299,9 +301,10 @@ func TestRevokeNamedAcrossAReconnection(t *testing.T) {
 }
 
 // A read lost after a revocation's notification is sent again once the
-// connection is back; the notification it followed is not taken again for
-// a new one: a grant made after Revoke returned, listening meanwhile, is
-// not told.
+// connection is back. The holder is told by the read that succeeds, which
+// shows the revocation. The notification it followed is not taken again
+// for a new one: a grant made after Revoke returned, listening meanwhile,
+// is not told.
 func TestRevokeAfterLostReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
@@ -324,16 +327,20 @@ func TestRevokeAfterLostReads(t *testing.T) {
 		})
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "the holder"))
 		synctest.Wait()
-		require.True(t, isClosed(holderRevoked))
-		require.NoError(t, holder.Release(ctx))
-		next, err := l.RLock(ctx) // the read after the notification waits at the gate
+		require.False(t, isClosed(holderRevoked), "told by the read after the notification, which waits at the gate")
+		next, err := l.RLock(ctx)
 		require.NoError(t, err)
-		nextRevoked := next.Revoked()
-		gate <- struct{}{}      // lost
-		gate <- struct{}{}      // lost again, once the backoff has passed
-		time.Sleep(time.Second) // the bubble's clock: past the backoff, and the read that then succeeds
+		nextRevoked := next.revokedChan(false) // the read waits at the gate
+		gate <- struct{}{}                     // lost
+		gate <- struct{}{}                     // lost again, once the backoff has passed
+		time.Sleep(time.Second)                // the bubble's clock: past the backoff, and the read that then succeeds
 		synctest.Wait()
 		assert.EqualValues(t, 2, lost.Load())
+		require.True(t, isClosed(holderRevoked), "told by the read that succeeded")
+		rev, ok := holder.Revocation()
+		require.True(t, ok)
+		assert.Equal(t, "the holder", rev.Reason)
+		require.NoError(t, holder.Release(ctx))
 		assert.False(t, isClosed(nextRevoked), "granted after Revoke returned")
 		require.NoError(t, next.Release(ctx))
 	})
@@ -400,13 +407,13 @@ func TestRevokeServesAListenerAfterAFailedRead(t *testing.T) {
 		op := newLock(t, s.conn())
 		require.NoError(t, op.Revoke(ctx, "first"))
 		synctest.Wait()
-		require.True(t, isClosed(firstRevoked))
-		require.NoError(t, first.Release(ctx))
 		later, err := l.RLock(ctx)
 		require.NoError(t, err)
-		laterRevoked := later.Revoked() // while the read waits at the gate
+		laterRevoked := later.revokedChan(false) // while the read waits at the gate
 		gate <- struct{}{}
 		synctest.Wait()
+		require.True(t, isClosed(firstRevoked), "told by the read sent again for the later listener")
+		require.NoError(t, first.Release(ctx))
 		require.False(t, isClosed(laterRevoked))
 		require.NoError(t, op.Revoke(ctx, "later"))
 		synctest.Wait()
@@ -480,15 +487,16 @@ func TestRevokeConfirmsAListenerThatCameDuringARead(t *testing.T) {
 		})
 		c.setAfter(func(op, p string, err error) error {
 			if op == "get" && p == dir && lateRevoked == nil {
-				lateRevoked = late.Revoked() // as the read's answer travels
+				lateRevoked = late.revokedChan(false) // as the read's answer travels
 			}
 			return err
 		})
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "both"))
 		synctest.Wait()
-		require.True(t, isClosed(earlyRevoked))
+		require.False(t, isClosed(earlyRevoked), "told by the read after the notification")
 		close(revoked)
 		synctest.Wait()
+		require.True(t, isClosed(earlyRevoked))
 		require.NotNil(t, lateRevoked)
 		assert.True(t, isClosed(lateRevoked), "named by the second write")
 		require.NoError(t, early.Release(ctx))
@@ -530,13 +538,14 @@ func TestRevokeNamesOfAReadUnderWay(t *testing.T) {
 				fresh, ferr = newLock(t, c).Lock(ctx)
 				assert.NoError(t, ferr)
 				assert.Equal(t, seqOf(t, path.Base(holder.h.path)), seqOf(t, path.Base(fresh.h.path)))
-				freshRevoked = fresh.Revoked()
+				freshRevoked = fresh.revokedChan(false)
 			}
 			return err
 		})
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "the holder"))
 		synctest.Wait()
-		require.True(t, isClosed(holderRevoked))
+		// Told by the read after the notification; it released first.
+		require.False(t, isClosed(holderRevoked))
 		close(revoked)
 		synctest.Wait()
 		require.NotNil(t, fresh)
@@ -571,11 +580,11 @@ func TestRevokeStopsWaitingWhenNobodyListens(t *testing.T) {
 		})
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "the holder"))
 		synctest.Wait()
-		require.True(t, isClosed(holderRevoked))
+		require.False(t, isClosed(holderRevoked), "told by the read after the notification, which waits")
 		require.NoError(t, holder.Release(ctx))
 		other, err := l.RLock(ctx)
 		require.NoError(t, err)
-		other.Revoked() // a listener while the read after the notification is lost
+		other.revokedChan(false) // a listener while the read after the notification is lost
 		gate <- struct{}{}
 		time.Sleep(time.Second) // the bubble's clock: the reading waits for the connection
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -674,28 +683,30 @@ func TestRevokeListeningIsFreeOnceSet(t *testing.T) {
 		synctest.Wait() // nobody listens: the reading stops, and the watch stays
 
 		// A revocation while nobody listens fires the watch. A grant made
-		// while it was set is known to come before it: told at no
-		// request. The next listener reads again.
+		// while it was set is known to come before it: told by the one
+		// read that sets the watch again, which shows the revocation. The
+		// next listener pays nothing.
 		g, err := l.Lock(ctx)
 		require.NoError(t, err)
 		require.NoError(t, newLock(t, s.conn()).Revoke(ctx, "g"))
 		synctest.Wait()
-		assert.Zero(t, c.cost(func() {
+		assert.Equal(t, int64(1), c.cost(func() {
 			revoked := listens(g)
 			assert.True(t, isClosed(revoked))
 		}), "granted while the watch was set, which a revocation fired since")
 		require.NoError(t, g.Release(ctx))
 		later, err := l.Lock(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, int64(1), c.cost(func() {
+		assert.Zero(t, c.cost(func() {
 			revoked := listens(later)
 			assert.False(t, isClosed(revoked))
-		}), "the read that sets the watch again")
+		}), "the watch is set again")
 		require.NoError(t, later.Release(ctx))
 	})
 }
 
-// Revoke reads the queue's names, and a node's data only where a
+// Revoke reads the directory's data (to keep its other records), the
+// queue's names, and a node's data only where a
 // downgrade mark decides who holds: the first node when it is a writer of
 // ours with a reader of ours behind it. Whatever it reads, it names the
 // holders of the moment, and only them.
@@ -707,12 +718,12 @@ func TestRevokeReadsOnlyTheMarksThatDecide(t *testing.T) {
 		held      int    // how many, from the first, hold when Revoke runs
 		requests  int64  // Revoke's
 	}{
-		{name: "a writer alone", queue: []Mode{Write}, held: 1, requests: 3},
-		{name: "a writer before a writer", queue: []Mode{Write, Write}, held: 1, requests: 3},
-		{name: "readers before a writer", queue: []Mode{Read, Read, Write, Read}, held: 2, requests: 3},
-		{name: "a writer before readers", queue: []Mode{Write, Read, Read}, held: 1, requests: 4},
+		{name: "a writer alone", queue: []Mode{Write}, held: 1, requests: 4},
+		{name: "a writer before a writer", queue: []Mode{Write, Write}, held: 1, requests: 4},
+		{name: "readers before a writer", queue: []Mode{Read, Read, Write, Read}, held: 2, requests: 4},
+		{name: "a writer before readers", queue: []Mode{Write, Read, Read}, held: 1, requests: 5},
 		{name: "a downgraded writer and the readers that joined it", queue: []Mode{Write, Read, Read, Write, Read},
-			downgrade: true, held: 3, requests: 4},
+			downgrade: true, held: 3, requests: 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -792,8 +803,8 @@ func TestRevokeAfterTheFirstLeft(t *testing.T) {
 			}
 			return err
 		})
-		assert.Equal(t, int64(4), c.cost(func() { require.NoError(t, newLock(t, c).Revoke(ctx, "r")) }),
-			"the first write, the listing, the writer's mark (gone), the second write")
+		assert.Equal(t, int64(5), c.cost(func() { require.NoError(t, newLock(t, c).Revoke(ctx, "r")) }),
+			"the read of the data, the first write, the listing, the writer's mark (gone), the second write")
 		rg := granted(t, r)
 		rRevoked := listens(rg)
 		assert.True(t, isClosed(rRevoked), "the reader the release granted")
@@ -836,7 +847,7 @@ func TestRevokeWithPeers(t *testing.T) {
 			require.True(t, ok)
 			return rev.Nodes
 		}
-		assert.Equal(t, int64(3), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "peer")) }))
+		assert.Equal(t, int64(4), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "peer")) }))
 		assert.Equal(t, []int32{seqOf(t, writer)}, named())
 		data, _, err := peer.Get(dir + "/" + writer)
 		require.NoError(t, err)
@@ -851,7 +862,7 @@ func TestRevokeWithPeers(t *testing.T) {
 		w := start(ctx, lock(s.conn()).Lock)
 		synctest.Wait()
 		pending(t, w)
-		assert.Equal(t, int64(3), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "readers")) }))
+		assert.Equal(t, int64(4), c.cost(func() { require.NoError(t, operator.Revoke(ctx, "readers")) }))
 		assert.Equal(t, []int32{seqOf(t, path.Base(rg.h.path)), seqOf(t, reader)}, named())
 		assert.True(t, isClosed(rRevoked))
 		require.NoError(t, rg.Release(ctx))
@@ -874,4 +885,130 @@ func seqOf(t *testing.T, name string) int32 {
 	n, ok := parseNode(name)
 	require.True(t, ok, name)
 	return n.seq
+}
+
+// The directory's data holds one record per purpose. A write of another
+// purpose's record is no revocation, for a holder listening or one that
+// listens after it. Revoke keeps that record, and the holder learns who
+// asked, why and when.
+func TestRevokeOnlyItsOwnRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		early, err := l.RLock(ctx)
+		require.NoError(t, err)
+		earlyRevoked := listens(early) // sets the watch
+		set, err := l.RLock(ctx)       // granted while the watch is set
+		require.NoError(t, err)
+
+		other := s.conn()
+		_, err = other.Set(dir, []byte("leader=node-7\n"), -1)
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.False(t, isClosed(earlyRevoked), "another purpose's record")
+		assert.False(t, isClosed(listens(set)), "granted before that write, listening after it")
+		_, ok := early.Revocation()
+		assert.False(t, ok)
+
+		op := newLock(t, s.conn(), WithOwner("ops-1"))
+		start := time.Now()
+		require.NoError(t, op.Revoke(ctx, "DB maintenance, OPS-42"))
+		synctest.Wait()
+		require.True(t, isClosed(earlyRevoked))
+		require.True(t, isClosed(set.Revoked()))
+		for _, g := range []*Grant{early, set} {
+			rev, ok := g.Revocation()
+			require.True(t, ok)
+			assert.Equal(t, "DB maintenance, OPS-42", rev.Reason)
+			assert.Equal(t, "ops-1", rev.By)
+			assert.False(t, rev.At.Before(start.Truncate(time.Millisecond)), "the server's time of the write")
+		}
+		data, _, err := other.Get(dir)
+		require.NoError(t, err)
+		assert.Contains(t, string(data), "leader=node-7\n", "the other record is kept")
+		assert.True(t, strings.HasPrefix(string(data), "revoke=DB maintenance, OPS-42\n"),
+			"the revocation record first, where older clients read it")
+		require.NoError(t, early.Release(ctx))
+		require.NoError(t, set.Release(ctx))
+	})
+}
+
+// A grant made while the watch was set, which listens only after a read
+// judged the revocation that fired it, is told, though no names reach
+// it: here Revoke's listing failed, so its first write was its only one.
+func TestRevokeFirstWriteReachesALateListener(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		early, err := l.RLock(ctx)
+		require.NoError(t, err)
+		earlyRevoked := listens(early) // sets the watch
+		set, err := l.RLock(ctx)       // granted while the watch is set
+		require.NoError(t, err)
+
+		op := s.conn()
+		op.setBefore(func(o, p string) error {
+			if o == "children" {
+				return zk.ErrNoAuth
+			}
+			return nil
+		})
+		require.Error(t, newLock(t, op).Revoke(ctx, "first write only"))
+		synctest.Wait()
+		require.True(t, isClosed(earlyRevoked), "judged by the read after the notification")
+		assert.True(t, isClosed(set.Revoked()), "granted before the write, listening after the read")
+		rev, ok := set.Revocation()
+		require.True(t, ok)
+		assert.Equal(t, "first write only", rev.Reason)
+		require.NoError(t, early.Release(ctx))
+		require.NoError(t, set.Release(ctx))
+	})
+}
+
+// A revocation made before the holder first looks is seen at that look:
+// Revoked's first call waits for the read that judges it. Whether the
+// connection watched the directory at the grant or not, and whether the
+// grant is named or only known to come before the write.
+func TestRevokeSeenAtTheFirstLook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		l := newLock(t, c)
+		op := newLock(t, s.conn())
+
+		// No watch on c yet: the first call reads, and finds the names.
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, op.Revoke(ctx, "before the first look"))
+		synctest.Wait()
+		assert.Equal(t, int64(1), c.cost(func() {
+			assert.True(t, isClosed(g.Revoked()), "seen at the first look")
+		}), "the read that sets the watch")
+		rev, ok := g.Revocation()
+		require.True(t, ok)
+		assert.Equal(t, "before the first look", rev.Reason)
+		require.NoError(t, g.Release(ctx))
+
+		// The watch set and unfired at the grant: the first call costs
+		// nothing while nothing changed.
+		quiet, err := l.Lock(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, c.cost(func() { assert.False(t, isClosed(quiet.Revoked())) }))
+		require.NoError(t, quiet.Release(ctx))
+		synctest.Wait() // nobody listens: the reading stops, the watch stays
+
+		// Granted while the watch was set; a revocation fires it while
+		// nobody listens, and no read has judged it when the holder looks.
+		h, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, op.Revoke(ctx, "while nobody listened"))
+		synctest.Wait()
+		assert.True(t, isClosed(h.Revoked()), "seen at the first look")
+		require.NoError(t, h.Release(ctx))
+	})
 }

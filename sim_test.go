@@ -1019,6 +1019,9 @@ func (s *sim) checkLimits(c *simClient, g *Grant) {
 		if t, ok := s.release[o.g]; ok && t.Before(notice) {
 			continue
 		}
+		if s.allReleased(h) {
+			continue // after the notice, every grant on the node released: it goes at once
+		}
 		if t, ok := s.downgraded[o.g]; ok && t.Before(notice) && g.Mode() == Read {
 			continue
 		}
@@ -1030,6 +1033,20 @@ func (s *sim) checkLimits(c *simClient, g *Grant) {
 				"or a head start after its holder was told at %v (%v)", c.id, g.Mode(), at(now), o.client, o.mode, at(told), at(goes))
 		}
 	}
+}
+
+// allReleased reports whether the holder called Release on every grant of
+// h's node. The caller holds net.mu.
+func (s *sim) allReleased(h *hold) bool {
+	for _, o := range s.grants {
+		if o.g.h != h || o.g.parent != nil {
+			continue
+		}
+		if _, ok := s.release[o.g]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // nodeGoes is when the hold limit deletes h's node: the limit, or later

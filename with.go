@@ -65,14 +65,14 @@ func (l *RWLock) with(ctx context.Context, mode Mode, fn func(context.Context) e
 	go func() {
 		select {
 		case <-revoked:
-			cancel(ErrRevoked)
+			cancel(g.revokedError())
 		case <-unlisten:
 		}
 	}()
 	defer func() { // also when fn panics, since the node must not outlive the call
 		close(unlisten)
-		if err != nil && isClosed(revoked) {
-			err = errors.Join(ErrRevoked, err) // fn stopped because it was asked to
+		if err != nil && isClosed(revoked) && !errors.Is(err, ErrRevoked) {
+			err = errors.Join(g.revokedError(), err) // fn stopped because it was asked to
 		}
 		stop()
 		g.h.judge()

@@ -23,10 +23,12 @@ const revokeWarmup = 300
 // connection, one per op, next to the revocation (rtt-us); that Get's own
 // p99 (rtt-p99-rtts) shows the machine's tail. In round trips, from
 // Revoke's call: until the holder is told (p50-rtts, p99-rtts), and until
-// Revoke returns (revoke-p50-rtts). The least until the holder is
-// told is 1: Revoke's first write, whose notification travels to the
-// holder as its answer travels to the revoker; Revoke itself takes 3 (the
-// write, a listing, the write of the names). Each op also takes and
+// Revoke returns (revoke-p50-rtts). The least until the holder is told is
+// 3: Revoke's read of the directory's data (it keeps the other records),
+// its first write, whose notification travels to the holder as its answer
+// travels to the revoker, and the holder's read after the notification,
+// which shows the reason. Revoke itself takes 4 (the read, the write, a
+// listing, the write of the names). Each op also takes and
 // releases the lock, outside these figures.
 func BenchmarkRevokeLatency(b *testing.B) {
 	s := sharedServers(b)

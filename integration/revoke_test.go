@@ -58,33 +58,49 @@ func TestRevokeFromAnotherClient(t *testing.T) {
 	require.NoError(t, op.lock(t, empty).Revoke(ctx, "nobody holds it"), "a revocation of nobody is a no-op")
 }
 
-// A listening holder is told by Revoke's first write alone: the revoker's
-// proxy holds back every answer, so Revoke has not had even that write's
-// answer, let alone listed the queue, when the holder is told.
-func TestRevokeToldByTheFirstWrite(t *testing.T) {
+// A listening holder learns the reason, who asked, and the server's time
+// of the write. (That it is told before Revoke lists the queue is checked
+// against the fake, TestRevokeToldByTheFirstWrite: a proxy holding
+// Revoke's answers would hold the read Revoke sends before its write.)
+func TestRevokeTellsWhoWhyAndWhen(t *testing.T) {
 	srv := sharedServer(t)
-	p := faultproxy.Start(t, srv.Addr(0))
-	a, op := connect(t, srv.ConnectString(), 0), connect(t, p.Addr(), 20*time.Second)
+	a, op := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
 	ctx := testContext(t)
 	path := zktest.LockPath(t, "/revoke")
 	g, err := a.lock(t, path).Lock(ctx)
 	require.NoError(t, err)
 	revoked := g.Revoked()
 	waitWatchedBy(t, srv, path, path, a) // the directory's data watch: the holder listens
-	revoker := op.lock(t, path)
-
-	p.Hold(true)
-	done := make(chan error, 1)
-	go func() { done <- revoker.Revoke(ctx, "the migration is stuck") }()
+	before := time.Now()
+	require.NoError(t, op.lock(t, path, rwlock.WithOwner("ops-1")).Revoke(ctx, "the migration is stuck"))
 	told(t, revoked, 10*time.Second)
-	select {
-	case err := <-done:
-		t.Fatalf("Revoke returned (%v) while the proxy held its answers", err)
-	default:
-	}
-	p.Hold(false)
-	require.NoError(t, <-done)
+	rev, ok := g.Revocation()
+	require.True(t, ok)
+	assert.Equal(t, "the migration is stuck", rev.Reason)
+	assert.Equal(t, "ops-1", rev.By)
+	assert.WithinDuration(t, before, rev.At, 10*time.Second, "the server's time of the write")
 	require.NoError(t, g.Err(), "a revocation changes no grant")
+	require.NoError(t, g.Release(ctx))
+}
+
+// A revocation made before the holder first looks is seen at that look:
+// a select with default on Revoked's first channel finds it closed.
+func TestRevokeSeenAtTheFirstLook(t *testing.T) {
+	srv := sharedServer(t)
+	a, op := connect(t, srv.ConnectString(), 0), connect(t, srv.ConnectString(), 0)
+	ctx := testContext(t)
+	path := zktest.LockPath(t, "/revoke")
+	g, err := a.lock(t, path).Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, op.lock(t, path).Revoke(ctx, "before the first look"))
+	select {
+	case <-g.Revoked():
+	default:
+		t.Fatal("a revocation made before the first look was not seen by it")
+	}
+	rev, ok := g.Revocation()
+	require.True(t, ok)
+	assert.Equal(t, "before the first look", rev.Reason)
 	require.NoError(t, g.Release(ctx))
 }
 

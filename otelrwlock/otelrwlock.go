@@ -21,7 +21,8 @@
 //
 // rwlock.outcome is granted, would_block, cancelled or failed;
 // rwlock.loss_cause is node_deleted, session_expired, lease_lapsed,
-// disconnected, hold_limit or other. The wait histogram has every
+// disconnected, hold_limit, mixed_fleet (alert on it: peers on the path do
+// not count this lock's nodes) or other. The wait histogram has every
 // acquisition, by outcome (the stats package's has the granted ones); the
 // wait and hold histograms' buckets run from 100 µs to an hour.
 // rwlock.waiting counts the acquisitions in progress, rwlock.held the

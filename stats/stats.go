@@ -125,7 +125,7 @@ type electionRecord struct {
 }
 
 type lostRecord struct {
-	nodeDeleted, sessionExpired, leaseLapsed, disconnected, holdLimit, other atomic.Uint64
+	nodeDeleted, sessionExpired, leaseLapsed, disconnected, holdLimit, mixedFleet, other atomic.Uint64
 }
 
 func (r *Recorder) mode(m rwlock.Mode) *modeRecord {
@@ -194,6 +194,8 @@ func (r *Recorder) ObserveGrant(e rwlock.GrantEvent) {
 		r.lost.disconnected.Add(1)
 	case "hold_limit":
 		r.lost.holdLimit.Add(1)
+	case "mixed_fleet":
+		r.lost.mixedFleet.Add(1)
 	default:
 		r.lost.other.Add(1)
 	}
@@ -215,7 +217,7 @@ func (r *Recorder) Stats() Stats {
 	s.Lost = LostStats{
 		NodeDeleted: r.lost.nodeDeleted.Load(), SessionExpired: r.lost.sessionExpired.Load(),
 		LeaseLapsed: r.lost.leaseLapsed.Load(), Disconnected: r.lost.disconnected.Load(),
-		HoldLimit: r.lost.holdLimit.Load(), Other: r.lost.other.Load(),
+		HoldLimit: r.lost.holdLimit.Load(), MixedFleet: r.lost.mixedFleet.Load(), Other: r.lost.other.Load(),
 	}
 	s.Election = ElectionStats{
 		Campaigns: r.election.campaigns.Load(), Terms: r.election.terms.Load(), Lost: r.election.lost.Load(),
@@ -292,13 +294,16 @@ type ModeStats struct {
 func (m ModeStats) Acquisitions() uint64 { return m.Granted + m.WouldBlock + m.Cancelled + m.Failed }
 
 // LostStats count the grants lost, by cause (see rwlock.GrantEvent.Loss).
+// MixedFleet counts the grants ended because a peer that does not count
+// the lock's nodes queued on the path (rwlock.ErrMixedFleet): a
+// configuration error worth an alert.
 type LostStats struct {
-	NodeDeleted, SessionExpired, LeaseLapsed, Disconnected, HoldLimit, Other uint64
+	NodeDeleted, SessionExpired, LeaseLapsed, Disconnected, HoldLimit, MixedFleet, Other uint64
 }
 
 // Total returns the number of grants lost.
 func (l LostStats) Total() uint64 {
-	return l.NodeDeleted + l.SessionExpired + l.LeaseLapsed + l.Disconnected + l.HoldLimit + l.Other
+	return l.NodeDeleted + l.SessionExpired + l.LeaseLapsed + l.Disconnected + l.HoldLimit + l.MixedFleet + l.Other
 }
 
 // ElectionStats are the figures of the observed locks' Elections.
@@ -371,7 +376,7 @@ func (l LostStats) combine(o LostStats, sign int) LostStats {
 	return LostStats{
 		NodeDeleted: f(l.NodeDeleted, o.NodeDeleted), SessionExpired: f(l.SessionExpired, o.SessionExpired),
 		LeaseLapsed: f(l.LeaseLapsed, o.LeaseLapsed), Disconnected: f(l.Disconnected, o.Disconnected),
-		HoldLimit: f(l.HoldLimit, o.HoldLimit), Other: f(l.Other, o.Other),
+		HoldLimit: f(l.HoldLimit, o.HoldLimit), MixedFleet: f(l.MixedFleet, o.MixedFleet), Other: f(l.Other, o.Other),
 	}
 }
 

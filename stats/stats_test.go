@@ -60,15 +60,16 @@ func TestRecorderCountsGrants(t *testing.T) {
 		{Mode: rwlock.Write, Hold: time.Second, Loss: "lease_lapsed"},
 		{Mode: rwlock.Write, Hold: time.Second, Loss: "disconnected"},
 		{Mode: rwlock.Write, Hold: time.Second, Loss: "hold_limit"},
+		{Mode: rwlock.Write, Hold: time.Second, Loss: "mixed_fleet"},
 		{Mode: rwlock.Write, Hold: time.Second, Loss: "other"},
 	} {
 		r.ObserveGrant(e)
 	}
 	s := r.Stats()
-	assert.Equal(t, LostStats{NodeDeleted: 1, SessionExpired: 1, LeaseLapsed: 1, Disconnected: 1, HoldLimit: 1, Other: 1}, s.Lost)
-	assert.Equal(t, uint64(6), s.Lost.Total())
+	assert.Equal(t, LostStats{NodeDeleted: 1, SessionExpired: 1, LeaseLapsed: 1, Disconnected: 1, HoldLimit: 1, MixedFleet: 1, Other: 1}, s.Lost)
+	assert.Equal(t, uint64(7), s.Lost.Total())
 	assert.Equal(t, uint64(1), s.Read.Hold.Count())
-	within(t, 7*time.Second, s.Write.Hold.Sum(), "write hold sum")
+	within(t, 8*time.Second, s.Write.Hold.Sum(), "write hold sum")
 	assert.Equal(t, uint64(2), s.Requests)
 	assert.Zero(t, s.Acquisitions(), "the end of a grant is no acquisition")
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -32,6 +34,9 @@ func TestHelp(t *testing.T) {
 		{[]string{"help", "ls"}, []string{"--older-than"}},
 		{[]string{"dev", "--help"}, []string{"--servers", "--log", "Ctrl-C", "stop it with SIGTERM", "kill -TERM"}},
 		{[]string{"version", "--help"}, []string{"build"}},
+		{[]string{"revoke", "--help"}, []string{"--reason", "--by", "--wait", "--timeout", "66", "75", "ZKRWLOCK_REVOCATION_FILE"}},
+		{[]string{"exec", "--help"}, []string{"ZKRWLOCK_REVOCATION_FILE", "before it sends SIGTERM", "(0: no limit)",
+			"at most half of --max-hold", "stops the command", "at 3s"}},
 		{[]string{"leader", "--help"}, []string{"--watch", "--json", "--zk", "value_base64", "term", "no leader"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -179,4 +184,15 @@ func TestVersion(t *testing.T) {
 	r = runIn(t, nil, "version", "extra")
 	require.Equal(t, exitUsage, r.code)
 	requireOneLine(t, r.stderr)
+}
+
+// The library's advice for a mixed fleet, put as the command line's flags.
+func TestMixedFleetInCLIWords(t *testing.T) {
+	for _, d := range dialects {
+		require.Equal(t, "--dialect "+d.String(), cliWords(errors.New("WithDialect("+constName(d)+")")))
+	}
+	err := fmt.Errorf("rwlock: lock /x: %w", errors.New("invalid argument: a mixed fleet: nodes of Curator are on the path: "+
+		"give every zkrwlock client of the path WithDialect(DialectCurator)"))
+	require.Equal(t, "a mixed fleet: nodes of Curator are on the path: give every zkrwlock client of the path --dialect curator",
+		cliWords(err))
 }

@@ -72,7 +72,7 @@ func (h *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= s
 func (h *warnings) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	b.WriteString("warning: ")
-	b.WriteString(strings.TrimPrefix(r.Message, "rwlock: "))
+	b.WriteString(flagWords(strings.TrimPrefix(r.Message, "rwlock: ")))
 	add := func(a slog.Attr) bool {
 		fmt.Fprintf(&b, "; %s=%s", a.Key, printable(a.Value.String()))
 		return true

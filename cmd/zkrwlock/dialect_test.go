@@ -137,14 +137,19 @@ func TestPlainKazooBesideNative(t *testing.T) {
 	r := h.wait(t, 30*time.Second)
 	require.Equal(t, exitLost, r.code, r.stderr)
 	require.Contains(t, r.stderr, "a mixed fleet: nodes of kazoo WriteLock or Lock are on the path")
-	require.Contains(t, r.stderr, "WithDialect(DialectKazooLock); or WithDialect(DialectKazoo) if no kazoo Lock uses the path; "+
-		`or WithDialect(DialectKazooPatterns) if every kazoo lock there is made with extra_lock_patterns, ("write-", "read-") for WriteLock and Lock`)
+	require.Contains(t, r.stderr, "--dialect kazoo-lock; or --dialect kazoo if no kazoo Lock uses the path; "+
+		`or --dialect kazoo-patterns if every kazoo lock there is made with extra_lock_patterns, ("write-", "read-") for WriteLock and Lock`,
+		"advice in the command line's words")
+	require.NotContains(t, r.stderr, "WithDialect")
 	requireGone(t, sleeper)
 	require.Equal(t, []string{kazoo}, children(t, conn, p), "exec's node went")
 
 	r = runIn(t, nil, "exec", "--write", p, "--", "true")
-	require.Equal(t, exitUnavailable, r.code, "refused as today's mixed fleets are")
-	require.Contains(t, r.stderr, "a mixed fleet")
+	require.Equal(t, exitConfig, r.code, "a mixed fleet is a configuration error: %s", r.stderr)
+	require.Contains(t, r.stderr, "refused the write lock on "+p+": a mixed fleet: nodes of kazoo WriteLock or Lock are on the path")
+	require.Contains(t, r.stderr, "--dialect kazoo-lock")
+	require.NotContains(t, r.stderr, "waiting for", "it failed at once")
+	require.NotContains(t, r.stderr, "WithDialect")
 	r = runIn(t, nil, "exec", "--write", "--no-wait", "--dialect", "kazoo-patterns", p, "--", "true")
 	require.Equal(t, exitTimeout, r.code, "queued behind the kazoo writer: %s", r.stderr)
 	require.Equal(t, []string{kazoo}, children(t, conn, p), "no node of ours is left")

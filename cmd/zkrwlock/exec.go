@@ -91,6 +91,12 @@ The command's environment also has:
                   one. Pass it to the store you protect and have the store
                   reject writes with a smaller one
   ZKRWLOCK_NODE   the full path of the lock node
+  ZKRWLOCK_REVOCATION_FILE
+                  a file that does not exist until 'zkrwlock revoke' stops
+                  the command: exec writes it before it sends SIGTERM, as
+                  key=value lines (reason, by, at: the server's time of the
+                  request, lock, mode, node), and removes it after COMMAND
+                  exits
 
 COMMAND runs in a process group of its own (on a terminal, the foreground
 one), so that a lost lock stops everything it started. SIGINT, SIGTERM,
@@ -173,8 +179,10 @@ func (o *execOptions) flagSet() *flag.FlagSet {
 		"(default: that much, 1.775s with the default --session-timeout)")
 	fs.StringVar(&o.owner, "owner", "", "who holds the lock, as 'zkrwlock queue' shows it (default host:pid)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
-	durationVar(fs, &o.maxHold, "max-hold", 0, "hold the lock at most this long: a head start before it, the command is "+
-		"stopped as for a lost lock (SIGTERM, SIGKILL after --grace) and zkrwlock exits 112; the lock is freed at it")
+	durationVar(fs, &o.maxHold, "max-hold", 0, "hold the lock at most this long (0: no limit). A head start before it "+
+		"(a quarter of the session timeout the server granted, at most half of --max-hold: --max-hold 6s stops the command "+
+		"at 3s) the command is stopped as for a lost lock (SIGTERM, SIGKILL after --grace) and zkrwlock exits 112; "+
+		"the lock is freed as the command exits, or at --max-hold at the latest")
 	o.elect.register(fs)
 	o.dialect.register(fs)
 	o.permits.register(fs)
@@ -335,6 +343,9 @@ func (o *execOptions) acquireAll(ctx context.Context, locks []*rwlock.RWLock) ([
 		return nil, fail(exitTimeout, "timed out after %v waiting for the locks (%s); left the queues",
 			o.timeout, describeLocks(o.locks))
 	}
+	if f := mixedFleetFailure(err, "refused the locks (%s)", describeLocks(o.locks)); f != nil {
+		return nil, f
+	}
 	return nil, o.conn.zkFail(err, "waiting for the locks (%s)", describeLocks(o.locks))
 }
 
@@ -386,6 +397,9 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 		return nil, fail(exitTimeout, "the %s lock on %s is not free (%s) and %s was given",
 			o.mode, o.path, holdersNow(l), o.giveUp)
 	}
+	if f := mixedFleetFailure(err, "refused the %s lock on %s", o.mode, o.path); f != nil {
+		return nil, f
+	}
 	return nil, o.conn.zkFail(err, "waiting for the %s lock on %s", o.mode, o.path)
 }
 
@@ -433,10 +447,17 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 		return 0, fail(exitLost, "lost the %s lock on %s before the command started: %v",
 			o.locks[i].mode, o.locks[i].path, grants[i].Err())
 	}
+	revFile, err := newRevocationFile()
+	if err != nil {
+		o.release(prog, grants...)
+		return 0, fail(exitCannotRun, "cannot make the directory of %s: %v", revocationEnv, err)
+	}
+	defer revFile.remove()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.std.in, o.std.out, o.std.err
 	cmd.Env = append(os.Environ(),
 		"ZKRWLOCK_TOKEN="+strconv.FormatInt(token, 10),
 		"ZKRWLOCK_NODE="+strings.Join(nodes, "\n"),
+		revFile.env(),
 	)
 	c, err := startChild(cmd)
 	if err != nil {
@@ -447,12 +468,14 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 	var watchers sync.WaitGroup
 	defer watchers.Wait()
 	defer close(done)
-	var within time.Duration
+	var within, stoppedAfter time.Duration
+	started := time.Now()
 	lostAt, revokedAt := 0, 0 // the member lost, the member revoked
 	res := c.supervise(sigs, stopper{
 		lost:    anyClosed(done, &watchers, lost),
 		revoked: anyClosed(done, &watchers, revoked),
 		lostWithin: func() time.Duration {
+			stoppedAfter = time.Since(started)
 			lostAt = max(lostMember(grants), 0)
 			within = stopWithin(grants[lostAt], o.grace)
 			return within
@@ -465,12 +488,16 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 		onLost: func(within time.Duration) {
 			a := o.locks[lostAt]
 			printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s while the command ran (%v); "+
-				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, grants[lostAt].Err(), within.Round(time.Millisecond)))
+				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, lossText(grants[lostAt].Err()), within.Round(time.Millisecond)))
 		},
 		onRevoked: func(within time.Duration) {
-			a := o.locks[revokedAt]
-			printLine(o.std.err, prog, fmt.Sprintf("the %s lock on %s was revoked; "+
-				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, within.Round(time.Millisecond)))
+			a, g := o.locks[revokedAt], grants[revokedAt]
+			// Before the signal, so that the command's handler finds it.
+			if err := revFile.write(g, a); err != nil {
+				printLine(o.std.err, prog, fmt.Sprintf("cannot write %s: %v", revocationEnv, err))
+			}
+			printLine(o.std.err, prog, fmt.Sprintf("the %s lock on %s was revoked%s; "+
+				"sent SIGTERM to the command, SIGKILL follows in %v", a.mode, a.path, describeRevocation(g), within.Round(time.Millisecond)))
 		},
 		onKill: func() {
 			printLine(o.std.err, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL",
@@ -480,20 +507,21 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 	if i := lostMember(grants); !res.lost && i >= 0 {
 		res.lost, lostAt = true, i
 		printLine(o.std.err, prog, fmt.Sprintf("lost the %s lock on %s as the command exited (%v)",
-			o.locks[i].mode, o.locks[i].path, grants[i].Err()))
+			o.locks[i].mode, o.locks[i].path, lossText(grants[i].Err())))
 	}
 	cause := grants[lostAt].Err()
 	o.release(prog, grants...)
 	lostLock, revokedLock := o.locks[lostAt], o.locks[revokedAt]
 	switch {
 	case res.lost && errors.Is(cause, rwlock.ErrHoldLimit):
-		return 0, fail(exitHoldLimit, "the command was stopped because it held the %s lock on %s for --max-hold %v",
-			lostLock.mode, lostLock.path, o.maxHold)
+		return 0, fail(exitHoldLimit, "the command was stopped %v after it started, a head start before --max-hold %v "+
+			"on the %s lock on %s (a quarter of the session timeout, at most half of --max-hold)",
+			stoppedAfter.Round(100*time.Millisecond), o.maxHold, lostLock.mode, lostLock.path)
 	case res.lost:
 		return 0, fail(exitLost, "the command was stopped because the %s lock on %s was lost", lostLock.mode, lostLock.path)
 	case res.revoked:
-		return 0, fail(exitRevoked, "the command was stopped because the %s lock on %s was revoked",
-			revokedLock.mode, revokedLock.path)
+		return 0, fail(exitRevoked, "the command was stopped because the %s lock on %s was revoked%s",
+			revokedLock.mode, revokedLock.path, describeRevocation(grants[revokedAt]))
 	}
 	return res.code, nil
 }

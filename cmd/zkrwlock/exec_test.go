@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -466,29 +467,69 @@ func TestMaxHoldStopsTheCommand(t *testing.T) {
 	sleeper := startedPid(t, f)
 	r := p.wait(t, 30*time.Second)
 	require.Equal(t, exitHoldLimit, r.code, r.stderr)
-	require.Contains(t, r.stderr, "held the write lock on "+path+" for --max-hold 2s")
+	// The messages say when the command was told, and why then: the head
+	// start is half of a short limit.
+	require.Regexp(t, `told 1(\.\d+)?s after the grant, a head start of 1s before the limit of 2s`, r.stderr)
+	require.Regexp(t, `stopped 1(\.\d)?s after it started, a head start before --max-hold 2s on the write lock on `+regexp.QuoteMeta(path), r.stderr)
 	requireGone(t, sleeper)
 	require.Less(t, time.Since(began), 10*time.Second)
 	zktest.Poll(t, 10*time.Second, func() bool { return len(children(t, conn, path)) == 0 },
 		func() string { return fmt.Sprintf("nodes left: %v", children(t, conn, path)) })
 }
 
-// 'zkrwlock revoke' makes a running exec stop its command and exit 113;
-// queue shows the revocation while the holder is still there.
+// 'zkrwlock revoke' makes a running exec stop its command and exit 113,
+// saying who asked, when and why, on stderr and in the file its command's
+// environment names, written before the signal. revoke says whom it asked,
+// and --wait returns once they have let go.
 func TestRevokeStopsExec(t *testing.T) {
 	server(t)
 	path := zktest.LockPath(t, "/cli")
 	conn := client(t)
 	f := filepath.Join(t.TempDir(), "f")
-	p := start(t, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c", lostScript)
+	// The TERM handler copies the revocation file: it exists by then.
+	script := `trap 'cat "$ZKRWLOCK_REVOCATION_FILE" >> "$F"; echo term >> "$F"; exit 143' TERM
+test -e "$ZKRWLOCK_REVOCATION_FILE" && echo "early" >> "$F"
+sleep 60 & echo "started $!" >> "$F"; wait`
+	p := start(t, []string{"F=" + f}, "exec", "--write", path, "--", "sh", "-c", script)
 	sleeper := startedPid(t, f)
-	rv := runCLI(t, nil, "revoke", "--reason", "the migration is stuck", path)
+	rv := runCLI(t, nil, "revoke", "--reason", "DB maintenance, OPS-42", "--by", "ops-1", "--wait", "--timeout", "20s", path)
 	require.Equal(t, 0, rv.code, rv.stderr)
+	require.Regexp(t, `asked `+regexp.QuoteMeta(path)+` \(write lock, write-\d+ owned by \S+\) to let go`, rv.stdout)
+	require.Contains(t, rv.stdout, "the holders asked have let go of "+path)
 	r := p.wait(t, 30*time.Second)
 	require.Equal(t, exitRevoked, r.code, r.stderr)
-	require.Contains(t, r.stderr, "the write lock on "+path+" was revoked")
+	require.Regexp(t, `the write lock on `+regexp.QuoteMeta(path)+` was revoked by ops-1 at \S+Z: DB maintenance, OPS-42; sent SIGTERM`, r.stderr)
+	require.Regexp(t, `stopped because the write lock on `+regexp.QuoteMeta(path)+` was revoked by ops-1 at \S+: DB maintenance, OPS-42`, r.stderr)
+	out := readFile(t, f)
+	require.NotContains(t, out, "early", "the file does not exist before a revocation")
+	require.Regexp(t, `(?s)reason=DB maintenance, OPS-42\nby=ops-1\nat=\S+Z\nlock=`+regexp.QuoteMeta(path)+`\nmode=write\nnode=\S+\nterm\n`, out,
+		"written before the signal")
 	requireGone(t, sleeper)
 	require.Empty(t, children(t, conn, path), "released once the command was gone")
+
 	nobody := runCLI(t, nil, "revoke", path)
 	require.Equal(t, 0, nobody.code, "revoking a lock nobody holds does nothing")
+	require.Contains(t, nobody.stdout, "nobody holds "+path+" now: nobody was asked")
+	missing := runCLI(t, nil, "revoke", path+"-misspelt")
+	require.Equal(t, exitNoInput, missing.code, missing.stderr)
+	require.Contains(t, missing.stderr, "no lock at "+path+"-misspelt")
+}
+
+// revoke --wait --timeout gives up, exit 75, while a holder that does not
+// listen keeps the lock; it names that holder.
+func TestRevokeWaitTimesOut(t *testing.T) {
+	server(t)
+	path := zktest.LockPath(t, "/cli")
+	conn := client(t)
+	l, err := rwlock.New(conn, path, rwlock.WithOwner("deaf-holder"))
+	require.NoError(t, err)
+	g, err := l.Lock(t.Context())
+	require.NoError(t, err)
+	r := runCLI(t, nil, "revoke", "--wait", "--timeout", "500ms", path)
+	require.Equal(t, exitTimeout, r.code, r.stderr)
+	require.Contains(t, r.stderr, "still holding: write-")
+	require.Contains(t, r.stderr, "owned by deaf-holder")
+	require.NoError(t, g.Release(t.Context()))
+	bad := runCLI(t, nil, "revoke", "--timeout", "1s", path)
+	require.Equal(t, exitUsage, bad.code)
 }

@@ -122,7 +122,7 @@ func TestExecSetMaxHold(t *testing.T) {
 	sleeper := startedPid(t, f)
 	r := p.wait(t, 30*time.Second)
 	require.Equal(t, exitHoldLimit, r.code, r.stderr)
-	require.Contains(t, r.stderr, "for --max-hold 2s")
+	require.Contains(t, r.stderr, "a head start before --max-hold 2s")
 	requireGone(t, sleeper)
 	zktest.Poll(t, 10*time.Second, func() bool { return len(children(t, conn, a))+len(children(t, conn, b)) == 0 },
 		func() string { return fmt.Sprintf("nodes left: %v %v", children(t, conn, a), children(t, conn, b)) })

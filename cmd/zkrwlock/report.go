@@ -14,9 +14,11 @@ import (
 const (
 	exitNoLeader    = 1   // leader: nobody leads, as grep exits 1 for no match
 	exitUsage       = 64  // EX_USAGE: bad flags or arguments, invalid lock path
+	exitNoInput     = 66  // EX_NOINPUT: revoke was given a lock that does not exist
 	exitUnavailable = 69  // EX_UNAVAILABLE: no ZooKeeper session, or ZooKeeper failed
 	exitTimeout     = 75  // EX_TEMPFAIL: --timeout (or --no-wait) while waiting
 	exitNoPerm      = 77  // EX_NOPERM: an ACL does not allow this client; --auth refused
+	exitConfig      = 78  // EX_CONFIG: a mixed fleet: the path's clients need one --dialect
 	exitLost        = 111 // the grant was lost while the command ran; it was terminated
 	exitHoldLimit   = 112 // the grant reached --max-hold; the command was terminated
 	exitRevoked     = 113 // the grant was revoked ('zkrwlock revoke'); the command was terminated
@@ -30,13 +32,19 @@ const exitCodes = `Exit status:
   0        success (queue, ls, revoke, leader, dev, version, --help)
   1        leader: nobody leads
   64       usage: bad flag or argument, invalid lock path
+  66       revoke: no lock at PATH (nothing to revoke)
   69       ZooKeeper unavailable: no session within --connect-timeout (sooner when
            every address refuses the connection), or a request failed
-  75       exec: gave up waiting (--timeout, --no-wait); no node left behind
+  75       exec: gave up waiting (--timeout, --no-wait); no node left behind;
+           revoke --wait: the holders asked still held at --timeout
   77       not allowed: an ACL on the path does not allow this client (NoAuth:
            authenticate with --auth), or ZooKeeper refused --auth
+  78       exec: a mixed fleet: another lock library's nodes on PATH do not
+           count ours; every client of PATH needs one --dialect (retrying
+           does not help)
   111      exec: the lock was lost while the command ran; the command was terminated
-  112      exec: the command held the lock for --max-hold; it was terminated
+  112      exec: --max-hold: the command was stopped a head start before it
+           (at half a short limit); it was terminated
   113      exec: the lock was revoked ('zkrwlock revoke'); the command was terminated
   126/127  exec: the command cannot be run / was not found (before queueing)
   130/143  interrupted (SIGINT/SIGTERM) while connecting or waiting; no node left behind

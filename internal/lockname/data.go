@@ -121,23 +121,40 @@ func Owner(data []byte) string {
 	return strings.TrimSpace(s)
 }
 
-// A revocation is written into the lock directory's own data, which no
-// family uses. It adds no child, so peers and waiters never see it. It
+// The lock directory's own data is one format: lines of key=value, one
+// record per purpose. A record is the lines whose keys its purpose owns.
+// A reader acts on its own record only, and skips every other line. A
+// writer replaces its own record's lines and keeps the rest, by a write
+// conditional on the version it read, so purposes never erase each other.
+// Revocation is the only purpose today. Its record comes first, its lines
+// in the order below, since clients before this format read them by place.
+// Those clients take any change of the data for a revocation. So a record
+// of another purpose reaches them as a revocation with no reason. That is
+// safe, since a revocation changes no grant; it is only a false alarm.
+//
+// A revocation adds no child, so peers and waiters never see it. It
 // names the nodes that held the lock when it was asked for, by sequence
 // number, so that grants made later are not revoked. It also names the
 // directory they were listed in, by its czxid, since sequence numbers
-// start again in a directory made anew.
+// start again in a directory made anew. Its id tells one request from
+// another, so a reader knows its record changed even when the words did
+// not. The server's time of the write is the directory's mtime.
 //
 //	revoke=the migration is stuck
 //	by=ops-host:311
 //	nodes=17,18
 //	dir=4294967302
+//	id=5f0c2a9e7b3d4410
 const (
 	revokeKey = "revoke="
 	byKey     = "by="
 	nodesKey  = "nodes="
 	dirKey    = "dir="
+	idKey     = "id="
 )
+
+// revocationKeys are the keys of the revocation record.
+var revocationKeys = []string{revokeKey, byKey, nodesKey, dirKey, idKey}
 
 // maxReason bounds a revocation's reason, since it travels to every
 // holder.
@@ -145,13 +162,15 @@ const maxReason = 1 << 10
 
 // A Revocation asks the holders of Nodes to let go, for Reason, on behalf
 // of By. Nodes are sequence numbers in the directory whose czxid is Dir.
+// ID is the request's, the same in both of a Revoke's writes.
 type Revocation struct {
 	Reason, By string
 	Nodes      []int32
-	Dir        int64 // 0: not known (none listed yet, or an older writer)
+	Dir        int64  // 0: not known (none listed yet, or an older writer)
+	ID         string // "": an older writer
 }
 
-// Data returns the directory data that carries r.
+// Data returns the revocation record that carries r.
 func (r Revocation) Data() []byte {
 	reason := strings.Join(strings.Fields(r.Reason), " ") // one line
 	if len(reason) > maxReason {
@@ -169,39 +188,83 @@ func (r Revocation) Data() []byte {
 		b = strconv.AppendInt(append(b, dirKey...), r.Dir, 10)
 		b = append(b, '\n')
 	}
+	if id := strings.Join(strings.Fields(r.ID), ""); id != "" {
+		b = append(append(append(b, idKey...), id...), '\n')
+	}
 	return b
 }
 
-// ParseRevocation reads directory data written by Revocation.Data. It
-// returns ok == false for any other data, such as none or an older format.
-// The lock takes any change of the directory's data for a revocation,
-// since the data is the lock's.
-func ParseRevocation(data []byte) (r Revocation, ok bool) {
-	lines := strings.Split(string(data), "\n")
-	if len(lines) < 3 || !strings.HasPrefix(lines[0], revokeKey) || !strings.HasPrefix(lines[1], byKey) ||
-		!strings.HasPrefix(lines[2], nodesKey) {
-		return Revocation{}, false
-	}
-	if nodes := strings.TrimPrefix(lines[2], nodesKey); nodes != "" { // "": names nobody
-		for f := range strings.SplitSeq(nodes, ",") {
-			seq, err := strconv.ParseInt(f, 10, 32)
-			if err != nil {
-				return Revocation{}, false
+// WithRevocation returns the directory data data with its revocation
+// record replaced by r's. Every other record's lines are kept, after it.
+func WithRevocation(data []byte, r Revocation) []byte {
+	b := r.Data()
+	for line := range strings.Lines(string(data)) {
+		if !isRevocationLine(line) && strings.TrimSpace(line) != "" {
+			b = append(b, line...)
+			if !strings.HasSuffix(line, "\n") {
+				b = append(b, '\n')
 			}
-			r.Nodes = append(r.Nodes, int32(seq))
 		}
 	}
-	if len(lines) > 3 {
-		if dir, found := strings.CutPrefix(lines[3], dirKey); found {
-			czxid, err := strconv.ParseInt(dir, 10, 64)
+	return b
+}
+
+func isRevocationLine(line string) bool {
+	for _, k := range revocationKeys {
+		if strings.HasPrefix(line, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseRevocation reads the revocation record in directory data. It
+// returns ok == false where there is none, or it is malformed. Lines of
+// other records are skipped.
+func ParseRevocation(data []byte) (r Revocation, ok bool) {
+	var seen [3]bool // revoke=, by=, nodes=
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case strings.HasPrefix(line, revokeKey):
+			r.Reason, seen[0] = strings.TrimPrefix(line, revokeKey), true
+		case strings.HasPrefix(line, byKey):
+			r.By, seen[1] = strings.TrimPrefix(line, byKey), true
+		case strings.HasPrefix(line, nodesKey):
+			seen[2] = true
+			nodes := strings.TrimPrefix(line, nodesKey)
+			if nodes == "" { // names nobody
+				continue
+			}
+			for f := range strings.SplitSeq(nodes, ",") {
+				seq, err := strconv.ParseInt(f, 10, 32)
+				if err != nil {
+					return Revocation{}, false
+				}
+				r.Nodes = append(r.Nodes, int32(seq))
+			}
+		case strings.HasPrefix(line, dirKey):
+			czxid, err := strconv.ParseInt(strings.TrimPrefix(line, dirKey), 10, 64)
 			if err != nil {
 				return Revocation{}, false
 			}
 			r.Dir = czxid
+		case strings.HasPrefix(line, idKey):
+			r.ID = strings.TrimPrefix(line, idKey)
 		}
 	}
-	r.Reason, r.By = strings.TrimPrefix(lines[0], revokeKey), strings.TrimPrefix(lines[1], byKey)
+	if seen != [3]bool{true, true, true} {
+		return Revocation{}, false
+	}
 	return r, true
+}
+
+// SameRevocation reports whether two directory data carry the same
+// revocation record, or both none. A reader acts only when it changed.
+func SameRevocation(a, b []byte) bool {
+	ra, oka := ParseRevocation(a)
+	rb, okb := ParseRevocation(b)
+	return oka == okb && bytes.Equal(ra.Data(), rb.Data())
 }
 
 // Names returns the nodes r names, if it was written for the directory

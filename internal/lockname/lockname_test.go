@@ -387,8 +387,31 @@ func TestRevocation(t *testing.T) {
 	assert.Nil(t, named.Names(43), "a directory made anew: its numbers start again")
 
 	for _, data := range []string{"", "revoke=x\nby=y\nnodes=3,\n", "revoke=x\nby=y\nnodes=a\n",
-		"revoke=x\nby=y\nnodes=3\ndir=z\n", "hello"} {
+		"revoke=x\nby=y\nnodes=3\ndir=z\n", "hello", "leader=x\n", "revoke=x\nnodes=3\n"} {
 		_, ok := ParseRevocation([]byte(data))
 		assert.False(t, ok, "%q", data)
 	}
+}
+
+// The directory's data holds one record per purpose. A revocation replaces
+// its own record, first, and keeps the others' lines; its id tells one
+// request from another with the same words.
+func TestRevocationRecord(t *testing.T) {
+	r := Revocation{Reason: "r", By: "b", Nodes: []int32{3}, Dir: 42, ID: "abc"}
+	data := WithRevocation([]byte("leader=node-7\nrevoke=old\nby=x\nnodes=\nid=1\nterm=4"), r)
+	assert.Equal(t, "revoke=r\nby=b\nnodes=3\ndir=42\nid=abc\nleader=node-7\nterm=4\n", string(data))
+	got, ok := ParseRevocation(data)
+	require.True(t, ok)
+	assert.Equal(t, r, got)
+
+	// An older client reads the first lines by place: as before, with no dir.
+	lines := strings.Split(string(WithRevocation(nil, Revocation{Reason: "r", By: "b", ID: "abc"})), "\n")
+	assert.Equal(t, []string{"revoke=r", "by=b", "nodes=", "id=abc", ""}, lines)
+
+	assert.True(t, SameRevocation(nil, []byte("leader=x\n")), "no record either side")
+	assert.True(t, SameRevocation(data, WithRevocation([]byte("leader=y\n"), r)), "another record changed")
+	again := r
+	again.ID = "abd"
+	assert.False(t, SameRevocation(data, WithRevocation(nil, again)), "another request, the same words")
+	assert.False(t, SameRevocation([]byte("leader=x\n"), data))
 }

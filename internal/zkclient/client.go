@@ -326,6 +326,12 @@ func (c *Client) Set(ctx context.Context, path string, data []byte) Reply[*zk.St
 	return request(ctx, c, true, func() (*zk.Stat, error) { return c.zk.Set(path, data, -1) }, nil)
 }
 
+// SetVersion writes path's data if its version is still version. It
+// fails with zk.ErrBadVersion if another write came first.
+func (c *Client) SetVersion(ctx context.Context, path string, data []byte, version int32) Reply[*zk.Stat] {
+	return request(ctx, c, true, func() (*zk.Stat, error) { return c.zk.Set(path, data, version) }, nil)
+}
+
 // Delete deletes path, whatever its version; late as for Create.
 func (c *Client) Delete(ctx context.Context, path string, late func(Reply[struct{}])) Reply[struct{}] {
 	return request(ctx, c, true, func() (struct{}, error) { return struct{}{}, c.zk.Delete(path, -1) }, late)
