@@ -1607,18 +1607,24 @@ func (s *sim) check() {
 			return
 		}
 	}
-	var held int64
+	held := map[string]int64{} // per lock: a set's grants are on two paths
 	for _, c := range permits {
-		held += holdWeight(c.holding.h)
+		held[c.holding.h.l.path] += holdWeight(c.holding.h)
 	}
-	if held > simPermitCapacity {
+	for p, n := range held {
+		if n <= simPermitCapacity {
+			continue
+		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "%d permits held of %d, none told of a loss:", held, simPermitCapacity)
+		fmt.Fprintf(&b, "%d permits of %s held of %d, none told of a loss:", n, p, simPermitCapacity)
 		for _, c := range permits {
-			b.WriteString("\n\t")
-			b.WriteString(s.status(c))
+			if c.holding.h.l.path == p {
+				b.WriteString("\n\t")
+				b.WriteString(s.status(c))
+			}
 		}
 		s.failed = b.String()
+		return
 	}
 }
 
