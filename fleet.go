@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -287,6 +288,8 @@ func peersOf(children []string) uint16 {
 	for _, name := range children {
 		if n, ok := parseNode(name); ok && !n.ours {
 			peers |= 1 << n.marker
+		} else if !ok && lockname.CuratorSemaphore(name) {
+			peers |= 1 << lockname.LeaseMarker() // as takeSnapshot counts them
 		}
 	}
 	return peers
