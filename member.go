@@ -64,6 +64,11 @@ type member struct {
 	waited     bool            // we watched a node before being granted
 	retry      zkclient.Backoff
 
+	// Under a capacity (see capacity.go's herd-free wait): listedWaiting says
+	// a listing showed our node waiting, and marked that our node bears the
+	// held mark already.
+	listedWaiting, marked bool
+
 	dir     *zkclient.Watch // child watch on the directory, from our first listing
 	own     ownWatch        // data watch on our own node, set before we wait
 	tok     int64           // our node's token, once known (see dated)

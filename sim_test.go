@@ -104,12 +104,13 @@ func TestSimulation(t *testing.T) {
 // TestSimulationPermits runs the simulation with a bounded lock (see
 // capacity.go): every client's lock has simPermitCapacity permits, and each
 // step takes a weight of its own, all of them now and then, under every
-// fault. Besides the holders' weights, which must fit in the capacity
+// fault. Most steps take a second bounded lock with it, in a set (see
+// TestSimulationSets). Besides the holders' weights, which must fit in the capacity
 // unless one was told of its loss, it checks the rule at every grant: the
 // nodes before the grant's on the server, held or waiting, leave room for
 // its weight. A grant past the capacity or out of queue order fails it.
 func TestSimulationPermits(t *testing.T) {
-	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, capacity: true}
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, capacity: true, sets: true}
 	simulate(t, cfg, *simPermits)
 }
 
@@ -976,7 +977,7 @@ func limitOf(h *hold) *limit {
 // lockSet takes c's two locks with LockAll, in the step's order and modes,
 // and returns the grants of the lock and of lock2.
 func (s *sim) lockSet(ctx context.Context, c *simClient, step simStep) (g, g2 *Grant, err error) {
-	reqs := []Request{{Lock: c.lock, Mode: step.mode}, {Lock: c.lock2, Mode: step.set.mode2}}
+	reqs := []Request{{Lock: c.lock, Mode: step.mode, Weight: step.weight}, {Lock: c.lock2, Mode: step.set.mode2}}
 	if step.set.reversed {
 		reqs[0], reqs[1] = reqs[1], reqs[0]
 	}
