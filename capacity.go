@@ -175,9 +175,16 @@ func (e *capacityError) Unwrap() error { return ErrInvalidArgument }
 
 func describeCapacity(n lockNode) string { return n.name + " (" + capacityText(n.capacity) + ")" }
 
+// unreadableCapacity stands for the capacity of a node whose name
+// lockname.UnreadableCapacity refuses.
+const unreadableCapacity = -1
+
 func capacityText(n int64) string {
-	if n == 0 {
+	switch n {
+	case 0:
 		return "no capacity"
+	case unreadableCapacity:
+		return "a weight or capacity this release cannot read"
 	}
 	return fmt.Sprintf("capacity %d", n)
 }

@@ -462,3 +462,21 @@ func TestPermitSetMemberMarksWhenItsWayClears(t *testing.T) {
 		z.background.Wait()
 	})
 }
+
+// A node shaped as a bounded one's whose numbers this release cannot read,
+// say a later release's larger capacity, is refused loudly, not ignored:
+// ignored, its permits would go uncounted.
+func TestPermitRefusesAnUnreadableNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		makeDir(t, s)
+		peerNode(t, s.conn(), "_c_"+guid+"-sem-1of1000000000-", "")
+		for _, l := range []*RWLock{newLock(t, s.conn(), WithCapacity(4)), newLock(t, s.conn())} {
+			_, err := l.RLock(ctx)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+			assert.ErrorContains(t, err, "cannot read")
+		}
+		assert.Empty(t, s.lockNodes(dir), "the refused acquisitions leave no node")
+	})
+}

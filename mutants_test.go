@@ -214,6 +214,8 @@ var mutants = []mutant{
 		edits: []mutantEdit{{file: "capacity.go", point: "permit-announce-ignores-behind", new: "return m.listedWaiting"}}},
 	{name: "a set's member is announced only at the set's grant", run: "TestPermitSetMemberMarksWhenItsWayClears",
 		edits: []mutantEdit{{file: "capacity.go", point: "set-member-unannounced", new: "if true {"}}},
+	{name: "a bounded node whose numbers cannot be read is ignored", run: "TestPermitRefusesAnUnreadableNode",
+		edits: []mutantEdit{{file: "nodename.go", point: "unreadable-capacity-ignored", new: "case false:"}}},
 	// The fleet watch on a bounded lock's path.
 	{name: "the fleet watch ignores a node made without a capacity", run: "TestFleetWatchEndsHoldersOnADisagreeingNode",
 		edits: []mutantEdit{{file: "capacity.go", point: "fleet-ignores-uncounted", new: "case false:"}}},
