@@ -283,3 +283,55 @@ func TestPermitUncontendedOneRoundTrip(t *testing.T) {
 		assert.True(t, one, "weight %d: never one round trip in 5 tries", w)
 	}
 }
+
+// A set's member whose own way clears marks its node then, not at the
+// set's grant. A waiter behind it, which took it for a waiter and watches
+// it alone, is admitted while the set still waits for its other lock.
+// The follower's debug log says when it watches the member, so it listed
+// before the permits came free.
+func TestPermitSetMemberAdmitsItsFollower(t *testing.T) {
+	t.Parallel()
+	srv := sharedServer(t)
+	path, other := zktest.LockPath(t, "/it"), zktest.LockPath(t, "/it")
+	ctx := testContext(t)
+	lock := func(p string, opts ...rwlock.Option) *rwlock.RWLock {
+		return connect(t, srv.Addr(0), 0).lock(t, p, opts...)
+	}
+	gz, err := lock(other).Lock(ctx) // the set's other lock, held on
+	require.NoError(t, err)
+	ga, err := lock(path, rwlock.WithCapacity(2)).Acquire(ctx, 2)
+	require.NoError(t, err)
+
+	c := connect(t, srv.Addr(0), 0)
+	member := c.lock(t, path, rwlock.WithCapacity(2))
+	type taken struct {
+		gs  []*rwlock.Grant
+		err error
+	}
+	set := make(chan taken, 1)
+	setOther := c.lock(t, other)
+	go func() {
+		gs, err := rwlock.LockAll(ctx, rwlock.Request{Lock: member, Mode: rwlock.Read, Weight: 1},
+			rwlock.Request{Lock: setOther, Mode: rwlock.Write})
+		set <- taken{gs, err}
+	}()
+	waitQueue(t, member, 2)
+
+	var log debugLog
+	follower := lock(path, rwlock.WithCapacity(2), rwlock.WithLogger(log.logger()))
+	ax := goAcquire(t, ctx, follower.RLock)
+	zktest.WaitFor(t, 20*time.Second, func() bool { return log.about("waiting for permits") != "" },
+		"the follower watches the set's member")
+	mustRelease(t, ga)
+	gx := ax.granted(t, 10*time.Second) // 1 + 1 permits of 2, while the set waits
+	select {
+	case <-set:
+		t.Fatal("the set was granted while its other lock is held")
+	default:
+	}
+	mustRelease(t, gz)
+	r := <-set
+	require.NoError(t, r.err)
+	require.NoError(t, rwlock.ReleaseAll(ctx, r.gs...))
+	mustRelease(t, gx)
+}
