@@ -296,6 +296,40 @@ func (s *fakeServer) checkRule(p string) string {
 	return ""
 }
 
+// fits reports whether the latest lock node in dir of session, made after
+// the zxid from, has room behind the nodes before it, held or waiting (see
+// the simulation's checkWaiters). It returns that node's name, and the
+// sessions that own the nodes before it.
+func (s *fakeServer) fits(dir string, session, from int64) (node string, fits bool, ahead []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.nodes[dir]
+	if d == nil {
+		return "", false, nil
+	}
+	var self lockname.Node
+	for name := range d.children {
+		n := s.nodes[dir+"/"+name]
+		if n == nil || n.stat.EphemeralOwner != session || n.stat.Czxid <= from {
+			continue
+		}
+		if p, ok := lockname.Parse(name); ok && (self.Name == "" || lockname.Precedes(self.Seq, p.Seq)) {
+			self = p
+		}
+	}
+	if self.Name == "" || self.Capacity == 0 {
+		return "", false, nil
+	}
+	sum := self.Weight
+	for name := range d.children {
+		if p, ok := lockname.Parse(name); ok && lockname.Precedes(p.Seq, self.Seq) {
+			sum += p.Weight
+			ahead = append(ahead, s.nodes[dir+"/"+name].stat.EphemeralOwner)
+		}
+	}
+	return self.Name, sum <= self.Capacity, ahead
+}
+
 // A permit is a grant like any other: it has a token, revocation reaches
 // its holders, and its hold limit ends it. (Guarded writes: see
 // TestPermitsLargeRequestHoldsBackSmall in integration.)

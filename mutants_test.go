@@ -207,7 +207,9 @@ var mutants = []mutant{
 		{file: "capacity.go", point: "permit-out-of-order", new: "if sum+n.weight <= self.capacity { sum += n.weight }"}}},
 	{name: "a waiter watches the first node ahead, not its predecessor", run: "TestPermitWakeups", edits: []mutantEdit{
 		{file: "capacity.go", point: "permit-watches-wrong-node", new: "return before[:1], false"}}},
-	// The held mark of a permit carries liveness, which the simulation does not check.
+	// The held mark of a permit carries liveness. A named test catches each
+	// at once; TestSimulationPermits's waiter check catches the first and
+	// the third too, in a few thousand schedules.
 	{name: "a permit granted by its first look does not announce it", run: "TestPermitGrantAfterALookMarksForItsFollower",
 		edits: []mutantEdit{{file: "capacity.go", point: "permit-look-unannounced", new: "m.listedWaiting = m.waited"}}},
 	{name: "a permit granted at once ignores the node listed behind", run: "TestPermitGrantAtOnceMarksForANodeBehind",

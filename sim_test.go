@@ -105,7 +105,8 @@ func TestSimulation(t *testing.T) {
 // capacity.go): every client's lock has simPermitCapacity permits, and each
 // step takes a weight of its own, all of them now and then, under every
 // fault. Most steps take a second bounded lock with it, in a set (see
-// TestSimulationSets). Besides the holders' weights, which must fit in the capacity
+// TestSimulationSets). It checks liveness too: a waiter whose node fits
+// is granted soon, while every process concerned runs (see checkWaiters). Besides the holders' weights, which must fit in the capacity
 // unless one was told of its loss, it checks the rule at every grant: the
 // nodes before the grant's on the server, held or waiting, leave room for
 // its weight. A grant past the capacity or out of queue order fails it.
@@ -116,6 +117,11 @@ func TestSimulationPermits(t *testing.T) {
 
 // simPermitCapacity is the capacity of TestSimulationPermits's lock.
 const simPermitCapacity = 4
+
+// simFitBound is how long a waiter whose node fits may go on waiting, when
+// every process concerned runs on a healthy link (see checkWaiters). It is
+// a retried mark's longest backoff, 500 ms, and round trips to spare.
+const simFitBound = time.Second
 
 // TestSimulationBlindPeer runs the simulation with a blind peer: a Curator
 // writer from a process outside the simulation, which does not see our
@@ -293,6 +299,12 @@ type simClient struct {
 	cutAt       time.Time
 	resumed     time.Time // when its process last resumed
 	stopped     int       // the grants given before its process was last stopped
+	// waitFrom is the server's zxid when its blocking acquisition of one
+	// bounded lock began; 0 while none is under way. fitSince is since when
+	// its node has fitted on the server, its process running on a healthy
+	// link (see checkWaiters).
+	waitFrom int64
+	fitSince time.Time
 }
 
 type simStep struct {
@@ -671,6 +683,11 @@ func (s *sim) client(c *simClient) {
 		s.server.mu.Lock()
 		arrived := s.server.zxid
 		s.server.mu.Unlock()
+		if s.cfg.capacity && step.set == nil && !step.try {
+			n.mu.Lock()
+			c.waitFrom, c.fitSince = arrived, time.Time{}
+			n.mu.Unlock()
+		}
 		var g, g2 *Grant
 		var err error
 		start := time.Now()
@@ -684,7 +701,7 @@ func (s *sim) client(c *simClient) {
 		cancel()
 		c.zk.pause()
 		n.mu.Lock()
-		c.cancel = nil
+		c.cancel, c.waitFrom = nil, 0
 		n.mu.Unlock()
 		if err != nil {
 			s.logf("c%d step %d: %s: %v", c.id, i, verb(w), err)
@@ -1570,6 +1587,9 @@ func (s *sim) check() {
 	if s.checkPeer(now); s.failed != "" {
 		return
 	}
+	if s.checkWaiters(now); s.failed != "" {
+		return
+	}
 	writers, readers := map[string][]*simClient{}, map[string][]*simClient{}
 	var permits []*simClient // the holders of a bounded lock
 	for _, c := range s.clients {
@@ -1626,6 +1646,39 @@ func (s *sim) check() {
 		}
 		s.failed = b.String()
 		return
+	}
+}
+
+// checkWaiters is the bounded lock's liveness check. It fails a blocking
+// acquisition of one lock whose node has fitted on the server for longer
+// than simFitBound, while its process and those of every node before it ran
+// on healthy links. A waiter may rely on a node ahead for a wake-up: its
+// mark, or its deletion. A stopped process writes no mark, and its node
+// goes only with its session. Call with net.mu held.
+func (s *sim) checkWaiters(now time.Time) {
+	healthy := map[int64]bool{}
+	for _, c := range s.clients {
+		if cl := c.zk; !cl.frozen && cl.c2s && cl.s2c && cl.phase == phaseSession {
+			healthy[cl.c.session.Load()] = true
+		}
+	}
+	for _, c := range s.clients {
+		session := c.zk.c.session.Load()
+		if c.waitFrom == 0 || !healthy[session] {
+			c.fitSince = time.Time{}
+			continue
+		}
+		node, fits, ahead := s.server.fits(dir, session, c.waitFrom)
+		switch {
+		case !fits || slices.ContainsFunc(ahead, func(owner int64) bool { return !healthy[owner] }):
+			c.fitSince = time.Time{}
+		case c.fitSince.IsZero():
+			c.fitSince = now
+		case now.Sub(c.fitSince) > simFitBound:
+			s.failed = fmt.Sprintf("c%d still waits, though its node %s has fitted for %v, every process concerned running on a healthy link",
+				c.id, node, now.Sub(c.fitSince))
+			return
+		}
 	}
 }
 
