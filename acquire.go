@@ -302,8 +302,13 @@ func (m *member) proceed(ctx context.Context, next step) (step, error) {
 		}
 		var err error
 		switch next {
-		case stepCreate, stepRequeue, stepGrant:
+		case stepCreate, stepRequeue:
 			return next, nil
+		case stepGrant:
+			// A set's member under a capacity tells its follower now (see capacity.go).
+			if next, err = m.markMember(ctx); next == stepGrant || err != nil {
+				return next, err
+			}
 		case stepList:
 			next, err = m.list(ctx)
 		case stepWait:

@@ -181,9 +181,16 @@ func (e *capacityError) Unwrap() error { return ErrInvalidArgument }
 
 func describeCapacity(n lockNode) string { return n.name + " (" + capacityText(n.capacity) + ")" }
 
+// unreadableCapacity stands for the capacity of a node whose name
+// lockname.UnreadableCapacity refuses.
+const unreadableCapacity = -1
+
 func capacityText(n int64) string {
-	if n == 0 {
+	switch n {
+	case 0:
 		return "no capacity"
+	case unreadableCapacity:
+		return "a weight or capacity this release cannot read"
 	}
 	return fmt.Sprintf("capacity %d", n)
 }
@@ -196,6 +203,35 @@ func (l *RWLock) disagree(s *snapshot) error {
 		return nil
 	}
 	return &capacityError{ours: l.capacity, a: s.odd[0], b: s.odd[1], listed: l.path}
+}
+
+// uncounted is the fleet watch's check of a bounded lock (see fleet.go). It
+// fails when children hold a lock node made without a capacity beside ours.
+// Such a node may come from a release that predates capacities. That
+// release does not parse our names, and so holds at once, as a blind peer
+// does. A node made under another capacity needs no such check. Its client
+// lists, sees ours, and refuses (see disagree). A plain node of this
+// release does too, but its name cannot tell it from an old one's.
+func (l *RWLock) uncounted(children []string) error {
+	if l.capacity == 0 {
+		return nil
+	}
+	var ours, plain lockNode
+	for _, name := range children {
+		n, ok := parseNode(name)
+		switch {
+		case !ok:
+		case n.capacity == l.capacity && ours.name == "":
+			ours = n
+		// mutant: fleet-ignores-uncounted
+		case n.capacity == 0 && plain.name == "":
+			plain = n
+		}
+	}
+	if ours.name == "" || plain.name == "" {
+		return nil // no node of ours to end, or nothing against it
+	}
+	return &capacityError{ours: l.capacity, a: ours, b: plain, listed: l.path}
 }
 
 // The herd-free wait. Strict queue order means that only the first waiter
@@ -215,8 +251,9 @@ func (l *RWLock) disagree(s *snapshot) error {
 // listing. The snapshot is a superset of the nodes ahead, so it can only
 // take a holder for a waiter, never the other way round.
 //
-// An admission is announced. A grant that waited, or whose listing showed
-// a node behind it, writes the held mark into its node at once (announce).
+// An admission is announced. A grant whose listing showed it waiting, or
+// showed a node behind it, writes the held mark into its node at once
+// (announce). A set's member writes it when its own way clears (markMember).
 // Its follower, which watches it as a waiter, wakes on the data change and
 // learns that every node up to it holds. So it is the first waiter now, and
 // watches them all. Its snapshot may still show nodes that went while it
@@ -247,6 +284,11 @@ func (m *member) waitPermits(ctx context.Context) (step, error) {
 	if !m.block {
 		return 0, ErrWouldBlock // the listing, exact, showed it does not fit
 	}
+	// A listing showed our node waiting. A follower that listed since takes
+	// it for a waiter, and watches it alone. So our grant is announced, even
+	// one that our first look at the nodes ahead makes at once.
+	// mutant: permit-look-unannounced
+	m.listedWaiting = true
 	var own <-chan ownResult
 	if m.own.watch == nil {
 		m.own.connects, m.own.counted = m.a.c.ConnectCount()
@@ -411,14 +453,61 @@ func (m *member) markAdmitted(name string) {
 	m.admitted[name] = true
 }
 
+// announces reports whether a follower may take our node for a waiter, so
+// that our admission must be announced (see the herd-free wait). One may if
+// a listing showed our node waiting. One may too if our listing showed a
+// node behind ours. That node may have listed before the nodes ahead of ours
+// went, and seen ours wait.
+func (m *member) announces() bool {
+	// mutant: permit-announce-ignores-behind
+	return m.listedWaiting || m.snap.after
+}
+
+// heldData is our node's data with the held mark.
+func (m *member) heldData() []byte {
+	return append(lockname.Data(m.l.owner, m.l.maxHold, lockname.MarkHeld), m.lines...)
+}
+
+// markMember writes the held mark into the node of a set's member whose own
+// way has cleared, before the set's grant. The set may wait long for its
+// other locks. A follower that took our node for a waiter would wait as
+// long, with our permits counted and its own free. The mark tells it now.
+//
+// Why the early mark is safe. A mark only makes a follower list, or watch
+// every node ahead (see firePermit and permitsAhead). Its grant still rests
+// on a listing's sum, which counts our node whether it holds or waits.
+//
+// Our own data watch takes any event for our node's end (see own.go). Our
+// Set fires it, now or, after a reconnection, later. So we drop it. The
+// set's grant then reads our node, unless the listing's child watch vouches
+// for it (see ready). A watch set again may still share the registration
+// our Set fires: ownEvent takes that event for what it is.
+func (m *member) markMember(ctx context.Context) (step, error) {
+	// mutant: set-member-unannounced
+	if m.weight == 0 || len(m.a.members) == 1 || m.marked || !m.announces() {
+		return stepGrant, nil
+	}
+	r := m.a.c.Set(ctx, m.path, m.heldData())
+	switch {
+	case r.Err != nil && !errors.Is(r.Err, zk.ErrNoNode):
+		return m.after(r.Err)
+	case !m.ours(r.Session):
+		return stepRequeue, nil // our node went with the session that made it
+	case r.Err != nil:
+		return m.ownDeleted()
+	}
+	m.marked, m.own.watch = true, nil
+	return stepGrant, nil
+}
+
 // announce writes the held mark into a granted node whose follower may
 // wait for it (see the herd-free wait). It does not delay the grant. It
 // retries through disconnections while the node is held.
 func (m *member) announce(h *hold) {
-	if m.weight == 0 || !m.waited && !m.snap.after {
+	if m.weight == 0 || m.marked || !m.announces() {
 		return
 	}
-	data := append(lockname.Data(h.l.owner, h.l.maxHold, lockname.MarkHeld), h.lines...)
+	data := m.heldData()
 	h.c.Ref()
 	go func() {
 		defer h.c.Unref()

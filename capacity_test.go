@@ -296,6 +296,40 @@ func (s *fakeServer) checkRule(p string) string {
 	return ""
 }
 
+// fits reports whether the latest lock node in dir of session, made after
+// the zxid from, has room behind the nodes before it, held or waiting (see
+// the simulation's checkWaiters). It returns that node's name, and the
+// sessions that own the nodes before it.
+func (s *fakeServer) fits(dir string, session, from int64) (node string, fits bool, ahead []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.nodes[dir]
+	if d == nil {
+		return "", false, nil
+	}
+	var self lockname.Node
+	for name := range d.children {
+		n := s.nodes[dir+"/"+name]
+		if n == nil || n.stat.EphemeralOwner != session || n.stat.Czxid <= from {
+			continue
+		}
+		if p, ok := lockname.Parse(name); ok && (self.Name == "" || lockname.Precedes(self.Seq, p.Seq)) {
+			self = p
+		}
+	}
+	if self.Name == "" || self.Capacity == 0 {
+		return "", false, nil
+	}
+	sum := self.Weight
+	for name := range d.children {
+		if p, ok := lockname.Parse(name); ok && lockname.Precedes(p.Seq, self.Seq) {
+			sum += p.Weight
+			ahead = append(ahead, s.nodes[dir+"/"+name].stat.EphemeralOwner)
+		}
+	}
+	return self.Name, sum <= self.Capacity, ahead
+}
+
 // A permit is a grant like any other: it has a token, revocation reaches
 // its holders, and its hold limit ends it. (Guarded writes: see
 // TestPermitsLargeRequestHoldsBackSmall in integration.)
@@ -328,5 +362,155 @@ func TestPermitIsAGrant(t *testing.T) {
 		synctest.Wait()
 		require.NoError(t, granted(t, w).Release(ctx))
 		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// A waiter granted by its first look at the nodes ahead, which found them
+// gone, marks its node: its listing showed it waiting, and nobody behind.
+// A follower that listed between that listing and the look took it for a
+// waiter, and watches it alone. The mark admits the follower at once, not
+// when its predecessor releases. (Mutant permit-look-unannounced.)
+func TestPermitGrantAfterALookMarksForItsFollower(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		cp, cx := s.conn(), s.conn()
+		a, p, x := newLock(t, s.conn(), WithCapacity(2)), newLock(t, cp, WithCapacity(2)), newLock(t, cx, WithCapacity(2))
+		ga, err := a.Acquire(ctx, 2)
+		require.NoError(t, err)
+		aPath := dir + "/" + s.lockNodes(dir)[0]
+
+		gate := make(chan struct{})
+		cp.setBefore(func(op, path string) error {
+			if op == "get" && path == aPath {
+				<-gate // P's look at A waits until A has gone
+			}
+			return nil
+		})
+		wp := start(ctx, func(ctx context.Context) (*Grant, error) { return p.Acquire(ctx, 1) })
+		synctest.Wait() // P listed [A P] and its look at A is on its way
+		wx := start(ctx, func(ctx context.Context) (*Grant, error) { return x.Acquire(ctx, 1) })
+		synctest.Wait() // X listed [A P X]: P does not fit, so X watches P alone
+		require.NoError(t, ga.Release(ctx))
+		close(gate)
+		synctest.Wait()
+		gp := granted(t, wp) // P: its look found A gone, and it fits
+		// 1 + 1 permits of 2: X must be admitted now.
+		select {
+		case r := <-wx:
+			require.NoError(t, r.err)
+			require.NoError(t, r.g.Release(ctx))
+		default:
+			t.Errorf("X waits with a free permit: it watches P, which holds unmarked")
+			require.NoError(t, gp.Release(ctx))
+			synctest.Wait()
+			require.NoError(t, granted(t, wx).Release(ctx))
+			return
+		}
+		require.NoError(t, gp.Release(ctx))
+	})
+}
+
+// The other half of the mark's rule: a grant at once whose listing shows a
+// node behind it marks its node, since that node may have listed before the
+// nodes ahead of ours went. (Mutant permit-announce-ignores-behind.)
+func TestPermitGrantAtOnceMarksForANodeBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		cp, cx := s.conn(), s.conn()
+		a, p, x := newLock(t, s.conn(), WithCapacity(2)), newLock(t, cp, WithCapacity(2)), newLock(t, cx, WithCapacity(2))
+		ga, err := a.Acquire(ctx, 2)
+		require.NoError(t, err)
+		gate := make(chan struct{})
+		cp.setBefore(func(op, path string) error {
+			if op == "children" && path == dir {
+				<-gate // P's listing waits until X has listed and A has gone
+			}
+			return nil
+		})
+		wp := start(ctx, func(ctx context.Context) (*Grant, error) { return p.Acquire(ctx, 1) })
+		synctest.Wait()
+		wx := start(ctx, func(ctx context.Context) (*Grant, error) { return x.Acquire(ctx, 1) })
+		synctest.Wait() // X listed [A P X] and watches P alone
+		require.NoError(t, ga.Release(ctx))
+		close(gate)
+		synctest.Wait()
+		gp := granted(t, wp)
+		gx := granted(t, wx)
+		require.NoError(t, gp.Release(ctx))
+		require.NoError(t, gx.Release(ctx))
+	})
+}
+
+// A LockAll member under a capacity marks its node when its own way
+// clears, not when the whole set is granted. A follower that took it for a
+// waiter is admitted then, while the set's other lock is still held. The
+// set is granted later without taking its own mark for its node's end.
+// (Mutant set-member-unannounced.)
+func TestPermitSetMemberMarksWhenItsWayClears(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		c := s.conn()
+		a, x := newLock(t, s.conn(), WithCapacity(2)), newLock(t, s.conn(), WithCapacity(2))
+		setC := newLock(t, c, WithCapacity(2))
+		setD, err := newRWLock(c, dir2)
+		require.NoError(t, err)
+		z, err := newRWLock(s.conn(), dir2)
+		require.NoError(t, err)
+		gz, err := z.Lock(ctx) // the set's other lock, held for long
+		require.NoError(t, err)
+		ga, err := a.Acquire(ctx, 2)
+		require.NoError(t, err)
+		set := make(chan []*Grant, 1)
+		go func() {
+			gs, err := LockAll(ctx, Request{Lock: setC, Mode: Read, Weight: 1}, Request{Lock: setD, Mode: Write})
+			require.NoError(t, err)
+			set <- gs
+		}()
+		synctest.Wait()
+		wx := start(ctx, func(ctx context.Context) (*Grant, error) { return x.Acquire(ctx, 1) })
+		synctest.Wait() // X listed [A L X] and watches L alone
+		require.NoError(t, ga.Release(ctx))
+		synctest.Wait() // L's node fits now: 1 + X's 1 of 2
+		select {
+		case r := <-wx:
+			require.NoError(t, r.err)
+			require.NoError(t, r.g.Release(ctx))
+		default:
+			t.Errorf("X waits with a free permit while the set waits for its other lock")
+		}
+		require.NoError(t, gz.Release(ctx))
+		synctest.Wait()
+		gs := <-set
+		require.NoError(t, ReleaseAll(ctx, gs...))
+		synctest.Wait()
+		select {
+		case r := <-wx:
+			require.NoError(t, r.err)
+			require.NoError(t, r.g.Release(ctx))
+		default:
+		}
+		setD.background.Wait()
+		z.background.Wait()
+	})
+}
+
+// A node shaped as a bounded one's whose numbers this release cannot read,
+// say a later release's larger capacity, is refused loudly, not ignored:
+// ignored, its permits would go uncounted.
+func TestPermitRefusesAnUnreadableNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		ctx := t.Context()
+		makeDir(t, s)
+		peerNode(t, s.conn(), "_c_"+guid+"-sem-1of1000000000-", "")
+		for _, l := range []*RWLock{newLock(t, s.conn(), WithCapacity(4)), newLock(t, s.conn())} {
+			_, err := l.RLock(ctx)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+			assert.ErrorContains(t, err, "cannot read")
+		}
+		assert.Empty(t, s.lockNodes(dir), "the refused acquisitions leave no node")
 	})
 }

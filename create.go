@@ -210,7 +210,7 @@ func (a *acquisition) requeue(sessionReplaced bool) {
 	}
 	for _, m := range a.members {
 		m.vanished(nil) // what went ahead of the old node, nothing told (see lockdelay.go)
-		m.node, m.path, m.session, m.unsure = "", "", 0, false
+		m.node, m.path, m.session, m.unsure, m.marked = "", "", 0, false, false
 		m.snap, m.dir, m.own, m.tok, m.exact = snapshot{}, nil, ownWatch{}, 0, false
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -199,6 +200,10 @@ func (pw *fleetWatch) watch(ctx context.Context, l *RWLock, c *zkclient.Client, 
 			pw.endAll(idle, m)
 			return
 		}
+		if err := l.uncounted(r.V); err != nil {
+			pw.endAll(idle, err) // a release that predates capacities holds regardless (see capacity.go)
+			return
+		}
 		// mutant: fleet-due-from-answer
 		w, due, retry = next, sent.Add(fleetInterval), zkclient.Backoff{}
 	}
@@ -253,11 +258,11 @@ func (pw *fleetWatch) stopIf(idle chan struct{}) {
 	}
 }
 
-// endAll ends every holder's grant with a mixed fleet as the cause, and
+// endAll ends every holder's grant with a mixed fleet, m, as the cause, and
 // stops the watching. It does nothing if the watching stopped and started
 // again since the listing that found the peer, so that idle is not the
 // current one. The new watching looks for itself.
-func (pw *fleetWatch) endAll(idle chan struct{}, m *mixedError) {
+func (pw *fleetWatch) endAll(idle chan struct{}, m error) {
 	pw.mu.Lock()
 	if pw.idle != idle {
 		pw.mu.Unlock()
@@ -285,8 +290,13 @@ func (pw *fleetWatch) endAll(idle chan struct{}, m *mixedError) {
 func peersOf(children []string) uint16 {
 	var peers uint16
 	for _, name := range children {
-		if n, ok := parseNode(name); ok && !n.ours {
+		n, ok := parseNode(name)
+		switch {
+		case ok && !n.ours:
 			peers |= 1 << n.marker
+		// mutant: fleet-ignores-curator-semaphore
+		case !ok && lockname.CuratorSemaphore(name):
+			peers |= 1 << lockname.LeaseMarker() // as takeSnapshot counts them
 		}
 	}
 	return peers

@@ -192,3 +192,52 @@ func TestMixedFleetIsItsOwnCause(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidArgument)
 	})
 }
+
+// Curator's InterProcessSemaphoreV2 counts none of our nodes, and an
+// acquisition refuses its directories. A holder that holds already is told
+// when they come, as it is of a blind peer's node (see fleet.go).
+func TestFleetWatchEndsHoldersOnCuratorSemaphore(t *testing.T) {
+	for name, opts := range map[string][]Option{"capacity": {WithCapacity(4)}, "plain": nil} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newFakeServer()
+				l := newLock(t, s.conn(), opts...)
+				g, err := l.RLock(t.Context())
+				require.NoError(t, err)
+				c := s.conn()
+				for _, p := range []string{dir + "/locks", dir + "/leases", dir + "/leases/_c_" + uuid + "-lease-0000000000"} {
+					_, err := c.Create(p, nil, 0, nil)
+					require.NoError(t, err)
+				}
+				time.Sleep(3 * fleetInterval)
+				synctest.Wait()
+				// A second acquisition is refused...
+				_, err = newLock(t, s.conn(), opts...).TryRLock(t.Context())
+				require.ErrorIs(t, err, ErrInvalidArgument)
+				// ...and the holder, overlapping Curator's lease, is told.
+				if g.Err() == nil {
+					t.Errorf("the holder was not told of Curator's semaphore on its path")
+				}
+				_ = g.Release(t.Context())
+			})
+		})
+	}
+}
+
+// A holder of a bounded lock is told when a node without a capacity joins
+// its path. Here it is the writer of a zkrwlock release that predates
+// capacities: it cannot parse sem- names, and so is granted at once.
+func TestFleetWatchEndsHoldersOnADisagreeingNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		g, err := newLock(t, s.conn(), WithCapacity(4)).RLock(t.Context())
+		require.NoError(t, err)
+		peerNode(t, s.conn(), "_c_"+guid+"-write-", "")
+		time.Sleep(3 * fleetInterval)
+		synctest.Wait()
+		if g.Err() == nil {
+			t.Errorf("the holder was not told of a node made without a capacity")
+		}
+		_ = g.Release(t.Context())
+	})
+}

@@ -66,6 +66,11 @@ type member struct {
 	delay      lockDelay       // what WithLockDelay makes us wait (see lockdelay.go)
 	retry      zkclient.Backoff
 
+	// Under a capacity (see capacity.go's herd-free wait): listedWaiting says
+	// a listing showed our node waiting, and marked that our node bears the
+	// held mark already.
+	listedWaiting, marked bool
+
 	dir     *zkclient.Watch // child watch on the directory, from our first listing
 	own     ownWatch        // data watch on our own node, set before we wait
 	tok     int64           // our node's token, once known (see dated)

@@ -228,6 +228,22 @@ var mutants = []mutant{
 		{file: "capacity.go", point: "permit-out-of-order", new: "if sum+n.weight <= self.capacity { sum += n.weight }"}}},
 	{name: "a waiter watches the first node ahead, not its predecessor", run: "TestPermitWakeups", edits: []mutantEdit{
 		{file: "capacity.go", point: "permit-watches-wrong-node", new: "return before[:1], false"}}},
+	// The held mark of a permit carries liveness. A named test catches each
+	// at once; TestSimulationPermits's waiter check catches the first and
+	// the third too, in a few thousand schedules.
+	{name: "a permit granted by its first look does not announce it", run: "TestPermitGrantAfterALookMarksForItsFollower",
+		edits: []mutantEdit{{file: "capacity.go", point: "permit-look-unannounced", new: "m.listedWaiting = m.waited"}}},
+	{name: "a permit granted at once ignores the node listed behind", run: "TestPermitGrantAtOnceMarksForANodeBehind",
+		edits: []mutantEdit{{file: "capacity.go", point: "permit-announce-ignores-behind", new: "return m.listedWaiting"}}},
+	{name: "a set's member is announced only at the set's grant", run: "TestPermitSetMemberMarksWhenItsWayClears",
+		edits: []mutantEdit{{file: "capacity.go", point: "set-member-unannounced", new: "if true {"}}},
+	{name: "a bounded node whose numbers cannot be read is ignored", run: "TestPermitRefusesAnUnreadableNode",
+		edits: []mutantEdit{{file: "nodename.go", point: "unreadable-capacity-ignored", new: "case false:"}}},
+	// The fleet watch on a bounded lock's path.
+	{name: "the fleet watch ignores a node made without a capacity", run: "TestFleetWatchEndsHoldersOnADisagreeingNode",
+		edits: []mutantEdit{{file: "capacity.go", point: "fleet-ignores-uncounted", new: "case false:"}}},
+	{name: "the fleet watch ignores Curator's semaphore", run: "TestFleetWatchEndsHoldersOnCuratorSemaphore",
+		edits: []mutantEdit{{file: "fleet.go", point: "fleet-ignores-curator-semaphore", new: "case false:"}}},
 }
 
 // joinerOnAnEarlierSync lets the joiners waiting for the next sync in on

@@ -73,12 +73,16 @@ var errNotListed = errors.New("our node is not listed")
 func takeSnapshot(children []string, self string, buf []lockNode) (snapshot, error) {
 	s := snapshot{before: slices.Grow(buf[:0], len(children))}
 	found := false
-	var first lockNode
+	var first, unreadable lockNode
 	for _, name := range children {
 		n, isLock := parseNode(name)
 		if !isLock {
-			if lockname.CuratorSemaphore(name) {
+			switch {
+			case lockname.CuratorSemaphore(name):
 				s.peers |= 1 << lockname.LeaseMarker()
+			// mutant: unreadable-capacity-ignored
+			case lockname.UnreadableCapacity(name):
+				unreadable = lockNode{name: name, capacity: unreadableCapacity}
 			}
 			continue
 		}
@@ -102,6 +106,9 @@ func takeSnapshot(children []string, self string, buf []lockNode) (snapshot, err
 	}
 	if !lockname.Usable(s.self.seq) {
 		return snapshot{before: s.before[:0]}, exhausted(s.self)
+	}
+	if unreadable.name != "" {
+		s.odd = [2]lockNode{s.self, unreadable} // it disagrees with every node (see disagree)
 	}
 	kept := s.before[:0]
 	for _, n := range s.before {

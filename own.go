@@ -96,8 +96,14 @@ func (m *member) ownGone() (zk.Event, bool) {
 
 // ownEvent handles an event about our own node while we wait.
 func (m *member) ownEvent(ev zk.Event) (step, error) {
-	if ev.Type == zk.EventNotWatching {
+	switch {
+	case ev.Type == zk.EventNotWatching:
 		return m.notWatching(ev)
+	case ev.Type == zk.EventNodeDataChanged && m.marked:
+		// Our own held mark, written while a set waits (see markMember). A
+		// listing proves our place again, and a new watch is set.
+		m.own.watch = nil
+		return stepList, nil
 	}
 	return m.ownDeleted()
 }

@@ -121,17 +121,24 @@ func TestSimulationLockDelay(t *testing.T) {
 // TestSimulationPermits runs the simulation with a bounded lock (see
 // capacity.go): every client's lock has simPermitCapacity permits, and each
 // step takes a weight of its own, all of them now and then, under every
-// fault. Besides the holders' weights, which must fit in the capacity
+// fault. Most steps take a second bounded lock with it, in a set (see
+// TestSimulationSets). It checks liveness too: a waiter whose node fits
+// is granted soon, while every process concerned runs (see checkWaiters). Besides the holders' weights, which must fit in the capacity
 // unless one was told of its loss, it checks the rule at every grant: the
 // nodes before the grant's on the server, held or waiting, leave room for
 // its weight. A grant past the capacity or out of queue order fails it.
 func TestSimulationPermits(t *testing.T) {
-	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, capacity: true}
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, capacity: true, sets: true}
 	simulate(t, cfg, *simPermits)
 }
 
 // simPermitCapacity is the capacity of TestSimulationPermits's lock.
 const simPermitCapacity = 4
+
+// simFitBound is how long a waiter whose node fits may go on waiting, when
+// every process concerned runs on a healthy link (see checkWaiters). It is
+// a retried mark's longest backoff, 500 ms, and round trips to spare.
+const simFitBound = time.Second
 
 // TestSimulationBlindPeer runs the simulation with a blind peer: a Curator
 // writer from a process outside the simulation, which does not see our
@@ -318,6 +325,12 @@ type simClient struct {
 	cutAt       time.Time
 	resumed     time.Time // when its process last resumed
 	stopped     int       // the grants given before its process was last stopped
+	// waitFrom is the server's zxid when its blocking acquisition of one
+	// bounded lock began; 0 while none is under way. fitSince is since when
+	// its node has fitted on the server, its process running on a healthy
+	// link (see checkWaiters).
+	waitFrom int64
+	fitSince time.Time
 }
 
 type simStep struct {
@@ -699,6 +712,11 @@ func (s *sim) client(c *simClient) {
 		s.server.mu.Lock()
 		arrived := s.server.zxid
 		s.server.mu.Unlock()
+		if s.cfg.capacity && step.set == nil && !step.try {
+			n.mu.Lock()
+			c.waitFrom, c.fitSince = arrived, time.Time{}
+			n.mu.Unlock()
+		}
 		var g, g2 *Grant
 		var err error
 		start := time.Now()
@@ -712,7 +730,7 @@ func (s *sim) client(c *simClient) {
 		cancel()
 		c.zk.pause()
 		n.mu.Lock()
-		c.cancel = nil
+		c.cancel, c.waitFrom = nil, 0
 		n.mu.Unlock()
 		if err != nil {
 			s.logf("c%d step %d: %s: %v", c.id, i, verb(w), err)
@@ -1066,7 +1084,7 @@ func limitOf(h *hold) *limit {
 // lockSet takes c's two locks with LockAll, in the step's order and modes,
 // and returns the grants of the lock and of lock2.
 func (s *sim) lockSet(ctx context.Context, c *simClient, step simStep) (g, g2 *Grant, err error) {
-	reqs := []Request{{Lock: c.lock, Mode: step.mode}, {Lock: c.lock2, Mode: step.set.mode2}}
+	reqs := []Request{{Lock: c.lock, Mode: step.mode, Weight: step.weight}, {Lock: c.lock2, Mode: step.set.mode2}}
 	if step.set.reversed {
 		reqs[0], reqs[1] = reqs[1], reqs[0]
 	}
@@ -1659,6 +1677,9 @@ func (s *sim) check() {
 	if s.checkPeer(now); s.failed != "" {
 		return
 	}
+	if s.checkWaiters(now); s.failed != "" {
+		return
+	}
 	writers, readers := map[string][]*simClient{}, map[string][]*simClient{}
 	var permits []*simClient // the holders of a bounded lock
 	for _, c := range s.clients {
@@ -1697,18 +1718,57 @@ func (s *sim) check() {
 			return
 		}
 	}
-	var held int64
+	held := map[string]int64{} // per lock: a set's grants are on two paths
 	for _, c := range permits {
-		held += holdWeight(c.holding.h)
+		held[c.holding.h.l.path] += holdWeight(c.holding.h)
 	}
-	if held > simPermitCapacity {
+	for p, n := range held {
+		if n <= simPermitCapacity {
+			continue
+		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "%d permits held of %d, none told of a loss:", held, simPermitCapacity)
+		fmt.Fprintf(&b, "%d permits of %s held of %d, none told of a loss:", n, p, simPermitCapacity)
 		for _, c := range permits {
-			b.WriteString("\n\t")
-			b.WriteString(s.status(c))
+			if c.holding.h.l.path == p {
+				b.WriteString("\n\t")
+				b.WriteString(s.status(c))
+			}
 		}
 		s.failed = b.String()
+		return
+	}
+}
+
+// checkWaiters is the bounded lock's liveness check. It fails a blocking
+// acquisition of one lock whose node has fitted on the server for longer
+// than simFitBound, while its process and those of every node before it ran
+// on healthy links. A waiter may rely on a node ahead for a wake-up: its
+// mark, or its deletion. A stopped process writes no mark, and its node
+// goes only with its session. Call with net.mu held.
+func (s *sim) checkWaiters(now time.Time) {
+	healthy := map[int64]bool{}
+	for _, c := range s.clients {
+		if cl := c.zk; !cl.frozen && cl.c2s && cl.s2c && cl.phase == phaseSession {
+			healthy[cl.c.session.Load()] = true
+		}
+	}
+	for _, c := range s.clients {
+		session := c.zk.c.session.Load()
+		if c.waitFrom == 0 || !healthy[session] {
+			c.fitSince = time.Time{}
+			continue
+		}
+		node, fits, ahead := s.server.fits(dir, session, c.waitFrom)
+		switch {
+		case !fits || slices.ContainsFunc(ahead, func(owner int64) bool { return !healthy[owner] }):
+			c.fitSince = time.Time{}
+		case c.fitSince.IsZero():
+			c.fitSince = now
+		case now.Sub(c.fitSince) > simFitBound:
+			s.failed = fmt.Sprintf("c%d still waits, though its node %s has fitted for %v, every process concerned running on a healthy link",
+				c.id, node, now.Sub(c.fitSince))
+			return
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -281,5 +282,111 @@ func TestPermitUncontendedOneRoundTrip(t *testing.T) {
 			mustRelease(t, g)
 		}
 		assert.True(t, one, "weight %d: never one round trip in 5 tries", w)
+	}
+}
+
+// A set's member whose own way clears marks its node then, not at the
+// set's grant. A waiter behind it, which took it for a waiter and watches
+// it alone, is admitted while the set still waits for its other lock.
+// The follower's debug log says when it watches the member, so it listed
+// before the permits came free.
+func TestPermitSetMemberAdmitsItsFollower(t *testing.T) {
+	t.Parallel()
+	srv := sharedServer(t)
+	path, other := zktest.LockPath(t, "/it"), zktest.LockPath(t, "/it")
+	ctx := testContext(t)
+	lock := func(p string, opts ...rwlock.Option) *rwlock.RWLock {
+		return connect(t, srv.Addr(0), 0).lock(t, p, opts...)
+	}
+	gz, err := lock(other).Lock(ctx) // the set's other lock, held on
+	require.NoError(t, err)
+	ga, err := lock(path, rwlock.WithCapacity(2)).Acquire(ctx, 2)
+	require.NoError(t, err)
+
+	c := connect(t, srv.Addr(0), 0)
+	member := c.lock(t, path, rwlock.WithCapacity(2))
+	type taken struct {
+		gs  []*rwlock.Grant
+		err error
+	}
+	set := make(chan taken, 1)
+	setOther := c.lock(t, other)
+	go func() {
+		gs, err := rwlock.LockAll(ctx, rwlock.Request{Lock: member, Mode: rwlock.Read, Weight: 1},
+			rwlock.Request{Lock: setOther, Mode: rwlock.Write})
+		set <- taken{gs, err}
+	}()
+	waitQueue(t, member, 2)
+
+	var log debugLog
+	follower := lock(path, rwlock.WithCapacity(2), rwlock.WithLogger(log.logger()))
+	ax := goAcquire(t, ctx, follower.RLock)
+	zktest.WaitFor(t, 20*time.Second, func() bool { return log.about("waiting for permits") != "" },
+		"the follower watches the set's member")
+	mustRelease(t, ga)
+	gx := ax.granted(t, 10*time.Second) // 1 + 1 permits of 2, while the set waits
+	select {
+	case <-set:
+		t.Fatal("the set was granted while its other lock is held")
+	default:
+	}
+	mustRelease(t, gz)
+	r := <-set
+	require.NoError(t, r.err)
+	require.NoError(t, rwlock.ReleaseAll(ctx, r.gs...))
+	mustRelease(t, gx)
+}
+
+// A holder is told when a node that cannot count its permits comes to its
+// path (the fleet watch, see fleet.go). A bounded lock's holder is told of
+// a plain writer's node, as a release that predates capacities makes: it
+// cannot read our sem- names, and so holds at once. Any holder is told of
+// Curator's InterProcessSemaphoreV2, whose leases no lock of ours counts.
+func TestPermitHolderToldOfAnUncountingPeer(t *testing.T) {
+	const uuid = "0f8ad5c2-3bd6-4b49-a0a3-6c6b5e0e9a7b"
+	runs := []struct {
+		name  string
+		opts  []rwlock.Option
+		nodes []string // made in order under the path; the last one ephemeral and sequential
+	}{
+		{"plain writer beside permits", []rwlock.Option{rwlock.WithCapacity(4)},
+			[]string{"_c_0123456789abcdef0123456789abcdef-write-"}},
+		{"curator semaphore beside permits", []rwlock.Option{rwlock.WithCapacity(4)},
+			[]string{"leases", "leases/_c_" + uuid + "-lease-"}},
+		{"curator semaphore beside a plain lock", nil,
+			[]string{"leases", "leases/_c_" + uuid + "-lease-"}},
+	}
+	for _, run := range runs {
+		t.Run(run.name, func(t *testing.T) {
+			t.Parallel()
+			srv := sharedServer(t)
+			path := zktest.LockPath(t, "/it")
+			ctx := testContext(t)
+			g, err := connect(t, srv.Addr(0), 0).lock(t, path, run.opts...).RLock(ctx)
+			require.NoError(t, err)
+			op := connect(t, srv.Addr(0), 0)
+			var made []string
+			t.Cleanup(func() {
+				for _, p := range slices.Backward(made) {
+					op.conn.Delete(p, -1)
+				}
+			})
+			for i, n := range run.nodes {
+				flags := int32(0)
+				if i == len(run.nodes)-1 {
+					flags = zk.FlagEphemeral | zk.FlagSequence
+				}
+				p, err := op.conn.Create(path+"/"+n, nil, flags, zk.WorldACL(zk.PermAll))
+				require.NoError(t, err)
+				made = append(made, p)
+			}
+			select {
+			case <-g.Done():
+				require.ErrorIs(t, g.Err(), rwlock.ErrLost)
+				require.ErrorIs(t, g.Err(), rwlock.ErrInvalidArgument)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the holder was not told of a peer that does not count its permits")
+			}
+		})
 	}
 }

@@ -83,6 +83,28 @@ func parseCount(s string) (int64, bool) {
 // leases, if our path is its leases/, parse as the lease- marker's nodes.
 func CuratorSemaphore(child string) bool { return child == "locks" || child == "leases" }
 
+// UnreadableCapacity reports whether name is shaped as a bounded node's,
+// _c_<guid>-sem-…-<seq>, but spells a weight and capacity that Parse
+// refuses: out of range, a weight above the capacity, or misspelt. A later
+// release with a larger range, or a bug, may make one. Ignored, its
+// permits would go uncounted, so the caller refuses the path instead.
+func UnreadableCapacity(name string) bool {
+	for _, width := range [...]int{10, 11} {
+		if len(name) < width {
+			break
+		}
+		if _, ok := ParseSeq(name[len(name)-width:]); !ok {
+			continue
+		}
+		rest := name[:len(name)-width]
+		if i := strings.LastIndex(rest, "-"+capacityMarker); i >= 0 && shapeOf(rest[:i+1]) == guarded {
+			_, _, ok := parseCapacity(rest)
+			return !ok
+		}
+	}
+	return false
+}
+
 // leaseMarker is the index in Markers of Curator's lease nodes.
 const leaseMarker = 11
 

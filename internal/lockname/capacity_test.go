@@ -36,7 +36,12 @@ func TestCapacityNames(t *testing.T) {
 	} {
 		_, ok := Parse(bad)
 		assert.False(t, ok, bad)
+		// Shaped as ours, with our guid's prefix, it is refused loudly.
+		assert.Equal(t, !strings.HasPrefix(bad, "sem-"), UnreadableCapacity(bad), bad)
 	}
+	assert.False(t, UnreadableCapacity(name))
+	assert.False(t, UnreadableCapacity("leases"))
+	assert.False(t, UnreadableCapacity("_c_"+guid+"-read-0000000042"))
 	assert.Zero(t, testing.AllocsPerRun(100, func() { Parse(name) }))
 }
 
