@@ -55,24 +55,26 @@ import (
 // waiter may hear of both late and at once, and it has no clock of the
 // server's: a pause of its own, or its read queued behind a slow network.
 // So a change proves a release only when the deletion came with it, as one
-// release's transaction sends them. That is, when the waiter takes the
-// change, the deletion's event was read already, on the connection that set
-// the watches. Otherwise the waiter reads the node again. A node still
-// there was changed in place; a missing node counts as a loss.
+// release's transaction sends them: read within markGap of the change, on
+// the connection that set the watches. Otherwise the waiter reads the node
+// again. A node still there was changed in place; a missing node counts as
+// a loss.
 //
 // What still defeats it: a change and a deletion of much later that reach
 // the waiter's client in one burst. A lagging follower that catches up does
 // that, and so does a waiter whose process was stopped between them. Its
 // session must outlive the stop; a longer timeout than the leader's allows
-// that. The cost, for a clean release: the delay, when go-zookeeper reads
-// the deletion only after the waiter sent its read; on a connection that
-// does not count its sessions, as one not made by Dial; and when the
-// release comes while the waiter reconnects. Then go-zookeeper sets the
-// watches again, and the server answers a gone node with a plain deletion.
-// A waiter that lists after a data change owes the delay for the same
-// reason. The holder's own client can delete its node right after a
-// Proclaim too: a hold limit, or a lost grant's node deleted in the
-// background. Those come apart from the change, and count as losses.
+// that. And a plain deletion within markGap after a Proclaim or a
+// downgrade: a hold limit reached, a lost grant's node deleted in the
+// background, a deletion by hand.
+//
+// What it costs a clean release: the delay, when go-zookeeper reads the
+// deletion over markGap after the change. Also on a connection that does
+// not count its sessions, as one not made by Dial. And when the release
+// comes while the waiter reconnects: go-zookeeper sets the watches again,
+// and the server answers a gone node with a plain deletion. A waiter that
+// lists after a data change owes the delay for the same reason. And a
+// successor reads its leader again markGap after each Proclaim.
 //
 // A peer's node never marks, so its every release counts as a loss.
 //
@@ -154,18 +156,45 @@ func (m *member) lost(name string) {
 	m.l.debug("a node ahead went without a release; the grant waits", m.l.path+"/"+name)
 }
 
+// markGap bounds the time between a release's two events, its mark's data
+// change and its deletion. The server sends them back to back, as one
+// transaction's. A session expiry comes a session timeout after the change
+// at the earliest, and ZooKeeper grants none shorter than two ticks.
+const markGap = 100 * time.Millisecond
+
 // markedRelease reports whether a writer's data change and its deletion
-// came as one release's transaction: both events of the look's watches,
-// the change first, on the connection that set them. A reconnection
-// between them can join a Proclaim's change to a deletion of much later,
-// replayed at the new connection from the server's state.
+// came as one release's transaction sends them: the change, then the
+// deletion within markGap, on the connection that set the look's watches.
+// A reconnection between them can join a Proclaim's change to a deletion
+// of much later, replayed at the new connection from the server's state.
 func (m *member) markedRelease(l *look) bool {
 	if l.going == nil || !l.going.FiredNow() || l.going.Event().Type != zk.EventNodeDeleted {
+		return false
+	}
+	if !l.data.FiredNow() || l.data.Event().Type != zk.EventNodeDataChanged {
+		return false
+	}
+	if l.going.FiredAt().Sub(l.data.FiredAt()) >= markGap {
 		return false
 	}
 	n, known := m.a.c.ConnectCount()
 	// mutant: lock-delay-mark-across-reconnection
 	return known && l.counted && n == l.connects
+}
+
+// awaitDeletion waits, up to markGap after a writer's data change, for the
+// deletion that comes with a release's mark.
+func (m *member) awaitDeletion(ctx context.Context, l *look) {
+	if l.going.FiredNow() {
+		return
+	}
+	t := time.NewTimer(time.Until(l.data.FiredAt().Add(markGap)))
+	defer t.Stop()
+	select {
+	case <-l.going.Fired():
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // owesDelay reports whether a grant must wait now.
@@ -234,12 +263,13 @@ func (m *member) waitDelay(ctx context.Context) (step, error) {
 
 // lookAgain reads a writer of ours ahead again after a data change, with a
 // new data watch, for a writer that waits with a lock-delay. The change was
-// a release's mark if the node's deletion came with it (markedRelease).
-// Otherwise the read tells. A node still there was changed in place, and
+// a release's mark if the node's deletion came with it (markedRelease), so
+// it waits for that a moment. Otherwise the read tells. A node still there was changed in place, and
 // its new data watch tells its next change or deletion. A missing node went
 // after the change, at a time nothing tells. A session expiry may have
 // come between, so it counts as a loss.
 func (m *member) lookAgain(ctx context.Context, w *watching, l *look) (step, error) {
+	m.awaitDeletion(ctx, l)
 	// mutant: lock-delay-trusts-change
 	if m.markedRelease(l) {
 		m.gone(l, true)
