@@ -45,7 +45,7 @@ func (f *electFlags) register(fs *flag.FlagSet) {
 		return nil
 	})
 	durationVar(fs, &f.lockDelay, "lock-delay", 0, "after a holder or leader ahead vanished without releasing "+
-		"(killed, stopped past its session), start COMMAND only this long after that was seen; clean releases hand over at once")
+		"(killed, stopped past its session), start COMMAND only this long after that was seen; clean releases hand over at once; every exec of the path must give the same")
 }
 
 // electing reports whether args ask for an election: then exec takes no
