@@ -131,9 +131,9 @@ func TestLockDelayExpiryWithoutProclaimWaits(t *testing.T) {
 }
 
 // A Proclaim's change and the leader's later deletion can reach the
-// successor together after its reconnection: the change held back by the
-// cut, the deletion replayed with its watches. They did not come as one
-// release's transaction on one connection, so they count as a loss.
+// successor's wait together after its reconnection: the change read just
+// before the cut, the deletion replayed as go-zookeeper sets its watches
+// again. They did not come on one connection, so they count as a loss.
 func TestLockDelayChangeAndDeletionAcrossReconnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
