@@ -1,7 +1,6 @@
 package rwlock
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -40,10 +39,11 @@ func TestLockDelayProclaimThenLateExpiryIsALoss(t *testing.T) {
 		got := make(chan res, 1)
 		go func() {
 			g, err := newElectionOn(t, cs, WithLockDelay(d)).Campaign(ctx, []byte("b"))
+			at := time.Now()
 			if err == nil {
-				defer g.Release(context.Background())
+				err = g.Release(ctx) // before the test ends, as the bubble wants
 			}
-			got <- res{time.Now(), err}
+			got <- res{at, err}
 		}()
 		synctest.Wait() // the successor watches the leader
 		proclaimed.Store(true)
@@ -52,6 +52,7 @@ func TestLockDelayProclaimThenLateExpiryIsALoss(t *testing.T) {
 		require.NoError(t, r.err)
 		require.False(t, lossAt.IsZero())
 		require.GreaterOrEqual(t, r.at.Sub(lossAt), d, "the successor led %v after the leader's unclean loss; the lock-delay is %v", r.at.Sub(lossAt), d)
+		settle(cl, el)
 	})
 }
 
@@ -92,10 +93,11 @@ func TestLockDelayProclaimThenExpiryAcrossReconnection(t *testing.T) {
 		got := make(chan res, 1)
 		go func() {
 			g, err := newElectionOn(t, cs, WithLockDelay(d)).Campaign(ctx, []byte("b"))
+			at := time.Now()
 			if err == nil {
-				defer g.Release(context.Background())
+				err = g.Release(ctx) // before the test ends, as the bubble wants
 			}
-			got <- res{time.Now(), err}
+			got <- res{at, err}
 		}()
 		synctest.Wait()
 		proclaimed.Store(true)
@@ -104,6 +106,7 @@ func TestLockDelayProclaimThenExpiryAcrossReconnection(t *testing.T) {
 		require.NoError(t, r.err)
 		loss := <-lossAt
 		require.GreaterOrEqual(t, r.at.Sub(loss), d, "the successor led %v after the leader's unclean loss; the lock-delay is %v", r.at.Sub(loss), d)
+		settle(cl, el)
 	})
 }
 
@@ -114,19 +117,22 @@ func TestLockDelayExpiryWithoutProclaimWaits(t *testing.T) {
 		const d = time.Minute
 		s := newFakeServer()
 		cl, cs := s.conn(), s.conn()
-		_, err := newElectionOn(t, cl, WithLockDelay(d)).Campaign(ctx, []byte("a"))
+		el := newElectionOn(t, cl, WithLockDelay(d))
+		_, err := el.Campaign(ctx, []byte("a"))
 		require.NoError(t, err)
 		got := make(chan time.Time, 1)
 		go func() {
 			g, err := newElectionOn(t, cs, WithLockDelay(d)).Campaign(ctx, []byte("b"))
 			require.NoError(t, err)
-			defer g.Release(context.Background())
-			got <- time.Now()
+			at := time.Now()
+			require.NoError(t, g.Release(ctx)) // before the test ends, as the bubble wants
+			got <- at
 		}()
 		synctest.Wait()
 		cl.serverExpire()
 		loss := time.Now()
 		require.GreaterOrEqual(t, (<-got).Sub(loss), d)
+		settle(cl, el)
 	})
 }
 
@@ -147,8 +153,9 @@ func TestLockDelayChangeAndDeletionAcrossReconnection(t *testing.T) {
 		go func() {
 			g, err := newElectionOn(t, cs, WithLockDelay(d)).Campaign(ctx, []byte("b"))
 			require.NoError(t, err)
-			defer g.Release(context.Background())
-			got <- time.Now()
+			at := time.Now()
+			require.NoError(t, g.Release(ctx)) // before the test ends, as the bubble wants
+			got <- at
 		}()
 		synctest.Wait() // the successor watches the leader
 		cs.disconnect()
@@ -157,6 +164,7 @@ func TestLockDelayChangeAndDeletionAcrossReconnection(t *testing.T) {
 		loss := time.Now()
 		cs.reconnect()
 		require.GreaterOrEqual(t, (<-got).Sub(loss), d)
+		settle(cl, el)
 	})
 }
 
@@ -176,8 +184,9 @@ func TestLockDelayProclaimThenResignHandsOverAtOnce(t *testing.T) {
 		go func() {
 			g, err := newElectionOn(t, cs, WithLockDelay(d)).Campaign(ctx, []byte("b"))
 			require.NoError(t, err)
-			defer g.Release(context.Background())
-			got <- time.Now()
+			at := time.Now()
+			require.NoError(t, g.Release(ctx)) // before the test ends, as the bubble wants
+			got <- at
 		}()
 		synctest.Wait() // the successor watches the leader
 		require.NoError(t, el.Proclaim(ctx, []byte("a2")))
@@ -185,6 +194,7 @@ func TestLockDelayProclaimThenResignHandsOverAtOnce(t *testing.T) {
 		require.NoError(t, leader.Release(ctx))
 		resigned := time.Now()
 		require.Equal(t, resigned, <-got)
+		settle(cl, el)
 	})
 }
 
@@ -198,14 +208,16 @@ func TestLockDelayQueueAgainAfterExpiryWaits(t *testing.T) {
 		const d = time.Minute
 		s := newFakeServer()
 		cl, cs := s.conn(), s.conn()
-		_, err := newElectionOn(t, cl, WithLockDelay(d)).Campaign(ctx, []byte("a"))
+		el := newElectionOn(t, cl, WithLockDelay(d))
+		_, err := el.Campaign(ctx, []byte("a"))
 		require.NoError(t, err)
 		got := make(chan time.Time, 1)
 		go func() {
 			g, err := newElectionOn(t, cs, WithLockDelay(d)).Campaign(ctx, []byte("b"))
 			require.NoError(t, err)
-			defer g.Release(context.Background())
-			got <- time.Now()
+			at := time.Now()
+			require.NoError(t, g.Release(ctx)) // before the test ends, as the bubble wants
+			got <- at
 		}()
 		synctest.Wait() // the successor watches the leader
 		cs.disconnect()
@@ -214,5 +226,15 @@ func TestLockDelayQueueAgainAfterExpiryWaits(t *testing.T) {
 		back := time.Now()
 		cs.reconnect()
 		require.GreaterOrEqual(t, (<-got).Sub(back), d)
+		settle(cl, el)
 	})
+}
+
+// settle closes c and waits for e's deletions in the background, which
+// retry until they see the connection closed: a bubble must end with none
+// left. The close starts some: its holds end.
+func settle(c *fakeConn, e *Election) {
+	c.close()
+	synctest.Wait()
+	e.l.background.Wait()
 }

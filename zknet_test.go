@@ -100,15 +100,15 @@ type zkNet struct {
 	clients   []*zkClient
 	expired   map[int64]time.Time     // sessions the server expired, and when
 	left      map[int64]time.Time     // sessions a client left (SessionID changed), and when
-	// read is when each session's client last read a data change and a
-	// deletion of each node (see the simulation's checkLockDelay).
-	read map[int64]map[string]nodeEventsRead
 	least     map[int64]time.Duration // the smallest timeout the server granted each session
 	fast      bool                    // keepalives on healthy connections are answered at once (see above)
 	verbose   bool
 	logf      func(format string, args ...any)
 	onWire    func() // a request waits on the wire for the scheduler
 	shuffle   func(n int, swap func(i, j int))
+	// read is when each session's client last read a data change and a
+	// deletion of each node (see the simulation's checkLockDelay).
+	read map[int64]map[string]nodeEventsRead
 }
 
 const (
