@@ -74,7 +74,8 @@ import (
 // comes while the waiter reconnects: go-zookeeper sets the watches again,
 // and the server answers a gone node with a plain deletion. A waiter that
 // lists after a data change owes the delay for the same reason. And a
-// successor reads its leader again markGap after each Proclaim.
+// successor reads its leader again markGap after each Proclaim. A reader
+// behind a leader sets a child watch on it too: a request more per look.
 //
 // A peer's node never marks, so its every release counts as a loss.
 //

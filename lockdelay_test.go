@@ -238,3 +238,31 @@ func settle(c *fakeConn, e *Election) {
 	synctest.Wait()
 	e.l.background.Wait()
 }
+
+// A reader of an election's path behind the leader, both with the delay:
+// the leader's clean Resign lets it in at once.
+func TestLockDelayReaderBehindLeaderCleanResign(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		const d = time.Minute
+		s := newFakeServer()
+		cl := s.conn()
+		el := newElectionOn(t, cl, WithLockDelay(d))
+		_, err := el.Campaign(ctx, []byte("a"))
+		require.NoError(t, err)
+		r := newLock(t, s.conn(), WithLockDelay(d))
+		next := start(ctx, r.RLock)
+		synctest.Wait()
+		pending(t, next)
+		require.NoError(t, el.Proclaim(ctx, []byte("a2")))
+		synctest.Wait()
+		pending(t, next)
+		require.NoError(t, el.Resign(ctx))
+		resigned := time.Now()
+		res := <-next
+		require.NoError(t, res.err)
+		require.Equal(t, resigned, time.Now(), "the reader waited after a clean Resign")
+		require.NoError(t, res.g.Release(ctx))
+		settle(cl, el)
+	})
+}

@@ -263,6 +263,14 @@ func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-
 		// Marks count only on our own nodes. A peer's data is its own
 		// business, and a peer holds its node until it deletes it.
 		l.elected = l.node.ours && l.node.mode == Write && lockname.Elected(l.r.V.Data)
+		if l.elected && m.mode == Read && m.l.lockDelay > 0 {
+			// A reader tells a leader's Resign from its loss as a writer
+			// does, by a child watch (see markedRelease). A reader behind
+			// a writer needs none: a downgrade or a mark lets it pass.
+			if r, x := m.a.c.ChildrenW(ctx, m.l.path+"/"+l.node.name); r.Err == nil {
+				l.going = x
+			}
+		}
 		if l.node.ours && l.node.mode == Write && lockname.Held(l.r.V.Data) {
 			m.snap.pruneBefore(l.node) // it held, so nothing before it is left
 			if m.mode == Read && lockname.Downgraded(l.r.V.Data) {
