@@ -209,6 +209,7 @@ func (a *acquisition) requeue(sessionReplaced bool) {
 		a.members[0].l.debug("queueing again with new nodes", a.members[0].path)
 	}
 	for _, m := range a.members {
+		// mutant: lock-delay-requeue-forgets
 		m.vanished(nil) // what went ahead of the old node, nothing told (see lockdelay.go)
 		m.node, m.path, m.session, m.unsure, m.marked = "", "", 0, false, false
 		m.snap, m.dir, m.own, m.tok, m.exact = snapshot{}, nil, ownWatch{}, 0, false

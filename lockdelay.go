@@ -29,15 +29,18 @@ import (
 // at worst a request and a round trip more per handoff (see lookAgain).
 //
 // A node leaves the snapshot (see watch.go) in one of these ways:
-//   - A data change, then its deletion: a mark rode on the deletion. Clean.
+//   - A writer's data change and its deletion that came together, as one
+//     release's transaction sends them (see markedRelease). Clean.
+//   - A reader's data change: a reader changes its data only with its
+//     release's mark, in the transaction that deletes it. Clean.
 //   - Pruned by a later writer's mark: that writer held, having waited out
 //     the delay of every loss it heard of. We come after its grant. A loss
 //     it never heard of, as when its listing came after the node went, we
 //     never heard of either, since we watched that writer alone. Clean.
 //   - Its deletion with a data watch still set, an answer that it is
-//     missing with no data change seen, or absence from a later listing.
-//     Nothing proves it released. Unclean: the grant waits until d after we
-//     learned it.
+//     missing, or absence from a later listing, whatever data change came
+//     before. Nothing proves it released. Unclean: the grant waits until d
+//     after we learned it.
 //
 // Everything else errs towards waiting. A waiter that gave up deletes
 // plainly, and so costs the one behind it d. A node that went before the
@@ -46,18 +49,39 @@ import (
 // deletion by hand, an ACL that forbids the mark, a hold limit reached and
 // a queue again after a session expiry all count as losses.
 //
-// A data change is a release's mark, a Proclaim or a downgrade. The last
-// two leave the node in place. So after a data change the waiter reads the
-// node again, with a new data watch, and only a missing node counts as
-// marked. A loss between the change and that read passes for clean. A
-// session expiry cannot come so soon: the server heard the session at the
-// change, and expires it a timeout later at the earliest. The holder's own
-// client can: a hold limit, or a lost grant's node deleted in the
-// background, right after a Proclaim. So can a deletion by hand, or a
-// closed session. The simulation finds such a loss, and its check leaves
-// it out (checkLockDelay).
+// A writer's data change is a release's mark, a Proclaim or a downgrade.
+// The last two leave the node in place, and its session may expire after.
+// The server expires it a timeout after the change at the earliest. But the
+// waiter may hear of both late and at once, and it has no clock of the
+// server's: a pause of its own, or its read queued behind a slow network.
+// So a change proves a release only when the deletion came with it, as one
+// release's transaction sends them: read within markGap of the change, on
+// the connection that set the watches. Otherwise the waiter reads the node
+// again. A node still there was changed in place; a missing node counts as
+// a loss.
+//
+// What still defeats it: a change and a deletion of much later that reach
+// the waiter's client in one burst. A lagging follower that catches up does
+// that, and so does a waiter whose process was stopped between them. Its
+// session must outlive the stop; a longer timeout than the leader's allows
+// that. And a plain deletion within markGap after a Proclaim or a
+// downgrade: a hold limit reached, a lost grant's node deleted in the
+// background, a deletion by hand.
+//
+// What it costs a clean release: the delay, when go-zookeeper reads the
+// deletion over markGap after the change. Also on a connection that does
+// not count its sessions, as one not made by Dial. And when the release
+// comes while the waiter reconnects: go-zookeeper sets the watches again,
+// and the server answers a gone node with a plain deletion. A waiter that
+// lists after a data change owes the delay for the same reason. And a
+// successor reads its leader again markGap after each Proclaim. A reader
+// behind a leader sets a child watch on it too: a request more per look.
 //
 // A peer's node never marks, so its every release counts as a loss.
+//
+// Every client of a path must give the same delay, as it must the same
+// dialect. The proofs below lean on the nodes between a loss and a waiter
+// waiting as long.
 //
 // Not the immediate successor. A writer behind a run of readers watches
 // them all. A reader of the run that expires fires its data watch with a
@@ -67,12 +91,12 @@ import (
 // starts no sooner than d after the loss was seen. A reader watches the
 // nearest writer before it alone; readers lost ahead never exclude it.
 //
-// What it cannot cover: a node made after the loss sees nothing go. Only
-// waiters that heard of the loss are held back, and later acquisitions of
-// the same RWLock, which remembers. A newcomer elsewhere that finds the
-// queue empty is granted at once. The delay counts on the waiter's
-// monotonic clock, from when its goroutine took the event, which is after
-// the server's deletion.
+// What it cannot cover: a node first listed after the loss sees nothing
+// go. Only waiters that heard of the loss are held back, and later
+// acquisitions of the same RWLock, which remembers. A newcomer elsewhere
+// that finds the queue empty is granted at once. The delay counts on the
+// waiter's monotonic clock, from when its goroutine took the event, which
+// is after the server's deletion.
 
 // WithLockDelay makes every grant wait d more after an unclean loss ahead
 // of it: a holder whose session expired, or whose node was deleted by hand,
@@ -80,7 +104,9 @@ import (
 // A Release, a Resign, or a waiter giving up hands over at once, or after
 // d for a give-up. Every release then marks its node as it deletes it, in
 // one multi. TryLock and TryRLock fail with ErrWouldBlock while a delay is
-// owed. It applies to elections as to locks.
+// owed. It applies to elections as to locks. Every client of the lock's
+// path must give the same d: a waiter between the loss and a later node
+// holds that node back only as long as its own delay.
 func WithLockDelay(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -114,8 +140,7 @@ func (h *heardLoss) get() time.Time {
 
 // lockDelay is one member's knowledge of the losses ahead of it.
 type lockDelay struct {
-	until   time.Time       // no grant before; zero when nothing is owed
-	changed map[string]bool // nodes whose last watch event was a data change
+	until time.Time // no grant before; zero when nothing is owed
 }
 
 // lost notes a node ahead gone without proof of a release.
@@ -132,25 +157,46 @@ func (m *member) lost(name string) {
 	m.l.debug("a node ahead went without a release; the grant waits", m.l.path+"/"+name)
 }
 
-// changedData notes a data change of a node ahead, which may be a
-// release's mark.
-func (m *member) changedData(name string) {
-	if m.l.lockDelay <= 0 {
-		return
+// markGap bounds the time between a release's two events, its mark's data
+// change and its deletion. The server sends them back to back, as one
+// transaction's. A session expiry comes a session timeout after the change
+// at the earliest, and ZooKeeper grants none shorter than two ticks.
+const markGap = 100 * time.Millisecond
+
+// markedRelease reports whether a writer's data change and its deletion
+// came as one release's transaction sends them: the change, then the
+// deletion within markGap, on the connection that set the look's watches.
+// A reconnection between them can join a Proclaim's change to a deletion
+// of much later, replayed at the new connection from the server's state.
+func (m *member) markedRelease(l *look) bool {
+	if l.going == nil || !l.going.FiredNow() || l.going.Event().Type != zk.EventNodeDeleted {
+		return false
 	}
-	if m.delay.changed == nil {
-		m.delay.changed = make(map[string]bool)
+	if !l.data.FiredNow() || l.data.Event().Type != zk.EventNodeDataChanged {
+		return false
 	}
-	m.delay.changed[name] = true
+	if l.going.FiredAt().Sub(l.data.FiredAt()) >= markGap {
+		return false
+	}
+	n, known := m.a.c.ConnectCount()
+	// mutant: lock-delay-mark-across-reconnection
+	return known && l.counted && n == l.connects
 }
 
-// readData notes a node ahead read in place: its last data change was not
-// a release.
-func (m *member) readData(name string) { delete(m.delay.changed, name) }
-
-// goneAfterChange reports whether a node's last watch event was a data
-// change, so that a release's mark may have ridden on its deletion.
-func (m *member) goneAfterChange(name string) bool { return m.delay.changed[name] }
+// awaitDeletion waits, up to markGap after a writer's data change, for the
+// deletion that comes with a release's mark.
+func (m *member) awaitDeletion(ctx context.Context, l *look) {
+	if l.going.FiredNow() {
+		return
+	}
+	t := time.NewTimer(time.Until(l.data.FiredAt().Add(markGap)))
+	defer t.Stop()
+	select {
+	case <-l.going.Fired():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
 
 // owesDelay reports whether a grant must wait now.
 func (m *member) owesDelay() bool {
@@ -164,8 +210,8 @@ func (m *member) owesDelay() bool {
 }
 
 // vanished notes as lost the nodes of the snapshot that a new listing of
-// children lacks, unless their last event was a data change. Nothing told
-// how they went.
+// children lacks. Nothing told how they went. A data change seen before
+// proves nothing: it may have been a Proclaim or a downgrade.
 func (m *member) vanished(children []string) {
 	if m.l.lockDelay <= 0 || len(m.snap.before) == 0 {
 		return
@@ -176,7 +222,7 @@ func (m *member) vanished(children []string) {
 	}
 	for _, n := range m.snap.before {
 		// mutant: lock-delay-vanished
-		if !present[n.name] && !m.goneAfterChange(n.name) {
+		if !present[n.name] {
 			m.lost(n.name)
 		}
 	}
@@ -218,26 +264,29 @@ func (m *member) waitDelay(ctx context.Context) (step, error) {
 
 // lookAgain reads a writer of ours ahead again after a data change, with a
 // new data watch, for a writer that waits with a lock-delay. The change was
-// a release's mark if the node is gone. Its child watch having fired tells
-// that without a request. Otherwise the read tells, and its data watch tells
-// the node's next change or deletion.
+// a release's mark if the node's deletion came with it (markedRelease), so
+// it waits for that a moment. Otherwise the read tells. A node still there was changed in place, and
+// its new data watch tells its next change or deletion. A missing node went
+// after the change, at a time nothing tells. A session expiry may have
+// come between, so it counts as a loss.
 func (m *member) lookAgain(ctx context.Context, w *watching, l *look) (step, error) {
+	m.awaitDeletion(ctx, l)
 	// mutant: lock-delay-trusts-change
-	if l.going.FiredNow() {
+	if m.markedRelease(l) {
 		m.gone(l, true)
 		return stepWait, nil
 	}
 	r, x := m.a.c.GetW(ctx, m.l.path+"/"+l.node.name)
 	switch {
 	case errors.Is(r.Err, zk.ErrNoNode):
-		m.gone(l, true)
+		// mutant: lock-delay-late-read-clean
+		m.gone(l, false)
 		return stepWait, nil
 	case r.Err != nil:
 		return m.after(r.Err)
 	case !m.ours(r.Session):
 		return stepRequeue, nil
 	}
-	m.readData(l.node.name)
 	l.r, l.data = r, x
 	w.subscribe(x, fire{look: l})
 	return stepWait, nil

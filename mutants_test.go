@@ -206,6 +206,12 @@ var mutants = []mutant{
 		{file: "lockdelay.go", point: "lock-delay-trusts-change", new: "if true {"}}},
 	{name: "lock-delay: nodes a listing no longer shows taken for released", flags: []string{"-sim.lockdelay"}, edits: []mutantEdit{
 		{file: "lockdelay.go", point: "lock-delay-vanished", new: "if false {"}}},
+	{name: "lock-delay: a node missing at the read after a data change taken for released", run: "TestLockDelayProclaimThenLateExpiryIsALoss", edits: []mutantEdit{
+		{file: "lockdelay.go", point: "lock-delay-late-read-clean", new: "m.gone(l, true)"}}},
+	{name: "lock-delay: a change and a deletion across a reconnection taken for a release", run: "TestLockDelayChangeAndDeletionAcrossReconnection", edits: []mutantEdit{
+		{file: "lockdelay.go", point: "lock-delay-mark-across-reconnection", new: "return known && l.counted || n != l.connects"}}},
+	{name: "lock-delay: a queue again forgets the nodes ahead of the old node", run: "TestLockDelayQueueAgainAfterExpiryWaits", edits: []mutantEdit{
+		{file: "create.go", point: "lock-delay-requeue-forgets", new: "_ = m"}}},
 	{name: "elections: a head start too short", flags: []string{"-sim.elect"}, edits: []mutantEdit{
 		{file: "internal/zkclient/lease.go", point: "headstart", new: "return -t / 8"}}},
 	{name: "elections: a candidate takes its leader's Proclaim for the leader's end", flags: []string{"-sim.elect"}, edits: []mutantEdit{

@@ -971,10 +971,9 @@ func (s *sim) given(id int, lock string, g *Grant, void bool) simGrant {
 // g's node came after o's, and g's session set a watch on o's node after
 // g's create, which the deletion fired. Then g is granted no sooner than
 // the delay after the deletion. Later nodes wait for g, so this covers
-// them too. A child watch counts only on a node whose data never changed:
-// after a Proclaim or a downgrade, a waiter that reads the node again and
-// finds it gone takes the change for a release's mark, as lockdelay.go
-// says. A write grant downgraded before the deletion conflicts as the read
+// them too. A child watch on a node whose data changed counts unless g's
+// client read the change and the deletion together (readTogether): a
+// waiter takes those for a release's mark, as lockdelay.go says. A write grant downgraded before the deletion conflicts as the read
 // grant it became. A session's own nodes watched by its holds do not
 // count: it deleted them, or saw them go, as their holder. Call with
 // net.mu held.
@@ -998,8 +997,9 @@ func (s *sim) checkLockDelay(c *simClient, g *Grant) {
 		if at, ok := s.downgraded[o.g]; ok && o.mode == Write && g.Mode() == Read && !at.After(death.at) {
 			continue
 		}
+		together := death.changed && s.net.readTogether(session, o.g.Node())
 		told := slices.ContainsFunc(death.watchers, func(w fakeWatcher) bool {
-			return w.session == session && w.since >= created && (w.data || !death.changed)
+			return w.session == session && w.since >= created && (w.data || !together)
 		})
 		if told && now.Before(death.at.Add(d)) {
 			s.failed = fmt.Sprintf("c%d was granted %s %s at %v, %v after %s went unmarked at %v; the lock-delay is %v",

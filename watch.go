@@ -150,6 +150,10 @@ type look struct {
 	// elected: the node is a campaign's, whose leader may Proclaim (see
 	// election.go). Its data changes while it holds, so a change is no downgrade.
 	elected bool
+	// connects is the connection's count of sessions when the watches
+	// were set, if counted (see markedRelease).
+	connects uint64
+	counted  bool
 }
 
 // A fire is one of a look's watches that fired.
@@ -215,9 +219,10 @@ func (w *watching) stop() {
 // the one on our own node if own is not nil. It takes their answers.
 func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-chan ownResult) (step, error) {
 	looks := make([]*look, len(ahead))
+	connects, counted := m.a.c.ConnectCount()
 	var wg sync.WaitGroup
 	for i, n := range ahead {
-		l := &look{node: n}
+		l := &look{node: n, connects: connects, counted: counted}
 		looks[i] = l
 		path := m.l.path + "/" + n.name
 		if m.mode == Write && n.mode == Write && n.ours {
@@ -251,17 +256,24 @@ func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-
 		w.looks = append(w.looks, l)
 		switch r := l.r; {
 		case errors.Is(r.Err, zk.ErrNoNode):
-			m.gone(l, m.goneAfterChange(l.node.name))
+			m.gone(l, false) // a data change seen before may have been a Proclaim (see lockdelay.go)
 			continue
 		case r.Err != nil:
 			return m.after(r.Err)
 		case !m.ours(r.Session):
 			return stepRequeue, nil
 		}
-		m.readData(l.node.name)
 		// Marks count only on our own nodes. A peer's data is its own
 		// business, and a peer holds its node until it deletes it.
 		l.elected = l.node.ours && l.node.mode == Write && lockname.Elected(l.r.V.Data)
+		if l.elected && m.mode == Read && m.l.lockDelay > 0 {
+			// A reader tells a leader's Resign from its loss as a writer
+			// does, by a child watch (see markedRelease). A reader behind
+			// a writer needs none: a downgrade or a mark lets it pass.
+			if r, x := m.a.c.ChildrenW(ctx, m.l.path+"/"+l.node.name); r.Err == nil {
+				l.going = x
+			}
+		}
 		if l.node.ours && l.node.mode == Write && lockname.Held(l.r.V.Data) {
 			m.snap.pruneBefore(l.node) // it held, so nothing before it is left
 			if m.mode == Read && lockname.Downgraded(l.r.V.Data) {
@@ -300,12 +312,11 @@ func (m *member) fire(ctx context.Context, w *watching, f fire) (step, error) {
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
-		marked := l.data.Event().Type == zk.EventNodeDataChanged
-		if marked {
-			m.snap.pruneBefore(l.node)
-			m.changedData(l.node.name)
+		changed := l.data.Event().Type == zk.EventNodeDataChanged
+		if changed {
+			m.snap.pruneBefore(l.node) // it held
 		}
-		m.gone(l, marked)
+		m.gone(l, changed && m.markedRelease(l))
 	case ev.Type == zk.EventNodeDeleted:
 		// mutant: lock-delay-deletion-clean
 		m.gone(l, false) // no mark came first: a loss (see lockdelay.go)
@@ -316,7 +327,6 @@ func (m *member) fire(ctx context.Context, w *watching, f fire) (step, error) {
 	// mutant: reader-trusts-peer
 	case ev.Type == zk.EventNodeDataChanged && l.node.ours:
 		m.snap.pruneBefore(l.node) // it held, so nothing before it is left
-		m.changedData(l.node.name)
 		if l.going != nil && m.l.lockDelay > 0 {
 			return m.lookAgain(ctx, w, l)
 		}

@@ -106,6 +106,9 @@ type zkNet struct {
 	logf      func(format string, args ...any)
 	onWire    func() // a request waits on the wire for the scheduler
 	shuffle   func(n int, swap func(i, j int))
+	// read is when each session's client last read a data change and a
+	// deletion of each node (see the simulation's checkLockDelay).
+	read map[int64]map[string]nodeEventsRead
 }
 
 const (
@@ -400,6 +403,15 @@ func (n *zkNet) apply(r *zkReq, answer bool) {
 		n.s.mu.Lock()
 		held := cl.c.held
 		cl.c.held = nil
+		// The server answers from the node's state now, not with the
+		// events missed (DataTree.setWatches): a gone node's watch fires
+		// with a deletion, whatever changed it before it went.
+		for i, h := range held {
+			changed := h.ev.Type == zk.EventNodeDataChanged || h.ev.Type == zk.EventNodeChildrenChanged
+			if _, ok := n.s.nodes[h.ev.Path]; !ok && changed {
+				held[i].ev.Type = zk.EventNodeDeleted
+			}
+		}
 		n.s.mu.Unlock()
 		// go-zookeeper lists the watches to set again from a map (conn.go
 		// 602), and the server fires the missed events in that order, not
@@ -469,6 +481,7 @@ func (n *zkNet) recv(cl *zkClient, tcp *zkTCP, fr zkFrame) {
 		n.teardown(cl, "the server closed the connection")
 	case fr.ch != nil:
 		cl.notified = now
+		n.noteRead(cl.c.session.Load(), fr.ev, now)
 		fr.ch <- fr.ev
 		close(fr.ch)
 		if fr.ev.Type != zk.EventNotWatching {
@@ -479,6 +492,39 @@ func (n *zkNet) recv(cl *zkClient, tcp *zkTCP, fr zkFrame) {
 		fr.req.stage = stageDone
 		fr.req.result <- fr.err
 	}
+}
+
+// nodeEventsRead is when a client last read a node's data change and its
+// deletion.
+type nodeEventsRead struct{ changed, deleted time.Time }
+
+// noteRead notes a data change or a deletion read by session's client.
+func (n *zkNet) noteRead(session int64, ev zk.Event, at time.Time) {
+	if ev.Type != zk.EventNodeDataChanged && ev.Type != zk.EventNodeDeleted {
+		return
+	}
+	if n.read == nil {
+		n.read = map[int64]map[string]nodeEventsRead{}
+	}
+	if n.read[session] == nil {
+		n.read[session] = map[string]nodeEventsRead{}
+	}
+	r := n.read[session][ev.Path]
+	if ev.Type == zk.EventNodeDataChanged {
+		r.changed = at
+	} else {
+		r.deleted = at
+	}
+	n.read[session][ev.Path] = r
+}
+
+// readTogether reports whether session's client read a data change of node
+// and its deletion within markGap, as it reads a release's two events. A
+// waiter cannot tell those from a Proclaim and a deletion that reached it
+// in one burst (see lockdelay.go).
+func (n *zkNet) readTogether(session int64, node string) bool {
+	r, ok := n.read[session][node]
+	return ok && !r.changed.IsZero() && !r.deleted.IsZero() && r.deleted.Sub(r.changed).Abs() < markGap
 }
 
 // flush reads the frames that waited.

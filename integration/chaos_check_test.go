@@ -85,6 +85,7 @@ type chaosReport struct {
 	Terms                 int            // grants of the election e (chaos_elect_test.go)
 	DoubleLeaders         []string       // of Violations, those of e: a leader's step after another's Campaign returned
 	Ambiguous             int            // a conflicting grant came while a step's Err was being asked: a pause fell there
+	AmbiguousTerms        int            // of Ambiguous, those of e
 	Lost                  map[string]int // losses by cause
 	FalseLosses           []string       // lost with no fault on its client or on any server around it
 	OtherLosses           []string       // the causes lossKind does not name
@@ -173,7 +174,7 @@ func check(events []chaosEvent, faults []chaosFault, settle time.Duration) chaos
 		}
 	}
 	r.Violations, r.Ambiguous = lateSteps(grants)
-	r.DoubleLeaders = doubleLeaders(grants)
+	r.DoubleLeaders, r.AmbiguousTerms = doubleLeaders(grants)
 	r.Violations = append(r.Violations, pastCapacity(grants)...)
 	for _, g := range grants {
 		if g.lost == nil {

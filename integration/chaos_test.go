@@ -448,7 +448,8 @@ func (r *chaosRun) report() {
 	fmt.Fprintf(&b, "  grants:      %d (%d read, %d write; %d in sets, %d under hold limits, %d coalesced, %d of them joined)\n",
 		s.Grants, s.Reads, s.Writes, s.Sets, s.Limited, s.Coalesced, s.Joined)
 	fmt.Fprintf(&b, "               %d of the bounded lock c (capacity %d), %d steps, %d nested\n", s.Permits, chaosCapacity, s.Steps, s.Nested)
-	fmt.Fprintf(&b, "  elections:   %d terms, %d double leaders\n", s.Terms, len(s.DoubleLeaders))
+	fmt.Fprintf(&b, "  elections:   %d terms, %d double leaders (%d steps asked across a pause, not judged)\n",
+		s.Terms, len(s.DoubleLeaders), s.AmbiguousTerms)
 	fmt.Fprintf(&b, "  violations:  %d late steps or permits past the capacity, %d orphaned nodes (%d steps asked across a pause, not judged)\n",
 		len(s.Violations), len(s.Orphans), s.Ambiguous)
 	fmt.Fprintf(&b, "  races:       %d of ours, %d of go-zookeeper's own\n", s.OurRaces, s.ZKRaces)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/faultproxy"
 	"github.com/zkrwlock/rwlock/internal/tier"
 	"github.com/zkrwlock/rwlock/internal/zktest"
 )
@@ -210,4 +211,48 @@ func TestLockDelayReaderLostInARun(t *testing.T) {
 		}
 		require.NoError(t, g.Release(ctx))
 	}
+}
+
+// A leader Proclaims, and its session expires while its successor is cut
+// off, right after the change's notification. The successor's read of the
+// node after the change is lost with its connection. After the
+// reconnection its listing lacks the leader's node, whose last event was a
+// data change. Nothing tells how the node went, so the successor waits the
+// delay.
+func TestLockDelayProclaimThenExpiryAcrossReconnection(t *testing.T) {
+	tier.Long(t) // a session expiry, and a reconnection
+	cluster := sharedServer(t)
+	srv := cluster.Addr(0)
+	path := zktest.LockPath(t, "/elect")
+	ctx := t.Context()
+	const timeout = 10 * time.Second
+
+	lc := connect(t, srv, timeout)
+	el, err := rwlock.NewElection(lc.conn, path, rwlock.WithLockDelay(lockDelayTest))
+	require.NoError(t, err)
+	leader, err := el.Campaign(ctx, []byte("first"))
+	require.NoError(t, err)
+
+	p := faultproxy.StartFramed(t, srv)
+	sc := connect(t, p.Addr(), timeout)
+	successor, err := rwlock.NewElection(sc.conn, path, rwlock.WithLockDelay(lockDelayTest))
+	require.NoError(t, err)
+	next := goAcquire(t, ctx, func(ctx context.Context) (*rwlock.Grant, error) {
+		return successor.Campaign(ctx, []byte("second"))
+	})
+	waitWatchedBy(t, cluster, path, leader.Node(), sc)
+	next.stillWaiting(t, "the leader leads")
+
+	cut := p.BlackholeAfter(faultproxy.Notification) // the Proclaim's
+	require.NoError(t, el.Proclaim(ctx, []byte("first, again")))
+	waitCut(t, cut)
+	lc.expire(t, srv)
+	expired := time.Now()
+	heal(p)
+
+	g := next.granted(t, timeout+lockDelayTest+10*time.Second)
+	defer mustRelease(t, g)
+	after := next.at.Sub(expired)
+	t.Logf("the leader's session expired, and the successor led %v after (lock-delay %v)", msec(after), lockDelayTest)
+	require.GreaterOrEqual(t, after, lockDelayTest, "the successor took the Proclaim's change for a release's mark")
 }

@@ -33,7 +33,8 @@
 // on the metrics, for programs with many lock paths.
 //
 // The spans (tracer of the same name) are named rwlock.Lock,
-// rwlock.RLock, rwlock.TryLock and rwlock.TryRLock, are children of the
+// rwlock.RLock, rwlock.TryLock, rwlock.TryRLock and, for an Election's
+// Campaign, rwlock.Campaign. They are children of the
 // span in the caller's context, run from the call to its return, and carry
 // the same attributes plus rwlock.requests; a failed acquisition's span
 // has the error status. A cancelled one's (its context ended: a deadline
@@ -254,6 +255,8 @@ func (o *Observer) span(ctx context.Context, e rwlock.AcquireEvent) {
 
 func spanName(e rwlock.AcquireEvent) string {
 	switch {
+	case e.Campaign:
+		return "rwlock.Campaign"
 	case e.Try && e.Mode == rwlock.Read:
 		return "rwlock.TryRLock"
 	case e.Try:

@@ -354,6 +354,20 @@ func TestObserverCountsRelists(t *testing.T) {
 	assert.Equal(t, int64(7), sum(t, m["rwlock.relists"], nil))
 }
 
+// An Election's Campaign has a span of its own name.
+func TestObserverNamesCampaignSpans(t *testing.T) {
+	s := newSDK(t)
+	obs, err := otelrwlock.NewObserver(otelrwlock.WithMeterProvider(s.mp), otelrwlock.WithTracerProvider(s.tp))
+	require.NoError(t, err)
+	obs.ObserveAcquire(context.Background(), rwlock.AcquireEvent{Lock: "/e", Mode: rwlock.Write, Outcome: "granted",
+		Campaign: true, Start: time.Now()})
+	var names []string
+	for _, sp := range s.spans.Ended() {
+		names = append(names, sp.Name())
+	}
+	assert.Equal(t, []string{"rwlock.Campaign"}, names)
+}
+
 func attrOf(kvs []attribute.KeyValue, k attribute.Key) string {
 	for _, kv := range kvs {
 		if kv.Key == k {

@@ -106,6 +106,12 @@ type stopper struct {
 	lostWithin, revokedWithin func() time.Duration
 	onLost, onRevoked         func(within time.Duration)
 	onKill                    func()
+	// reapOnExit: when the command's first process exits, the rest of
+	// its group is stopped as for a lost lock before supervise returns.
+	// exec --elect resigns then, and a daemonised child must not outlive
+	// the term. onLeft tells of those stopped so.
+	reapOnExit bool
+	onLeft     func(within time.Duration)
 }
 
 // supervise waits for the command to exit, passes signals on to it, and
@@ -133,8 +139,14 @@ func (c *child) supervise(sigs <-chan os.Signal, s stopper) result {
 				c.tty.take()
 				c.gave = false
 			}
-			if (res.lost || res.revoked) && !killed {
+			switch {
+			case (res.lost || res.revoked) && !killed:
 				c.reapGroup(deadline, s.onKill)
+			case s.reapOnExit && !killed && groupAlive(c.pgid):
+				within := s.lostWithin()
+				s.onLeft(within)
+				c.signal(syscall.SIGTERM)
+				c.reapGroup(time.Now().Add(within), s.onKill)
 			}
 			res.code = exitStatus(ws)
 			return res

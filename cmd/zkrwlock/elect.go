@@ -18,7 +18,10 @@ import (
 // PATH, and runs COMMAND once it leads. A leadership is a write grant (see
 // election.go), so exec's rules for a lost lock stop the command: SIGTERM,
 // and SIGKILL before any successor's Campaign can return. Resigning is
-// releasing, and happens when the command exits.
+// releasing, and happens when the command exits. What the command left in
+// its process group, a daemonised child, is stopped first as for a lost
+// lock: it must not outlive the term. A child that left the group
+// (setsid) is beyond reach.
 
 // electUsage is the line exec's usage gives the form.
 const electUsage = `       zkrwlock exec --elect PATH [--value V] [flags] [--] COMMAND [ARGS...]`
@@ -28,7 +31,8 @@ const electUsageText = `With --elect PATH it campaigns in the election on PATH i
 standby: COMMAND starts only once this process leads, runs while it leads,
 and is stopped as for a lost lock before any successor can lead. --value is
 what 'zkrwlock leader PATH' shows while it leads (default: the owner). When
-COMMAND exits, zkrwlock resigns, and the next standby leads at once.`
+COMMAND exits, zkrwlock stops what is left of its process group, resigns,
+and the next standby leads at once.`
 
 // electFlags are exec's flags for an election, and for its lock-delay.
 type electFlags struct {
@@ -45,7 +49,7 @@ func (f *electFlags) register(fs *flag.FlagSet) {
 		return nil
 	})
 	durationVar(fs, &f.lockDelay, "lock-delay", 0, "after a holder or leader ahead vanished without releasing "+
-		"(killed, stopped past its session), start COMMAND only this long after that was seen; clean releases hand over at once")
+		"(killed, stopped past its session), start COMMAND only this long after that was seen; clean releases hand over at once; every exec of the path must give the same")
 }
 
 // electing reports whether args ask for an election: then exec takes no

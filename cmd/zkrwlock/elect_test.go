@@ -111,3 +111,17 @@ func TestExecElectUsage(t *testing.T) {
 		requireOneLine(t, r.stderr)
 	}
 }
+
+// A leader's command that exits leaving a daemon in its group: exec stops
+// the group before it resigns, so that the daemon cannot outlive the term.
+func TestExecElectReapsTheGroupBeforeResigning(t *testing.T) {
+	server(t)
+	path := zktest.LockPath(t, "/cli")
+	f := filepath.Join(t.TempDir(), "a")
+	a := start(t, []string{"F=" + f}, "exec", "--elect", path, "--", "sh", "-c", `sleep 60 & echo "started $!" >> "$F"; exit 0`)
+	daemon := startedPid(t, f)
+	r := a.wait(t, 30*time.Second)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.True(t, gone(daemon), "the daemon outlived the term: exec resigned before it was stopped")
+	require.Contains(t, r.stderr, "leaving processes in its group")
+}

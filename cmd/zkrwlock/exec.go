@@ -503,6 +503,11 @@ func (o *execOptions) runLocked(prog string, cmd *exec.Cmd, grants []*rwlock.Gra
 			printLine(o.std.err, prog, fmt.Sprintf("the command did not exit within %v of SIGTERM; sent SIGKILL",
 				within.Round(time.Millisecond)))
 		},
+		reapOnExit: o.elect.path != "",
+		onLeft: func(within time.Duration) {
+			printLine(o.std.err, prog, fmt.Sprintf("the command exited, leaving processes in its group; "+
+				"sent them SIGTERM, SIGKILL follows in %v; then resigning", within.Round(time.Millisecond)))
+		},
 	})
 	if i := lostMember(grants); !res.lost && i >= 0 {
 		res.lost, lostAt = true, i

@@ -3,6 +3,7 @@ package zkclient
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -54,6 +55,7 @@ type Watch struct {
 	raw     <-chan zk.Event              // go-zookeeper's channel
 	fired   chan struct{}                // closed when the event is published
 	event   zk.Event                     // the event; set before fired is closed
+	at      time.Time                    // when the event was published, soon after go-zookeeper read it
 	subs    map[*func(zk.Event)]struct{} // callbacks to run when it fires
 	done    bool                         // the event is published
 }
@@ -64,6 +66,10 @@ func (w *Watch) Fired() <-chan struct{} { return w.fired }
 
 // Event returns what fired the watch. Call it after Fired is closed.
 func (w *Watch) Event() zk.Event { return w.event }
+
+// FiredAt returns when the watch's event was published: by its relay, or
+// by FiredNow if that came first. Call it after Fired is closed.
+func (w *Watch) FiredAt() time.Time { return w.at }
 
 // FiredNow reports whether the watch has fired, as of the last packet
 // go-zookeeper has read. It publishes the event if the watch has fired.
@@ -107,7 +113,7 @@ func (w *Watch) unfired() bool {
 
 // publishLocked records ev, closes fired, and returns the callbacks to run.
 func (w *Watch) publishLocked(ev zk.Event) map[*func(zk.Event)]struct{} {
-	w.event, w.done = ev, true
+	w.event, w.at, w.done = ev, time.Now(), true
 	close(w.fired)
 	subs := w.subs
 	w.subs = nil
