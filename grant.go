@@ -154,6 +154,9 @@ func (g *Grant) Release(ctx context.Context) error {
 		g.setReleased(nil)
 		g.endAlone(ErrReleased)
 		return nil
+	case h.l.cache != nil && h.l.cache.park(h):
+		g.setReleased(nil) // its node is kept (see WithCaching)
+		return nil
 	}
 	err := h.release(ctx)
 	if err != nil && !errors.Is(err, errFinishing) {

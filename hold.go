@@ -26,6 +26,7 @@ type hold struct {
 	lines    []byte          // data lines besides the lock's, as a set's; a downgrade keeps them
 	listing  *zkclient.Watch // the child watch of the listing that granted it, while the capabilities begin
 	listedAt time.Time       // when the last listing that showed the node before its grant was sent
+	behind   bool            // that listing showed a node behind this one that waits for it (see Contended)
 
 	releaseMark lockname.Mark // what the release writes into the node as it goes (see writer.go)
 
@@ -93,7 +94,7 @@ const (
 func newHold(l *RWLock, c *zkclient.Client, m *member) *hold {
 	h := &hold{
 		l: l, c: c, path: m.path, session: m.session, token: m.tok, lines: m.lines, listing: m.dir,
-		listedAt:    m.listedAt,
+		listedAt: m.listedAt, behind: m.snap.laterWriter || m.mode == Write && m.snap.after,
 		releaseMark: releaseMark(m), mode: m.mode, handles: 1, since: time.Now(),
 	}
 	h.ctx, h.cancel = context.WithCancelCause(zkclient.WithCounter(context.Background(), &h.requests))

@@ -23,6 +23,7 @@ type options struct {
 	starters       []StartObserver // the observers that are StartObservers too
 	dialect        Dialect
 	coalesce       bool // WithReadCoalescing
+	cache          bool // WithCaching
 	err            error
 }
 

@@ -60,6 +60,7 @@ type RWLock struct {
 	starters  []StartObserver // those of observers that hear of starts too
 	caps      []capability    // what follows every hold, as hold.go says
 	coalesce  *coalescer      // the shared read node; nil without WithReadCoalescing
+	cache     *cache          // the kept node; nil without WithCaching
 
 	peersWarned  atomic.Bool    // notePeers warned of peers that do not see our nodes
 	noContainers atomic.Bool    // the server refused container nodes
@@ -109,6 +110,9 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 	if o.coalesce {
 		l.coalesce = &coalescer{live: map[string]*sharedRead{}}
 	}
+	if o.cache {
+		l.cache = &cache{}
+	}
 	l.caps = l.capabilities()
 	return l, nil
 }
@@ -124,7 +128,7 @@ func (l *RWLock) capabilities() []capability {
 	if l.maxHold > 0 {
 		caps = append(caps, holdLimit{})
 	}
-	return append(caps, revocation{}, &fleetWatch{})
+	return append(caps, revocation{}, &fleetWatch{}, contentionCap{})
 }
 
 // acquire runs one acquisition of this lock for w. It returns a nested
@@ -137,11 +141,17 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if g, err := l.nested(ctx, w); g != nil || err != nil {
 		return g, err
 	}
+	if l.cache != nil {
+		if g, err := l.cache.regrant(ctx, l, w); g != nil || err != nil {
+			return g, err
+		}
+	}
 	if l.coalesce != nil && w.mode == Read && w.block {
 		return l.readShared(ctx)
 	}
 	a := newAcquisition(Request{l, w.mode})
 	a.members[0].block = w.block
+	connects, _ := a.c.ConnectCount() // before its listings, for a kept node's tail
 	start := time.Now()
 	l.starting(ctx, w, start)
 	holds, err := a.run(ctx)
@@ -149,6 +159,9 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if err != nil {
 		a.release()
 		return nil, &opError{verb(w), l.path, err}
+	}
+	if l.cache != nil {
+		l.cache.adopt(holds[0], a.members[0], connects)
 	}
 	return holds[0].grant(w.mode), nil
 }

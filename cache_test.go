@@ -1,0 +1,217 @@
+package rwlock
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// caching returns a caching lock on c.
+func caching(t *testing.T, c *fakeConn, opts ...Option) *RWLock {
+	t.Helper()
+	return newLock(t, c, append(opts, WithCaching())...)
+}
+
+// A hot loop of one process re-grants its kept node: the same node and
+// token, and after the first re-grant's sync, no request while the answer
+// is within δ.
+func TestCachedRegrantSameNodeNoRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		node, tok := g.Node(), g.Token()
+		require.NoError(t, g.Release(ctx))
+		assert.Equal(t, []string{node[len(dir)+1:]}, s.lockNodes(dir), "the node is kept")
+
+		// The first re-grant has no answer sent after the listing, so it
+		// syncs once.
+		assert.Equal(t, int64(1), c.cost(func() {
+			g, err = l.Lock(ctx)
+			require.NoError(t, err)
+			require.NoError(t, g.Release(ctx))
+		}))
+		assert.Equal(t, node, g.Node())
+		assert.Equal(t, tok, g.Token())
+		assert.Equal(t, int64(0), c.cost(func() {
+			for range 100 {
+				g, err := l.Lock(ctx)
+				require.NoError(t, err)
+				require.Equal(t, node, g.Node())
+				require.NoError(t, g.Err())
+				require.NoError(t, g.Release(ctx))
+				require.ErrorIs(t, g.Err(), ErrReleased)
+			}
+		}), "within δ of the sync, re-grants send nothing")
+
+		// Past δ, the next re-grant syncs again; half way, one goes ahead.
+		time.Sleep(2 * cacheDelta)
+		assert.Equal(t, int64(1), c.cost(func() {
+			g, err := l.Lock(ctx)
+			require.NoError(t, err)
+			require.NoError(t, g.Release(ctx))
+		}))
+	})
+}
+
+// A remote writer queued behind an idle kept read node is heard of in one
+// notification, and the node is deleted at once, so the writer is granted.
+func TestCachedIdleNodeGoesForAConflict(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		require.Len(t, s.lockNodes(dir), 1)
+
+		// A remote reader does not conflict: the node stays.
+		r, err := newLock(t, other).RLock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, r.Release(ctx))
+		synctest.Wait()
+		require.Len(t, s.lockNodes(dir), 1, "a reader behind a kept reader is no conflict")
+
+		w, err := newLock(t, other).Lock(ctx) // granted once the kept node goes
+		require.NoError(t, err)
+		require.NoError(t, w.Release(ctx))
+		synctest.Wait()
+		assert.Empty(t, s.lockNodes(dir))
+
+		// The next read queues afresh.
+		g2, err := l.RLock(ctx)
+		require.NoError(t, err)
+		assert.NotEqual(t, g.Node(), g2.Node())
+		assert.Greater(t, g2.Token(), w.Token())
+		require.NoError(t, g2.Release(ctx))
+	})
+}
+
+// A busy kept node is never deleted under its holder. Its Contended closes
+// when a remote writer queues, and it goes at its release.
+func TestCachedBusyNodeGoesAtItsRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		g, err = l.Lock(ctx) // re-granted
+		require.NoError(t, err)
+		assert.False(t, isClosed(g.Contended()))
+
+		w := start(ctx, newLock(t, other).Lock)
+		synctest.Wait()
+		assert.True(t, isClosed(g.Contended()), "told of the writer behind")
+		require.NoError(t, g.Err(), "the holder is only told")
+		assert.Len(t, s.lockNodes(dir), 2, "not deleted under its holder")
+		require.NoError(t, g.Release(ctx))
+		res := <-w
+		require.NoError(t, res.err)
+		require.NoError(t, res.g.Release(ctx))
+		synctest.Wait()
+		assert.Empty(t, s.lockNodes(dir))
+	})
+}
+
+// Contended without caching: it closes when a conflicting request queues
+// behind the grant, and costs nothing while nobody does.
+func TestContendedWithoutCaching(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		l := newLock(t, c)
+		ctx := t.Context()
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), c.cost(func() {
+			assert.False(t, isClosed(g.Contended()))
+		}), "the listing's watch serves")
+		r, err := newLock(t, other).RLock(ctx)
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.False(t, isClosed(g.Contended()), "a reader behind a reader is no conflict")
+		w := start(ctx, newLock(t, other).Lock)
+		synctest.Wait()
+		assert.True(t, isClosed(g.Contended()))
+		require.NoError(t, r.Release(ctx))
+		require.NoError(t, g.Release(ctx))
+		res := <-w
+		require.NoError(t, res.err)
+		require.NoError(t, res.g.Release(ctx))
+	})
+}
+
+// After a reconnection the tail's watch may be one set again, whose events
+// come after later answers. So the kept node is not re-granted on it.
+func TestCachedNodeNotRegrantedAfterReconnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		node := g.Node()
+		require.NoError(t, g.Release(ctx))
+		c.disconnect()
+		c.reconnect()
+		g, err = l.Lock(ctx)
+		require.NoError(t, err)
+		assert.NotEqual(t, node, g.Node(), "queued afresh")
+		require.NoError(t, g.Release(ctx))
+		synctest.Wait()
+		assert.Equal(t, []string{g.Node()[len(dir)+1:]}, s.lockNodes(dir), "the old node was deleted, the new one kept")
+	})
+}
+
+// A kept node whose session expired is gone; the next acquisition queues
+// afresh in the new session.
+func TestCachedNodeGoneWithItsSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		node := g.Node()
+		require.NoError(t, g.Release(ctx))
+		c.expire()
+		synctest.Wait()
+		g, err = l.Lock(ctx)
+		require.NoError(t, err)
+		assert.NotEqual(t, node, g.Node())
+		require.NoError(t, g.Release(ctx))
+	})
+}
+
+// A kept node of the other mode is deleted before the acquisition queues,
+// since our own node would wait for it.
+func TestCachedOtherModeDeletedFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := caching(t, c)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		w, err := l.Lock(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []string{w.Node()[len(dir)+1:]}, s.lockNodes(dir))
+		require.NoError(t, w.Release(ctx))
+	})
+}
