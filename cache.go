@@ -79,8 +79,9 @@ const cacheDelta = 50 * time.Millisecond
 // cache is a lock's kept node, if any. Only a lock made with WithCaching
 // has one.
 type cache struct {
-	mu   sync.Mutex
-	node *cachedNode // guarded by mu
+	mu    sync.Mutex
+	node  *cachedNode    // guarded by mu
+	tails sync.WaitGroup // the kept nodes' tails, which end with their sessions
 }
 
 // A cachedNode is a node kept across grants. It owns a use of the client,
@@ -136,6 +137,7 @@ func (ca *cache) adopt(h *hold, m *member, connects uint64) {
 	ca.mu.Unlock()
 	cn.c.Ref()
 	cn.t = newTail(h.l, h.c, h.path, h.session, m.mode)
+	cn.t.running = &ca.tails
 	cs := cn.share(h)
 	h.whenEnded(func(cause error) { cn.holdEnded(h, cause) })
 	if cs.behind {
@@ -355,6 +357,7 @@ func (cn *cachedNode) prove(ctx context.Context) (bool, error) {
 		}
 		fresh := t <= 0 || cn.c.Fresh(cn.session, t, zkclient.RenewInterval(t))
 		at := cn.answeredAfter(w, listedAt)
+		// mutant: regrant-without-sync
 		if fresh && !at.IsZero() && time.Since(at) <= cacheDelta {
 			// mutant: regrant-unproven
 			if w.FiredNow() {
@@ -387,7 +390,6 @@ func (cn *cachedNode) answeredAfter(w *zkclient.Watch, listedAt time.Time) time.
 	}
 	cn.ca.mu.Lock()
 	defer cn.ca.mu.Unlock()
-	// mutant: proof-from-an-older-watch
 	if cn.proofW == w && cn.proofSent.After(at) {
 		at = cn.proofSent
 	}

@@ -10,10 +10,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// caching returns a caching lock on c.
+// caching returns a caching lock on c. Its kept node's tail ends once c
+// is closed, which the test waits for.
 func caching(t *testing.T, c *fakeConn, opts ...Option) *RWLock {
 	t.Helper()
-	return newLock(t, c, append(opts, WithCaching())...)
+	l, err := newRWLock(c, dir, append(opts, WithCaching())...)
+	require.NoError(t, err)
+	t.Cleanup(l.cache.tails.Wait)
+	t.Cleanup(l.background.Wait)
+	t.Cleanup(c.close)
+	return l
 }
 
 // A hot loop of one process re-grants its kept node: the same node and
@@ -213,5 +219,76 @@ func TestCachedOtherModeDeletedFirst(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{w.Node()[len(dir)+1:]}, s.lockNodes(dir))
 		require.NoError(t, w.Release(ctx))
+	})
+}
+
+// A writer's node behind an idle kept node, whose notification is held
+// back: the re-grant's sync is answered after it, so the re-grant sees the
+// watch fired and does not pass the writer. The writer is granted first.
+func TestCachedRegrantNeverPassesAHeldNotification(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		node := g.Node()
+		require.NoError(t, g.Release(ctx))
+		g, err = l.Lock(ctx) // a re-grant: its sync proves the tail's watch, for δ
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		time.Sleep(2 * cacheDelta) // no answer recent enough: the re-grant syncs
+
+		c.silence() // the writer's notification, and the sync's answer, wait
+		w := start(ctx, newLock(t, other).Lock)
+		synctest.Wait()
+		a := start(ctx, l.Lock)
+		synctest.Wait()
+		c.speak()
+		res := <-w
+		require.NoError(t, res.err, "the writer is granted once the kept node goes")
+		require.NoError(t, res.g.Release(ctx))
+		mine := <-a
+		require.NoError(t, mine.err)
+		assert.NotEqual(t, node, mine.g.Node(), "not re-granted behind the writer")
+		assert.Greater(t, mine.g.Token(), res.g.Token())
+		require.NoError(t, mine.g.Release(ctx))
+	})
+}
+
+// A writer queues behind an idle kept node while its process is
+// disconnected. After the reconnection the notification comes only once
+// the watches are set again, after the answers of requests queued first.
+// So a re-grant does not rest on a watch from before the reconnection.
+func TestCachedRegrantNeverPassesAWriterAfterAReconnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		c.lateReplay = true
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		node := g.Node()
+		require.NoError(t, g.Release(ctx))
+		g, err = l.Lock(ctx) // a re-grant: its sync is a proof for the tail's watch
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+
+		c.disconnect()
+		w := start(ctx, newLock(t, other).Lock)
+		synctest.Wait()
+		c.reconnect() // the writer's event is not replayed yet
+		a := start(ctx, l.Lock)
+		synctest.Wait()
+		c.replay()
+		res := <-w
+		require.NoError(t, res.err)
+		require.NoError(t, res.g.Release(ctx))
+		mine := <-a
+		require.NoError(t, mine.err)
+		assert.NotEqual(t, node, mine.g.Node(), "not re-granted behind the writer")
+		require.NoError(t, mine.g.Release(ctx))
 	})
 }

@@ -47,6 +47,7 @@ type tail struct {
 	contended chan struct{}   // closed when a conflicting node is listed behind ours
 	gone      chan struct{}   // closed when the tail stops: our node gone, a conflict, or stop
 	onEnd     func(live bool) // told whether our node may live on: a conflict, or a refusal
+	running   *sync.WaitGroup // counts the goroutine, if not nil
 
 	mu       sync.Mutex
 	w        *zkclient.Watch // the child watch of the last listing that showed no conflict; nil while listing
@@ -79,6 +80,9 @@ func (t *tail) start(w *zkclient.Watch, listedAt time.Time, connects uint64, onE
 	t.w, t.listedAt, t.connects, t.cancel, t.onEnd = w, listedAt, connects, cancel, onEnd
 	t.mu.Unlock()
 	t.c.Ref()
+	if t.running != nil {
+		t.running.Add(1)
+	}
 	go t.run(ctx)
 }
 
@@ -112,6 +116,9 @@ func (t *tail) set(w *zkclient.Watch, listedAt time.Time, connects uint64) {
 }
 
 func (t *tail) run(ctx context.Context) {
+	if t.running != nil {
+		defer t.running.Done()
+	}
 	defer t.c.Unref()
 	conflict, refused := false, false
 	defer func() {

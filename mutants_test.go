@@ -90,6 +90,16 @@ var mutants = []mutant{
 		{file: "join.go", point: "joiner-sync-any-session", new: "sy.ok = r.Err == nil"}}},
 	{name: "a joiner admitted while a connection zk.Connect made is down", run: "TestCoalescedConnectConnectionNoJoinWhileDown", edits: []mutantEdit{
 		{file: "join.go", point: "joiner-connect-state", new: "_ = zk.StateHasSession; return true"}}},
+	// Lock caching (cache.go): a kept node is re-granted only on its tail's
+	// proof, and never deleted under its holder.
+	{name: "a kept node re-granted though its watch fired", run: "TestCachedRegrantNeverPassesAHeldNotification", edits: []mutantEdit{
+		{file: "cache.go", point: "regrant-unproven", new: "if false {"}}},
+	{name: "a kept node re-granted on an answer older than δ", run: "TestCachedRegrantNeverPassesAHeldNotification", edits: []mutantEdit{
+		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() {"}}},
+	{name: "a kept node re-granted on a watch set before a reconnection", run: "TestCachedRegrantNeverPassesAWriterAfterAReconnection",
+		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if false {"}}},
+	{name: "a busy kept node deleted when a conflict queues", run: "TestCachedBusyNodeGoesAtItsRelease", edits: []mutantEdit{
+		{file: "cache.go", point: "delete-busy-cached", new: "idle := true"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
 	// member's node deleted while the set waits for the others is a hand
 	// deletion, which the simulation does not make: multi_test.go's
