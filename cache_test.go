@@ -246,8 +246,10 @@ func TestCachedRegrantNeverPassesAHeldNotification(t *testing.T) {
 		a := start(ctx, l.Lock)
 		synctest.Wait()
 		c.speak()
+		synctest.Wait()
+		require.Len(t, w, 1, "the writer is granted once the kept node goes, not passed")
 		res := <-w
-		require.NoError(t, res.err, "the writer is granted once the kept node goes")
+		require.NoError(t, res.err)
 		require.NoError(t, res.g.Release(ctx))
 		mine := <-a
 		require.NoError(t, mine.err)
@@ -283,6 +285,8 @@ func TestCachedRegrantNeverPassesAWriterAfterAReconnection(t *testing.T) {
 		a := start(ctx, l.Lock)
 		synctest.Wait()
 		c.replay()
+		synctest.Wait()
+		require.Len(t, w, 1, "the writer is granted once the kept node goes, not passed")
 		res := <-w
 		require.NoError(t, res.err)
 		require.NoError(t, res.g.Release(ctx))

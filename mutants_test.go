@@ -97,7 +97,7 @@ var mutants = []mutant{
 	{name: "a kept node re-granted on an answer older than δ", run: "TestCachedRegrantNeverPassesAHeldNotification", edits: []mutantEdit{
 		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() {"}}},
 	{name: "a kept node re-granted on a watch set before a reconnection", run: "TestCachedRegrantNeverPassesAWriterAfterAReconnection",
-		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if false {"}}},
+		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"}}},
 	{name: "a busy kept node deleted when a conflict queues", run: "TestCachedBusyNodeGoesAtItsRelease", edits: []mutantEdit{
 		{file: "cache.go", point: "delete-busy-cached", new: "idle := true"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
