@@ -305,4 +305,3 @@ func TestCachedPartitionedHolderLearnsFirst(t *testing.T) {
 	holder.conn.Close()
 	waitNodes(t, other.conn, path, 5*time.Second)
 }
-
