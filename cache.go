@@ -137,7 +137,7 @@ func (ca *cache) adopt(h *hold, m *member, connects uint64) {
 	ca.mu.Unlock()
 	cn.c.Ref()
 	cn.t = newTail(h.l, h.c, h.path, h.session, m.mode)
-	cn.t.running = &ca.tails
+	cn.t.running, cn.t.onFire = &ca.tails, cn.fired
 	cs := cn.share(h)
 	h.whenEnded(func(cause error) { cn.holdEnded(h, cause) })
 	if cs.behind {
@@ -211,6 +211,25 @@ func (cn *cachedNode) end(live bool) {
 		}
 		cn.c.Unref()
 	}
+}
+
+// fired hears that the tail's watch fired. An idle node is then deleted at
+// once, without the listing that would tell whether the change conflicts.
+// So a waiter behind it pays one notification and one deletion. A busy
+// node is left to the tail's listing, which tells Contended.
+func (cn *cachedNode) fired() bool {
+	ca := cn.ca
+	ca.mu.Lock()
+	if cn.gone || cn.busy != nil || cn.claimed {
+		ca.mu.Unlock()
+		return false
+	}
+	cn.doomed = true
+	cn.dropLocked()
+	ca.mu.Unlock()
+	cn.delete()
+	cn.c.Unref()
+	return true
 }
 
 // dropLocked takes the node out of the cache.

@@ -68,7 +68,8 @@ func TestCachedRegrantSameNodeNoRequests(t *testing.T) {
 }
 
 // A remote writer queued behind an idle kept read node is heard of in one
-// notification, and the node is deleted at once, so the writer is granted.
+// notification, and the node is deleted at once, with no listing, so the
+// writer is granted.
 func TestCachedIdleNodeGoesForAConflict(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFakeServer()
@@ -79,13 +80,6 @@ func TestCachedIdleNodeGoesForAConflict(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, g.Release(ctx))
 		require.Len(t, s.lockNodes(dir), 1)
-
-		// A remote reader does not conflict: the node stays.
-		r, err := newLock(t, other).RLock(ctx)
-		require.NoError(t, err)
-		require.NoError(t, r.Release(ctx))
-		synctest.Wait()
-		require.Len(t, s.lockNodes(dir), 1, "a reader behind a kept reader is no conflict")
 
 		w, err := newLock(t, other).Lock(ctx) // granted once the kept node goes
 		require.NoError(t, err)
@@ -294,5 +288,31 @@ func TestCachedRegrantNeverPassesAWriterAfterAReconnection(t *testing.T) {
 		require.NoError(t, mine.err)
 		assert.NotEqual(t, node, mine.g.Node(), "not re-granted behind the writer")
 		require.NoError(t, mine.g.Release(ctx))
+	})
+}
+
+// An idle kept node is given up at any change of the directory: telling a
+// conflict would cost a listing. A busy one is kept while readers queue
+// behind it.
+func TestCachedIdleNodeGivenUpAtAnyChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		g, err = l.RLock(ctx) // busy
+		require.NoError(t, err)
+		r, err := newLock(t, other).RLock(ctx)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.False(t, isClosed(g.Contended()))
+		require.NoError(t, g.Release(ctx))
+		assert.Len(t, s.lockNodes(dir), 2, "kept: a reader behind a reader is no conflict")
+		require.NoError(t, r.Release(ctx))
+		synctest.Wait()
+		assert.Empty(t, s.lockNodes(dir), "idle, and the directory changed")
 	})
 }

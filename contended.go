@@ -48,6 +48,7 @@ type tail struct {
 	gone      chan struct{}   // closed when the tail stops: our node gone, a conflict, or stop
 	onEnd     func(live bool) // told whether our node may live on: a conflict, or a refusal
 	running   *sync.WaitGroup // counts the goroutine, if not nil
+	onFire    func() bool     // asked, if not nil, as the watch fires; true ends the tail without a listing
 
 	mu       sync.Mutex
 	w        *zkclient.Watch // the child watch of the last listing that showed no conflict; nil while listing
@@ -144,6 +145,9 @@ func (t *tail) run(ctx context.Context) {
 			}
 			if w.Event().Type == zk.EventNotWatching {
 				return // the session ended, and our node with it, or the connection was closed
+			}
+			if t.onFire != nil && t.onFire() {
+				return // the owner gave the node up, with no need to know why
 			}
 		}
 		t.set(nil, time.Time{}, 0) // listing: no re-grant rests on a fired watch
