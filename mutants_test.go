@@ -100,6 +100,8 @@ var mutants = []mutant{
 		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"}}},
 	{name: "a busy kept node deleted when a conflict queues", run: "TestCachedBusyNodeGoesAtItsRelease", edits: []mutantEdit{
 		{file: "cache.go", point: "delete-busy-cached", new: "idle := true"}}},
+	{name: "a busy kept node deleted when a conflict queues, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{
+		{file: "cache.go", point: "delete-busy-cached", new: "idle := true"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
 	// member's node deleted while the set waits for the others is a hand
 	// deletion, which the simulation does not make: multi_test.go's

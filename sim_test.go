@@ -91,12 +91,24 @@ var (
 	simPeers     = flag.Int("sim.peers", 1000, "number of schedules TestSimulationBlindPeer runs")
 	simElect     = flag.Bool("sim.elect", false, "TestSimulation with elections (see TestSimulationElections)")
 	simElections = flag.Int("sim.elections", 1000, "number of schedules TestSimulationElections runs")
+	simCache     = flag.Bool("sim.cache", false, "TestSimulation with lock caching (see TestSimulationCaching)")
+	simCached    = flag.Int("sim.cached", 1000, "number of schedules TestSimulationCaching runs")
 )
 
 func TestSimulation(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce, sets: *simWithSets,
-		peer: *simWithPeer, elect: *simElect}
+		peer: *simWithPeer, elect: *simElect, cache: *simCache}
 	simulate(t, cfg, *simSchedules)
+}
+
+// TestSimulationCaching runs the simulation with WithCaching: each client
+// keeps its node after a release, and re-grants it to its next step of the
+// same mode, under every fault. Besides mutual exclusion, it checks that
+// the nodes left at the end are idle kept nodes only, one per client at
+// most, and that each goes with its session.
+func TestSimulationCaching(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, cache: true}
+	simulate(t, cfg, *simCached)
 }
 
 // TestSimulationBlindPeer runs the simulation with a blind peer: a Curator
@@ -176,6 +188,7 @@ type simConfig struct {
 	sets     bool // sets of two locks, taken with LockAll
 	peer     bool // a blind peer (see TestSimulationBlindPeer)
 	elect    bool // elections: every step a Campaign, perhaps with a Proclaim
+	cache    bool // lock caching: each client keeps its node after a release
 }
 
 // flags are the test flags that replay seed with c.
@@ -201,6 +214,9 @@ func (c simConfig) flags(seed uint64) string {
 	}
 	if c.elect {
 		f += " -sim.elect"
+	}
+	if c.cache {
+		f += " -sim.cache"
 	}
 	return f
 }
@@ -455,6 +471,9 @@ func (s *sim) run() {
 		if s.cfg.coalesce {
 			opts = append(opts, WithReadCoalescing())
 		}
+		if s.cfg.cache {
+			opts = append(opts, WithCaching())
+		}
 		if r.IntN(3) == 0 {
 			// Holds that run past it, sometimes through a fault.
 			opts = append(opts, WithMaxHold(time.Duration(10+r.Int64N(int64(s.timeout/time.Millisecond)))*time.Millisecond))
@@ -541,7 +560,7 @@ func (s *sim) run() {
 	s.schedule(clientsDone)
 	stopObserving()
 	for _, d := range []string{dir, dir2} {
-		if nodes := s.server.lockNodes(d); len(nodes) > 0 {
+		if nodes := s.keptAside(s.server.lockNodes(d)); len(nodes) > 0 {
 			s.fail("nodes left behind in %s: %v", d, nodes)
 		}
 	}
@@ -559,7 +578,28 @@ func (s *sim) run() {
 	<-clientsDone
 	for _, c := range s.clients {
 		c.lock.background.Wait()
+		if c.lock.cache != nil {
+			c.lock.cache.tails.Wait() // they end with the sessions
+		}
 	}
+	if s.cfg.cache {
+		if nodes := s.server.lockNodes(dir); len(nodes) > 0 {
+			s.fail("kept nodes outlived their sessions: %v", nodes)
+		}
+	}
+}
+
+// keptAside returns nodes less the clients' idle kept nodes (see
+// WithCaching), which may be left at the end.
+func (s *sim) keptAside(nodes []string) []string {
+	return slices.DeleteFunc(nodes, func(name string) bool {
+		for _, c := range s.clients {
+			if cached, idle := c.lock.cache.cachedAt(dir + "/" + name); cached && idle {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // checkJoins checks the join rule's promise (see coalesce.go) over the
