@@ -41,6 +41,15 @@ func WithCaching() Option {
 	return func(o *options) { o.cache = true }
 }
 
+// cachedMark marks the nodes of a caching lock in their data, from the
+// create on, so that Queue and the CLI show them as cached.
+func cachedMark(o options) lockname.Mark {
+	if o.cache {
+		return lockname.MarkCached
+	}
+	return lockname.Unmarked
+}
+
 // cacheDelta is δ: how old the latest answered write or sync may be at a
 // re-grant. It bounds how long a conflicting create may go unseen when its
 // notification is late.
@@ -248,10 +257,14 @@ func (cn *cachedNode) delete() {
 	cn.l.deleteNode(ctx, cn.c, cn.path, cn.session, cn.releaseMark)
 }
 
-// park keeps the node of h, whose last grant is being released, instead of
+// begin and changed make the cache a capability, whose seam is keep.
+func (*cache) begin(*hold)           {}
+func (*cache) changed(*hold, change) {}
+
+// keep keeps the node of h, whose last grant is being released, instead of
 // deleting it. It reports false if the node may not be kept; the caller
 // then deletes it. The caller holds h.ops.
-func (ca *cache) park(h *hold) bool {
+func (ca *cache) keep(h *hold) bool {
 	ca.mu.Lock()
 	cn := ca.node
 	if cn == nil || cn.busy != h || cn.doomed || h.currentMode() != cn.mode {

@@ -316,3 +316,29 @@ func TestCachedIdleNodeGivenUpAtAnyChange(t *testing.T) {
 		assert.Empty(t, s.lockNodes(dir), "idle, and the directory changed")
 	})
 }
+
+// A kept node shows as cached in Queue, from its data.
+func TestCachedNodeInQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		q, err := newLock(t, s.conn()).Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 1)
+		assert.True(t, q[0].Cached)
+		assert.True(t, q[0].Held)
+		other := s.conn()
+		r, err := newLock(t, other).RLock(ctx) // the kept writer goes for it
+		require.NoError(t, err)
+		q, err = newLock(t, other).Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 1)
+		assert.False(t, q[0].Cached, "a plain lock's node")
+		require.NoError(t, r.Release(ctx))
+	})
+}

@@ -154,8 +154,8 @@ func (g *Grant) Release(ctx context.Context) error {
 		g.setReleased(nil)
 		g.endAlone(ErrReleased)
 		return nil
-	case h.l.cache != nil && h.l.cache.park(h):
-		g.setReleased(nil) // its node is kept (see WithCaching)
+	case h.kept():
+		g.setReleased(nil)
 		return nil
 	}
 	err := h.release(ctx)

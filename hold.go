@@ -79,6 +79,23 @@ type capability interface {
 	changed(h *hold, c change)
 }
 
+// A keeper is a capability that may keep a node at its last grant's
+// release, instead of deleting it (see WithCaching).
+type keeper interface {
+	keep(h *hold) bool
+}
+
+// kept reports whether a keeper kept the node at its last grant's release.
+// The hold has then ended, and its grant with it. The caller holds ops.
+func (h *hold) kept() bool {
+	for _, cp := range h.l.caps {
+		if k, ok := cp.(keeper); ok && k.keep(h) {
+			return true
+		}
+	}
+	return false
+}
+
 // A change is one a holder makes to a hold that goes on.
 type change int
 

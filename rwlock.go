@@ -97,7 +97,7 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		conn:           conn,
 		path:           path,
 		acl:            o.acl,
-		data:           lockname.Data(o.owner, o.maxHold, 0),
+		data:           lockname.Data(o.owner, o.maxHold, cachedMark(o)),
 		owner:          o.owner,
 		log:            o.log,
 		sessionTimeout: o.sessionTimeout,
@@ -128,7 +128,11 @@ func (l *RWLock) capabilities() []capability {
 	if l.maxHold > 0 {
 		caps = append(caps, holdLimit{})
 	}
-	return append(caps, revocation{}, &fleetWatch{}, contentionCap{})
+	caps = append(caps, revocation{}, &fleetWatch{}, contentionCap{})
+	if l.cache != nil {
+		caps = append(caps, l.cache)
+	}
+	return caps
 }
 
 // acquire runs one acquisition of this lock for w. It returns a nested
