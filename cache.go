@@ -11,32 +11,34 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// WithCaching keeps a lock node after Release, while nothing that conflicts
-// with it has queued behind it. A later Lock or TryLock, or RLock or
-// TryRLock, of the same mode on this RWLock is then granted at once on the
-// same node, with the same token, and usually without a request. That is
-// the same grant the node would have had, since nobody else held in
-// between. Such a re-grant needs a write or sync answered in the node's
-// session, sent at most δ = 50 ms before it, and after the last listing
-// that showed nothing conflicting behind the node. When none is that
-// recent, the re-grant sends a sync. A busy loop sends one sync ahead of
-// time every δ/2 or so, so it never waits for one.
+// WithCaching keeps a lock node after Release, while nobody else wants the
+// lock. A later Lock or TryLock, or RLock or TryRLock, of the same mode on
+// this RWLock is then granted at once on the same node, with the same
+// token, and usually without a request. That is the grant the node would
+// have had: nobody else held in between, since nobody passes a node that
+// exists. A re-grant needs a write or sync answered in the node's session,
+// sent at most δ = 50 ms before it, and after the last listing that showed
+// nothing conflicting behind the node. When none is that recent, it sends
+// a sync. A busy loop sends one sync ahead of time about every δ/2, so it
+// never waits for one.
 //
 // The promise. A conflicting request queued behind the node is never passed
-// by a re-grant made more than δ after its create, on a standalone server
-// or a follower (docs/guarantees.md, "Cached nodes keep FIFO", tells the
-// exceptions on a leader). Its process hears of it in one notification.
-// It then deletes an idle node at once, and a busy one at its release. So a
+// by a re-grant that begins more than δ after its create, on a standalone
+// server or a follower (docs/guarantees.md, "Cached nodes keep FIFO", tells
+// the exceptions on a leader). The process hears of any change of the
+// lock's queue in one notification. It deletes an idle node at once, and a
+// busy one at its release if a conflicting request queued behind it. So a
 // waiter pays at most one notification and one deletion more than a plain
 // handoff. [Grant.Contended] tells the holder of a busy one.
 //
 // A re-grant is a grant like any other: its hold limit, lease clock, head
 // start, revocation, fleet watch and observers begin afresh. A node whose
-// session was lost, or whose connection was made anew, is given up: the
-// next acquisition queues afresh. Only a connection made by [Dial], which
-// counts its sessions, keeps nodes. Joiners of WithReadCoalescing, LockAll
-// and a Downgrade's node never keep or reuse one. One node is kept per
-// RWLock. An idle node sends nothing, and shows as cached in Queue.
+// session was lost, or whose connection was made anew, is given up, and
+// the next acquisition queues afresh. Only a connection made by [Dial],
+// which counts its sessions, keeps nodes. WithReadCoalescing's shared
+// nodes, LockAll's and a Downgrade's are never kept, and a kept node takes
+// no joiners. One node is kept per RWLock. An idle node sends nothing, and
+// its data marks it cached for Queue.
 func WithCaching() Option {
 	return func(o *options) { o.cache = true }
 }
@@ -393,7 +395,15 @@ func (cn *cachedNode) prove(ctx context.Context) (bool, error) {
 		if fresh && !at.IsZero() && time.Since(at) <= cacheDelta {
 			// mutant: regrant-unproven
 			if w.FiredNow() {
-				continue // the tail lists again; wait for what it shows
+				// The tail lists again: wait for what it shows.
+				select {
+				case <-settled:
+				case <-cn.t.gone:
+					return false, nil
+				case <-ctx.Done():
+					return false, ctx.Err()
+				}
+				continue
 			}
 			if time.Since(at) > cacheDelta/2 {
 				cn.syncAhead()
