@@ -342,3 +342,34 @@ func TestCachedNodeInQueue(t *testing.T) {
 		require.NoError(t, r.Release(ctx))
 	})
 }
+
+// In a peer's dialect a kept node is a node of the queue like any other:
+// to the peer it is held. A peer's writer queued behind it is a conflict:
+// a busy node's Contended closes, and it goes at its release.
+func TestCachedNodeAndAPeer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, peer := s.conn(), s.conn()
+		l := caching(t, c, WithDialect(DialectCurator))
+		ctx := t.Context()
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx))
+		g, err = l.RLock(ctx) // re-granted, busy
+		require.NoError(t, err)
+		reader := peerNode(t, peer, "_c_"+uuid+"-__READ__", "")
+		synctest.Wait()
+		assert.False(t, isClosed(g.Contended()), "a peer's reader is no conflict")
+		writer := peerNode(t, peer, "_c_"+uuid+"-__WRIT__", "")
+		synctest.Wait()
+		assert.True(t, isClosed(g.Contended()), "a peer's writer is")
+		q, err := l.Queue(ctx)
+		require.NoError(t, err)
+		require.Len(t, q, 3)
+		assert.True(t, q[0].Held && q[0].Cached)
+		assert.False(t, q[2].Held, "the peer's writer waits for the kept node")
+		require.NoError(t, g.Release(ctx))
+		synctest.Wait()
+		assert.Equal(t, []string{reader, writer}, s.lockNodes(dir), "the kept node went at its release")
+	})
+}
