@@ -332,14 +332,19 @@ func (ca *cache) regrant(ctx context.Context, l *RWLock, w want) (*Grant, error)
 		l.debug("granted again", cn.path)
 		return h.grant(w.mode), nil
 	}
-	// Not proven: queue afresh, without it.
+	// Not proven: queue afresh, without it. Our node of the same mode may
+	// queue behind it meanwhile: it goes in the background.
 	ca.mu.Lock()
 	cn.claimed, cn.doomed = false, true
 	cn.dropLocked()
 	ca.mu.Unlock()
 	cn.t.stop()
-	cn.delete()
-	cn.c.Unref()
+	l.background.Add(1)
+	go func() {
+		defer l.background.Done()
+		cn.delete()
+		cn.c.Unref()
+	}()
 	if err != nil {
 		l.acquired(ctx, m, start, err)
 		return nil, &opError{verb(w), l.path, err}
@@ -361,7 +366,7 @@ func (cn *cachedNode) member(m *member) *member {
 // sync if no answered request is recent enough. It returns false if the
 // node may not be re-granted, and ctx's error if ctx ended.
 func (cn *cachedNode) prove(ctx context.Context) (bool, error) {
-	synced := false
+	synced, waited := false, false
 	for {
 		if err := ctx.Err(); err != nil {
 			return false, err
@@ -395,7 +400,12 @@ func (cn *cachedNode) prove(ctx context.Context) (bool, error) {
 		if fresh && !at.IsZero() && time.Since(at) <= cacheDelta {
 			// mutant: regrant-unproven
 			if w.FiredNow() {
-				// The tail lists again: wait for what it shows.
+				// The tail lists again: wait for what it shows, once. A
+				// queue that changes on and on is cheaper to join afresh.
+				if waited {
+					return false, nil
+				}
+				waited = true
 				select {
 				case <-settled:
 				case <-cn.t.gone:

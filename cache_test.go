@@ -16,8 +16,8 @@ func caching(t *testing.T, c *fakeConn, opts ...Option) *RWLock {
 	t.Helper()
 	l, err := newRWLock(c, dir, append(opts, WithCaching())...)
 	require.NoError(t, err)
-	t.Cleanup(l.cache.tails.Wait)
 	t.Cleanup(l.background.Wait)
+	t.Cleanup(l.cache.tails.Wait) // before the background: a tail may leave it a deletion
 	t.Cleanup(c.close)
 	return l
 }

@@ -164,6 +164,8 @@ func (t *tail) run(ctx context.Context) {
 			}
 			w = nil
 			continue
+		case errors.Is(r.Err, zk.ErrClosing):
+			return // the connection was closed, which ends the session
 		case r.Err != nil && !zkclient.SessionGone(r.Err) && !errors.Is(r.Err, zk.ErrNoNode):
 			refused = true // by an ACL, say: our node may live on
 			return

@@ -577,10 +577,10 @@ func (s *sim) run() {
 	// the failure.
 	<-clientsDone
 	for _, c := range s.clients {
-		c.lock.background.Wait()
 		if c.lock.cache != nil {
-			c.lock.cache.tails.Wait() // they end with the sessions
+			c.lock.cache.tails.Wait() // they end with the sessions, and may leave a deletion to the background
 		}
+		c.lock.background.Wait()
 	}
 	if s.cfg.cache {
 		if nodes := s.server.lockNodes(dir); len(nodes) > 0 {
