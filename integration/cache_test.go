@@ -305,3 +305,35 @@ func TestCachedPartitionedHolderLearnsFirst(t *testing.T) {
 	holder.conn.Close()
 	waitNodes(t, other.conn, path, 5*time.Second)
 }
+
+// W1c as a test: a hot loop of one caching process re-grants its kept node
+// at about one sync per δ/2, by the server's count, and never the node's
+// create and delete.
+func TestCachedHotLoopRequests(t *testing.T) {
+	srv := zkserver.StartStandalone(t)
+	path := zktest.LockPath(t, "/it")
+	c := connect(t, srv.ConnectString(), 0)
+	l := c.lock(t, path, rwlock.WithCaching())
+	ctx := testContext(t)
+	g, err := l.Lock(ctx)
+	require.NoError(t, err)
+	node := g.Node()
+	require.NoError(t, g.Release(ctx))
+	const cycles = 5000
+	var elapsed time.Duration
+	n := requestCount(t, srv, func() {
+		start := time.Now()
+		for range cycles {
+			g, err := l.Lock(ctx)
+			require.NoError(t, err)
+			require.Equal(t, node, g.Node())
+			require.NoError(t, g.Release(ctx))
+		}
+		elapsed = time.Since(start)
+	})
+	// One sync ahead of time per δ/2, and go-zookeeper's pings (one per a
+	// third of the session timeout), with one more of each for the edges.
+	most := int64(elapsed/(cacheDelta/2)) + int64(elapsed/(sessionTimeout/3)) + 3
+	t.Logf("%d cycles in %v: %d requests (%.4f per cycle; at most %d allowed)", cycles, elapsed, n, float64(n)/cycles, most)
+	assert.LessOrEqual(t, n, most)
+}
