@@ -80,10 +80,14 @@ const cacheDelta = 50 * time.Millisecond
 //     request that queued requests overtake. An answer then proves nothing
 //     of the old watch. So the count of sessions must be the one before
 //     the listing.
-//   - A request sent before the listing proves nothing of the watch the
-//     listing set. So the answered request must be sent after it.
-//   - An idle node is deleted at once when the tail shows a conflict. A
-//     busy one is deleted at its release, never under its holder.
+//   - Only a request sent after the listing counts. Then both went on one
+//     connection, and the answer is read after the watch was set.
+//   - A watch that has fired proves nothing until the tail lists again. An
+//     idle node is then deleted at once, without that listing. A re-grant
+//     under way waits for the listing once, and gives the node up if the
+//     watch fires again.
+//   - A busy node behind which a conflict shows is deleted at its release,
+//     never under its holder.
 //
 // The same leader exceptions as coalescing's apply (see join.go).
 
