@@ -492,17 +492,3 @@ func (cn *cachedNode) syncAhead() {
 		ca.mu.Unlock()
 	}()
 }
-
-// cachedAt reports whether path is the lock's kept node, and whether it is
-// idle, for Queue.
-func (ca *cache) cachedAt(path string) (cached, idle bool) {
-	if ca == nil {
-		return false, false
-	}
-	ca.mu.Lock()
-	defer ca.mu.Unlock()
-	if cn := ca.node; cn != nil && cn.path == path {
-		return true, cn.busy == nil && !cn.claimed
-	}
-	return false, false
-}

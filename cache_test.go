@@ -373,3 +373,30 @@ func TestCachedNodeAndAPeer(t *testing.T) {
 		assert.Equal(t, []string{reader, writer}, s.lockNodes(dir), "the kept node went at its release")
 	})
 }
+
+// keptNode reports whether the lock keeps a node, and whether it is idle.
+func (ca *cache) keptNode() (kept, idle bool) {
+	if ca == nil {
+		return false, false
+	}
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	if cn := ca.node; cn != nil {
+		return true, cn.busy == nil && !cn.claimed
+	}
+	return false, false
+}
+
+// cachedAt reports whether path is the lock's kept node, and whether it is
+// idle.
+func (ca *cache) cachedAt(path string) (cached, idle bool) {
+	if ca == nil {
+		return false, false
+	}
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	if cn := ca.node; cn != nil && cn.path == path {
+		return true, cn.busy == nil && !cn.claimed
+	}
+	return false, false
+}

@@ -102,6 +102,12 @@ var mutants = []mutant{
 		{file: "cache.go", point: "delete-busy-cached", new: "idle := true"}}},
 	{name: "a busy kept node deleted when a conflict queues, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{
 		{file: "cache.go", point: "delete-busy-cached", new: "idle := true"}}},
+	{name: "a kept node re-granted though its watch fired, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{
+		{file: "cache.go", point: "regrant-unproven", new: "if false {"}}},
+	{name: "a kept node re-granted on an answer older than δ, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{
+		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() {"}}},
+	{name: "a kept node re-granted on a watch set before a reconnection, in the simulation", flags: []string{"-sim.cache"},
+		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
 	// member's node deleted while the set waits for the others is a hand
 	// deletion, which the simulation does not make: multi_test.go's

@@ -103,9 +103,12 @@ func TestSimulation(t *testing.T) {
 
 // TestSimulationCaching runs the simulation with WithCaching: each client
 // keeps its node after a release, and re-grants it to its next step of the
-// same mode, under every fault. Besides mutual exclusion, it checks that
-// the nodes left at the end are idle kept nodes only, one per client at
-// most, and that each goes with its session.
+// same mode, under every fault. Silent cuts are aimed at a keeping process
+// as a node is created, and as its sync goes (see keeper). Besides mutual
+// exclusion, it checks the promise (checkRegrants): no re-grant passes a
+// conflicting node created on the server more than δ before it began. And
+// the nodes left at the end are idle kept nodes only, each gone with its
+// session.
 func TestSimulationCaching(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, cache: true}
 	simulate(t, cfg, *simCached)
@@ -343,9 +346,10 @@ type sim struct {
 	from       map[*Grant]*Grant    // the write grant a Downgrade made a read grant of
 	downgraded map[*Grant]time.Time // when the holder of a write grant called Downgrade
 
-	endedMu sync.Mutex
-	ended   map[*hold]time.Time // when a node's hold ended (its holder was told)
-	joins   []simJoin
+	endedMu  sync.Mutex
+	ended    map[*hold]time.Time // when a node's hold ended (its holder was told)
+	joins    []simJoin
+	regrants []simRegrant
 
 	peer *simPeer // guarded by net.mu
 }
@@ -364,6 +368,16 @@ type simPeer struct {
 // must have been healthy for the fleet watch's promise to hold: the
 // longest backoff of the watching after a failed listing, and more.
 const simPeerQuiet = time.Second
+
+// simRegrant is a grant on a node made before the acquisition began: a
+// kept node granted again (caching).
+type simRegrant struct {
+	client  int
+	node    string
+	mode    Mode
+	began   time.Time // when the acquisition began
+	granted int64     // the server's zxid when it was granted
+}
 
 // simJoin is a coalesced read granted: the node it holds, and the
 // server's zxid when the read began and when it was granted.
@@ -438,7 +452,7 @@ func (s *sim) run() {
 	if s.cfg.noFreeze {
 		s.budget.freezes = 0
 	}
-	if s.cfg.coalesce && !s.cfg.noCut {
+	if (s.cfg.coalesce || s.cfg.cache) && !s.cfg.noCut {
 		s.budget.silent = r.IntN(3)
 	}
 	setup.Create("/app", nil, 0, nil)
@@ -565,6 +579,7 @@ func (s *sim) run() {
 		}
 	}
 	s.checkJoins()
+	s.checkRegrants()
 	for _, c := range s.clients {
 		if !c.twin {
 			c.conn.close()
@@ -631,6 +646,38 @@ func (s *sim) checkJoins() {
 			}
 			s.fail("c%d joined %s though writer %s had queued behind it (created at zxid %d, deleted at %d; the reader began at %d, was granted at %d)",
 				j.client, path.Base(j.node), path.Base(p), czxid, dzxids[p], j.arrived, j.granted)
+			return
+		}
+	}
+}
+
+// checkRegrants checks WithCaching's promise over the re-grants: none
+// passes a conflicting node created behind the kept node, on the server,
+// more than δ before the re-grant began, and still there when it was
+// granted. What the process had been told does not matter.
+func (s *sim) checkRegrants() {
+	if !s.cfg.cache {
+		return
+	}
+	s.server.mu.Lock()
+	ctimes, dzxids := maps.Clone(s.server.ctimes), maps.Clone(s.server.dzxids)
+	s.server.mu.Unlock()
+	for _, r := range s.regrants {
+		n, ok := parseNode(path.Base(r.node))
+		if !ok {
+			continue
+		}
+		for p, created := range ctimes {
+			w, ok := parseNode(path.Base(p))
+			if !ok || path.Dir(p) != dir || !lockname.Precedes(n.seq, w.seq) || r.mode == Read && w.mode != Write ||
+				created.After(r.began.Add(-cacheDelta)) {
+				continue
+			}
+			if dzxid, gone := dzxids[p]; gone && dzxid <= r.granted {
+				continue
+			}
+			s.fail("c%d was granted %s again though %s had queued behind it at %v (the re-grant began at %v)",
+				r.client, path.Base(r.node), path.Base(p), at(created), at(r.began))
 			return
 		}
 	}
@@ -741,6 +788,13 @@ func (s *sim) client(c *simClient) {
 		if s.cfg.coalesce && w.mode == Read && w.block {
 			s.server.mu.Lock()
 			s.joins = append(s.joins, simJoin{c.id, g.Node(), arrived, s.server.zxid})
+			s.server.mu.Unlock()
+		}
+		if s.cfg.cache {
+			s.server.mu.Lock()
+			if created, ok := s.server.ctimes[g.Node()]; ok && created.Before(start) {
+				s.regrants = append(s.regrants, simRegrant{c.id, g.Node(), g.Mode(), start, s.server.zxid})
+			}
 			s.server.mu.Unlock()
 		}
 		n.mu.Unlock()
@@ -1224,12 +1278,34 @@ func (s *sim) actions() []func() {
 	return actions
 }
 
+// keeper returns, with caching, a client that keeps a node: of r's own
+// process if own, else of another. Cutting its link from server to client
+// as a node is created holds the notification back; as its sync reaches
+// the server, holds the answer back too, to be read frame by frame at the
+// heal. A re-grant meanwhile must not pass the node. Call with net.mu
+// held.
+func (s *sim) keeper(r *zkReq, own bool) *simClient {
+	for _, c := range s.clients {
+		cl := c.zk
+		if (cl == r.cl) != own || cl.cut() || cl.frozen || !own && cl.tcp == nil {
+			continue
+		}
+		if cached, _ := c.lock.cache.keptNode(); cached {
+			return c
+		}
+	}
+	return nil
+}
+
 // sharedReader returns, when r is the create of a writer's node, a client
 // of another process that holds a coalesced read: cutting its link from
 // server to client as the writer queues holds the notification back (a
 // silent cut), and a reader of that process that arrives meanwhile must
 // not join the node the writer waits for. Call with net.mu held.
 func (s *sim) sharedReader(r *zkReq) *simClient {
+	if s.cfg.cache && r.op == "create" {
+		return s.keeper(r, false)
+	}
 	if !s.cfg.coalesce || r.op != "create" || !strings.Contains(r.path, "-"+Write.String()+"-") {
 		return nil
 	}
@@ -1250,6 +1326,9 @@ func (s *sim) sharedReader(r *zkReq) *simClient {
 // sync's answer, read before the writer's notification. Call with net.mu
 // held.
 func (s *sim) sharedSync(r *zkReq) *simClient {
+	if s.cfg.cache && r.op == "sync" {
+		return s.keeper(r, true)
+	}
 	if !s.cfg.coalesce || r.op != "sync" {
 		return nil
 	}
