@@ -172,7 +172,7 @@ func (ca *cache) adopt(h *hold, m *member, connects uint64) {
 // returns what the listing that granted h told.
 func (cn *cachedNode) share(h *hold) *tailSlot {
 	cs := h.slot(tailKey{}, func() any { return &tailSlot{} }).(*tailSlot)
-	cs.once.Do(func() { cs.t = cn.t })
+	cs.once.Do(func() { cs.set(cn.t) })
 	return cs
 }
 

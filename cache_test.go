@@ -400,3 +400,32 @@ func (ca *cache) cachedAt(path string) (cached, idle bool) {
 	}
 	return false, false
 }
+
+// After a Downgrade, readers behind the node are no conflict for its
+// Contended; a writer still is.
+func TestContendedAfterADowngrade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		l := newLock(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		contended := g.Contended()
+		d, err := g.Downgrade(ctx)
+		require.NoError(t, err)
+		r, err := newLock(t, other).RLock(ctx)
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.False(t, isClosed(contended), "a reader behind a downgraded node")
+		assert.False(t, isClosed(d.Contended()))
+		w := start(ctx, newLock(t, other).Lock)
+		synctest.Wait()
+		assert.True(t, isClosed(d.Contended()))
+		require.NoError(t, r.Release(ctx))
+		require.NoError(t, d.Release(ctx))
+		res := <-w
+		require.NoError(t, res.err)
+		require.NoError(t, res.g.Release(ctx))
+	})
+}

@@ -42,7 +42,7 @@ type tail struct {
 	c       *zkclient.Client
 	name    string // our node, relative to the lock directory
 	session int64  // the session that owns it
-	mode    Mode   // whom it conflicts with
+	mode    Mode   // whom it conflicts with; guarded by mu, since a Downgrade changes it
 
 	contended chan struct{}   // closed when a conflicting node is listed behind ours
 	gone      chan struct{}   // closed when the tail stops: our node gone, a conflict, or stop
@@ -196,7 +196,10 @@ func (t *tail) conflicts(snap snapshot) bool {
 	if t.l.blind(snap.peers) != nil {
 		return true
 	}
-	if t.mode == Write {
+	t.mu.Lock()
+	mode := t.mode
+	t.mu.Unlock()
+	if mode == Write {
 		return snap.after
 	}
 	return snap.laterWriter
@@ -212,7 +215,16 @@ type tailSlot struct {
 	dir      *zkclient.Watch // the child watch of the listing that granted the node
 	listedAt time.Time
 	behind   bool // that listing showed a conflicting node behind ours
-	t        *tail
+
+	mu sync.Mutex
+	t  *tail // set once, in once; guarded by mu for changed
+}
+
+// set records the tail, in once.
+func (cs *tailSlot) set(t *tail) {
+	cs.mu.Lock()
+	cs.t = t
+	cs.mu.Unlock()
 }
 
 // tailOf returns the hold's tail, started. A hold of a cached node
@@ -225,7 +237,7 @@ func (h *hold) tailOf() *tail {
 			return // the cache's
 		}
 		t := newTail(h.l, h.c, h.path, h.session, h.currentMode())
-		cs.t = t
+		cs.set(t)
 		if cs.behind {
 			close(t.contended)
 			close(t.gone)
@@ -247,4 +259,18 @@ func (contentionCap) begin(h *hold) {
 	cs.dir, cs.listedAt, cs.behind = h.listing, h.listedAt, h.behind
 }
 
-func (contentionCap) changed(*hold, change) {}
+// changed makes a downgraded node's tail judge conflicts as a reader's.
+func (contentionCap) changed(h *hold, c change) {
+	if c != downgraded {
+		return
+	}
+	cs := h.slot(tailKey{}, func() any { return &tailSlot{} }).(*tailSlot)
+	cs.mu.Lock()
+	t := cs.t // if not started yet, the start takes the hold's mode
+	cs.mu.Unlock()
+	if t != nil {
+		t.mu.Lock()
+		t.mode = Read
+		t.mu.Unlock()
+	}
+}
