@@ -429,3 +429,35 @@ func TestContendedAfterADowngrade(t *testing.T) {
 		require.NoError(t, res.g.Release(ctx))
 	})
 }
+
+// A hold limit runs per grant: an idle kept node is not held, so it has
+// none; a re-grant's limit counts from the re-grant, and a busy kept node
+// goes at it.
+func TestCachedHoldLimitPerGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := caching(t, c, WithMaxHold(time.Second))
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		node := g.Node()
+		require.NoError(t, g.Release(ctx))
+		time.Sleep(3 * time.Second) // idle past the limit: nobody holds it
+		assert.Len(t, s.lockNodes(dir), 1, "kept")
+		g, err = l.Lock(ctx)
+		require.NoError(t, err)
+		require.Equal(t, node, g.Node(), "re-granted")
+		time.Sleep(500 * time.Millisecond)
+		require.NoError(t, g.Err(), "the limit counts from the re-grant")
+		<-g.Done()
+		require.ErrorIs(t, g.Err(), ErrHoldLimit)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Empty(t, s.lockNodes(dir), "gone at its limit")
+		g, err = l.Lock(ctx)
+		require.NoError(t, err)
+		assert.NotEqual(t, node, g.Node(), "queued afresh")
+		require.NoError(t, g.Release(ctx))
+	})
+}
