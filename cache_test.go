@@ -461,3 +461,27 @@ func TestCachedHoldLimitPerGrant(t *testing.T) {
 		require.NoError(t, g.Release(ctx))
 	})
 }
+
+// Observers hear of each re-grant as of any acquisition and grant: the
+// first re-grant's sync is its one request, the others send none.
+func TestCachedObserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		var rec recorder
+		l := caching(t, s.conn(), WithObserver(&rec))
+		ctx := t.Context()
+		for range 3 {
+			g, err := l.Lock(ctx)
+			require.NoError(t, err)
+			require.NoError(t, g.Release(ctx))
+		}
+		acquires, grants := rec.events()
+		require.Len(t, acquires, 3)
+		require.Len(t, grants, 3)
+		assert.Equal(t, 1, acquires[1].Requests, "the first re-grant syncs")
+		assert.Equal(t, 0, acquires[2].Requests)
+		for _, a := range acquires {
+			assert.NoError(t, a.Err)
+		}
+	})
+}
