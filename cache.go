@@ -336,9 +336,16 @@ func (ca *cache) regrant(ctx context.Context, l *RWLock, w want) (*Grant, error)
 		l.debug("granted again", cn.path)
 		return h.grant(w.mode), nil
 	}
+	ca.mu.Lock()
+	if err != nil && !cn.doomed && !cn.gone {
+		// The caller gave up: the node stays kept, as it was.
+		cn.claimed = false
+		ca.mu.Unlock()
+		l.acquired(ctx, m, start, err)
+		return nil, &opError{verb(w), l.path, err}
+	}
 	// Not proven: queue afresh, without it. Our node of the same mode may
 	// queue behind it meanwhile: it goes in the background.
-	ca.mu.Lock()
 	cn.claimed, cn.doomed = false, true
 	cn.dropLocked()
 	ca.mu.Unlock()

@@ -485,3 +485,34 @@ func TestCachedObserved(t *testing.T) {
 		}
 	})
 }
+
+// A re-grant whose context ends while it proves its place returns the
+// context's error, and the node stays kept.
+func TestCachedRegrantCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		node := g.Node()
+		require.NoError(t, g.Release(ctx))
+		cctx, cancel := context.WithCancel(ctx)
+		c.setBefore(func(op, _ string) error {
+			if op == "sync" {
+				cancel() // as the proof's sync goes
+			}
+			return nil
+		})
+		_, err = l.Lock(cctx)
+		require.ErrorIs(t, err, context.Canceled)
+		c.setBefore(nil)
+		synctest.Wait()
+		assert.Equal(t, []string{node[len(dir)+1:]}, s.lockNodes(dir), "still kept")
+		g, err = l.Lock(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, node, g.Node())
+		require.NoError(t, g.Release(ctx))
+	})
+}
