@@ -27,7 +27,12 @@ TESTLOG := $(GO) run ./scripts/testlog
 SIM_SCHEDULES ?= 2000000
 SIM_FIRST ?= $(shell date +%s)
 
-.PHONY: demo test soak check release-check check-tiers slowest sim chaos fuzz zookeeper peers bench
+.PHONY: install demo test soak check release-check check-tiers slowest sim chaos fuzz zookeeper peers bench
+
+## install: go install ./cmd/zkrwlock, recording the checkout's revision for
+## zkrwlock version even where go does not (-buildvcs=false, a git worktree)
+install:
+	$(GO) install -ldflags "-X main.revision=$$(git rev-parse HEAD) -X main.modified=$$(git diff --quiet HEAD && echo false || echo true)" ./cmd/zkrwlock
 
 zookeeper:
 	@./scripts/install-zookeeper.sh
@@ -139,10 +144,12 @@ bench: zookeeper
 	echo "bench: $$out.jsonl, $$out.txt" >&2; exit $$rc
 
 ## check: formatting, and vet with the current Go, which also compiles
-## api_test.go: the exported API, name by name and signature by signature
+## api_test.go: the exported API, name by name and signature by signature;
+## then the README's install snippet, run as printed in an empty directory
 check:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet $(PACKAGES)
+	./scripts/check-readme-install.sh
 
 ## release-check: the slower checks, in make soak: vet with the oldest Go and for
 ## macOS; then a module outside the repository that uses otelrwlock and lockprof,

@@ -228,6 +228,7 @@ func (a *acquisition) grant(ctx context.Context) ([]*hold, []step, error) {
 		m.tok = tok
 		m.l.debug("granted", m.path)
 		holds[i] = newHold(m.l, a.c, m)
+		m.announce(holds[i]) // under a capacity, tell the waiter behind (see capacity.go)
 	}
 	a.granted = true
 	for _, h := range holds {

@@ -90,6 +90,9 @@ var (
 	_ func(*rw.Election, context.Context) ([]byte, int64, error)     = (*rw.Election).Leader
 	_ func(*rw.Election, context.Context) <-chan rw.Leadership       = (*rw.Election).Observe
 	_                                                                = rw.Leadership{Value: []byte(nil), Term: int64(0)}
+	_ func(time.Duration) rw.Option                                  = rw.WithLockDelay
+	_                                                                = rw.AcquireEvent{Campaign: true}
+	_                                                                = rw.GrantEvent{Term: true}
 
 	_ []error = []error{rw.ErrWouldBlock, rw.ErrLost, rw.ErrReleased, rw.ErrInvalidPath, rw.ErrUpgrade,
 		rw.ErrInvalidArgument, rw.ErrSequenceExhausted, rw.ErrHoldLimit, rw.ErrRevoked, rw.ErrNoLeader}

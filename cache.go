@@ -2,6 +2,7 @@ package rwlock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -35,12 +36,22 @@ import (
 // start, revocation, fleet watch and observers begin afresh. A node whose
 // session was lost, or whose connection was made anew, is given up, and
 // the next acquisition queues afresh. Only a connection made by [Dial],
-// which counts its sessions, keeps nodes. WithReadCoalescing's shared
+// which counts its sessions, keeps nodes. New refuses it with
+// [WithCapacity]. WithReadCoalescing's shared
 // nodes, LockAll's and a Downgrade's are never kept, and a kept node takes
 // no joiners. One node is kept per RWLock. An idle node sends nothing, and
 // its data marks it cached for Queue.
 func WithCaching() Option {
 	return func(o *options) { o.cache = true }
+}
+
+// checkCaching refuses the options caching cannot go with.
+func (o *options) checkCaching() error {
+	if o.cache && o.capacity > 0 {
+		return fmt.Errorf("%w: WithCaching with WithCapacity: a node's name fixes its weight, which a re-grant could not change",
+			ErrInvalidArgument)
+	}
+	return nil
 }
 
 // cachedMark marks the nodes of a caching lock in their data, from the

@@ -317,6 +317,12 @@ func TestCachedIdleNodeGivenUpAtAnyChange(t *testing.T) {
 	})
 }
 
+// Caching refuses a capacity: a node's name fixes its weight.
+func TestCachingRefusesACapacity(t *testing.T) {
+	_, err := newRWLock(newFakeServer().conn(), dir, WithCaching(), WithCapacity(2))
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}
+
 // A kept node shows as cached in Queue, from its data.
 func TestCachedNodeInQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

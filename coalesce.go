@@ -194,7 +194,7 @@ func (co *coalescer) enter(ctx context.Context, l *RWLock) (s *sharedRead, me *s
 	}
 	s = &sharedRead{
 		co: co, l: l, seats: []*seat{me}, done: make(chan struct{}),
-		a: newAcquisition(Request{l, Read}),
+		a: newAcquisition(Request{Lock: l, Mode: Read}),
 	}
 	s.a.members[0].listed = s.listedBy
 	s.connects, s.counted = s.a.c.ConnectCount()

@@ -100,14 +100,14 @@ type created struct {
 func (a *acquisition) send(ctx context.Context, sending chan struct{}) created {
 	if len(a.members) == 1 {
 		m := a.members[0]
-		r := a.c.Create(ctx, nodePrefix(m.l.path, a.guid, m.mode, m.l.dialect), m.data(), zk.FlagEphemeral|zk.FlagSequence, m.l.acl,
+		r := a.c.Create(ctx, m.prefix(a.guid), m.data(), zk.FlagEphemeral|zk.FlagSequence, m.l.acl,
 			sending, func(r zkclient.Reply[string]) { m.l.finishCreate(a.c, r, a.guid) })
 		return created{paths: []string{r.V}, session: r.Session, err: r.Err}
 	}
 	ops := make([]any, len(a.members))
 	for i, m := range a.members {
 		ops[i] = &zk.CreateRequest{
-			Path: nodePrefix(m.l.path, a.guid, m.mode, m.l.dialect), Data: m.data(), Acl: m.l.acl,
+			Path: m.prefix(a.guid), Data: m.data(), Acl: m.l.acl,
 			Flags: zk.FlagEphemeral | zk.FlagSequence,
 		}
 	}
@@ -209,6 +209,7 @@ func (a *acquisition) requeue(sessionReplaced bool) {
 		a.members[0].l.debug("queueing again with new nodes", a.members[0].path)
 	}
 	for _, m := range a.members {
+		m.vanished(nil) // what went ahead of the old node, nothing told (see lockdelay.go)
 		m.node, m.path, m.session, m.unsure = "", "", 0, false
 		m.snap, m.dir, m.own, m.tok, m.exact = snapshot{}, nil, ownWatch{}, 0, false
 	}
@@ -268,6 +269,7 @@ func (m *member) adopt(ctx context.Context, r zkclient.Reply[[]string]) (step, e
 		default:
 			m.node, m.path, m.session, m.tok = n.name, path, w.session, w.stat.Czxid
 			m.own = ownWatch{watch: w.watch}
+			m.adoptSnapshot(r.V) // what went ahead since, the next listing tells (see lockdelay.go)
 			m.l.debug("found the node of a create whose answer was lost", path)
 			return stepList, nil
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -14,8 +14,13 @@ import (
 )
 
 // Dial connects to the ZooKeeper servers like [zk.Connect], and waits until
-// the client has a session or ctx ends. If ctx ends first, Dial closes the
-// connection. The opts are go-zookeeper's own connection options, applied
+// the client has a session or ctx ends. If ctx has no deadline, Dial gives
+// up after sessionTimeout: no server reached in that time would have kept a
+// session alive either, and a caller who would wait longer passes a
+// deadline. On giving up, or if ctx ends first, Dial closes the connection.
+// The error then names each address tried and how its last attempt failed,
+// and wraps zk.ErrNoServer, with context.DeadlineExceeded for the bound
+// or ctx's error. The opts are go-zookeeper's own connection options, applied
 // as zk.Connect applies them, such as zk.WithDialer for TLS or a proxy,
 // zk.WithHostProvider and zk.WithLogger. Unless opts set a logger,
 // go-zookeeper logs to [slog.Default] at debug level.
@@ -40,6 +45,13 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 	if err != nil {
 		return nil, &opError{"dial", fmt.Sprint(servers), err}
 	}
+	bounded := ""
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, sessionTimeout)
+		defer cancel()
+		bounded = fmt.Sprintf(" (no session within the session timeout %v, Dial's bound for a context without deadline)", sessionTimeout)
+	}
 	for {
 		select {
 		case ev, ok := <-events:
@@ -51,9 +63,9 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 			}
 		case <-ctx.Done():
 			conn.Close()
-			err := ctx.Err()
-			if last := log.lastFailure(); last != "" {
-				err = fmt.Errorf("%w (last attempt: %s)", err, last)
+			err := fmt.Errorf("%w%s: %w", zk.ErrNoServer, bounded, ctx.Err())
+			if tried := log.tried(); tried != "" {
+				err = fmt.Errorf("%w; tried %s", err, tried)
 			}
 			return nil, &opError{"dial", fmt.Sprint(servers), err}
 		}
@@ -63,24 +75,55 @@ func Dial(ctx context.Context, servers []string, sessionTimeout time.Duration, o
 // minSessionTimeout is the smallest timeout Dial asks a server for.
 const minSessionTimeout = 100 * time.Millisecond
 
-// dialLogger passes go-zookeeper's log to slog, and keeps the last failed
-// connection attempt for Dial's error.
+// dialLogger passes go-zookeeper's log to slog, and keeps each address
+// tried with how its last attempt failed, for Dial's error.
 type dialLogger struct {
-	failure atomic.Pointer[string]
+	mu       sync.Mutex
+	current  string            // the address of the connection go-zookeeper made last
+	addrs    []string          // the addresses tried, in their first attempt's order
+	outcomes map[string]string // each address's last failure, or "connected"
 }
 
-func (g *dialLogger) lastFailure() string {
-	if f := g.failure.Load(); f != nil {
-		return *f
+// tried lists the addresses tried with their last outcome.
+func (g *dialLogger) tried() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	parts := make([]string, len(g.addrs))
+	for i, a := range g.addrs {
+		parts[i] = a + " (" + g.outcomes[a] + ")"
 	}
-	return ""
+	return strings.Join(parts, ", ")
 }
 
-// Printf is zk.Logger's method.
+func (g *dialLogger) note(addr, outcome string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.outcomes == nil {
+		g.outcomes = map[string]string{}
+	}
+	if _, ok := g.outcomes[addr]; !ok {
+		g.addrs = append(g.addrs, addr)
+	}
+	g.outcomes[addr] = outcome
+	g.current = addr
+}
+
+// Printf is zk.Logger's method. It reads go-zookeeper v1.0.4's messages
+// of connectLoop and authenticate; another version's only lose detail.
 func (g *dialLogger) Printf(format string, args ...any) {
-	if format == "failed to connect to %s: %v" || strings.HasPrefix(format, "authentication failed") {
-		msg := fmt.Sprintf(format, args...)
-		g.failure.Store(&msg)
+	switch {
+	case format == "connected to %s" && len(args) == 1:
+		g.note(fmt.Sprint(args[0]), "connected, no session")
+	case format == "failed to connect to %s: %v" && len(args) == 2:
+		g.note(fmt.Sprint(args[0]), fmt.Sprint(args[1]))
+	case strings.HasPrefix(format, "authentication failed"):
+		g.mu.Lock()
+		current := g.current
+		g.mu.Unlock()
+		// go-zookeeper calls the handshake "authentication", which has
+		// nothing to do with credentials.
+		msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "authentication failed: ")
+		g.note(current, "handshake failed: "+msg)
 	}
 	if slog.Default().Enabled(context.Background(), slog.LevelDebug) {
 		slog.Debug("zk: " + fmt.Sprintf(format, args...))

@@ -42,8 +42,8 @@ func (m *member) mkdirs(ctx context.Context) error {
 		case errors.Is(r.Err, zk.ErrNoAuth):
 			m.removeCreatedDirs()
 			// The refusal is the parent's ACL's, which WithACL does not set.
-			return fmt.Errorf("create %s: %w (the ACL of %s does not let this client create in it: "+
-				"authenticate as a client it lets, with (*zk.Conn).AddAuth, or have its owner grant CREATE)", dir, r.Err, parentOf(dir))
+			return fmt.Errorf("create %s: %w: the ACL of %s does not let this client create in it "+
+				"(add an identity it allows with zk.Conn.AddAuth, or have its owner allow CREATE)", dir, r.Err, parentOf(dir))
 		case !errors.Is(r.Err, zk.ErrNodeExists):
 			return fmt.Errorf("create %s: %w", dir, r.Err)
 		}
@@ -119,9 +119,11 @@ func (l *RWLock) checkDeletable(ctx context.Context, c *zkclient.Client) error {
 	case yes:
 		l.deletable.Store(true)
 	case errors.Is(err, zk.ErrNoAuth):
-		return fmt.Errorf("%w: this client may not delete nodes in %s (the directory's ACL lacks DELETE for it), "+
-			"so it could never release a grant there; if the ACL names a user (digest) or another scheme, authenticate as it "+
-			"with (*zk.Conn).AddAuth before locking", zk.ErrNoAuth, l.path)
+		// The advice for a Go program is in one parenthesis that names
+		// zk.Conn.AddAuth. The command line replaces it with its own.
+		return fmt.Errorf("%w: this client may not delete nodes in %s, so it could never release a grant there "+
+			"(no entry of the directory's ACL allows DELETE to an identity this client has: add one, "+
+			"such as digest user:password, with zk.Conn.AddAuth before locking)", zk.ErrNoAuth, l.path)
 	}
 	return nil // any other failure, the acquisition meets again
 }

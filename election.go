@@ -111,8 +111,9 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (*Grant, error) {
 	if err := e.begin(); err != nil {
 		return fail(err)
 	}
-	a := newAcquisition(Request{l, Write})
+	a := newAcquisition(Request{Lock: l, Mode: Write})
 	a.members[0].lines = lockname.ValueLine(value)
+	a.members[0].campaign = true
 	start := time.Now()
 	l.starting(ctx, a.members[0].want, start)
 	holds, err := a.run(ctx)

@@ -3,6 +3,7 @@ package rwlock
 import (
 	"context"
 	"fmt"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -366,6 +367,80 @@ func TestObserverDoesNotWalkGoneCandidates(t *testing.T) {
 		require.NoError(t, r.g.Release(ctx))
 		cancels[gaveUp]()
 		stop()
+		for range states {
+		}
+	})
+}
+
+// Observers hear of a Campaign as a write acquisition with Campaign set,
+// and of its term as a write grant with Term set; a lost term has its
+// Loss, a Resign none. A plain write grant and a downgraded term are no
+// terms.
+func TestElectionObserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		s := newFakeServer()
+		var r recorder
+		e := newElectionOn(t, s.conn(), WithObserver(&r))
+		g, err := e.Campaign(ctx, []byte("v"))
+		require.NoError(t, err)
+		require.NoError(t, e.Resign(ctx))
+		g, err = e.Campaign(ctx, []byte("v"))
+		require.NoError(t, err)
+		require.NoError(t, s.conn().Delete(g.Node(), -1)) // by hand
+		synctest.Wait()
+		<-g.Done()
+		d, err := e.Campaign(ctx, []byte("v"))
+		require.NoError(t, err)
+		rd, err := d.Downgrade(ctx)
+		require.NoError(t, err)
+		require.NoError(t, rd.Release(ctx))
+
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		require.Len(t, r.acquires, 3)
+		for _, a := range r.acquires {
+			assert.True(t, a.Campaign)
+			assert.Equal(t, Write, a.Mode)
+		}
+		require.Len(t, r.grants, 4)
+		assert.True(t, r.grants[0].Term)
+		assert.Empty(t, r.grants[0].Loss, "a Resign is a release")
+		assert.True(t, r.grants[1].Term)
+		assert.Equal(t, "node_deleted", r.grants[1].Loss)
+		assert.True(t, r.grants[2].Term, "the term ends at its Downgrade")
+		assert.Equal(t, Read, r.grants[3].Mode)
+		assert.False(t, r.grants[3].Term, "a downgraded term leads nobody")
+	})
+}
+
+// An observer writes nothing: on a path that does not exist it reports
+// that nobody leads, and makes no directory. Once a Campaign makes it, the
+// observer reports the leader. Leader makes nothing either.
+func TestObserveMakesNoDirectory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		s := newFakeServer()
+		watcher := newElectionOn(t, s.conn())
+		states := watcher.Observe(ctx)
+		require.Equal(t, Leadership{}, <-states, "nobody leads")
+		synctest.Wait()
+		_, _, err := watcher.Leader(ctx)
+		require.ErrorIs(t, err, ErrNoLeader)
+		for _, p := range []string{dir, path.Dir(dir)} {
+			_, _, err := s.conn().Get(p)
+			require.ErrorIs(t, err, zk.ErrNoNode, "%s made by a reader", p)
+		}
+
+		g, err := newElectionOn(t, s.conn()).Campaign(ctx, []byte("v"))
+		require.NoError(t, err)
+		got := <-states
+		assert.Equal(t, g.Token(), got.Term)
+		assert.Equal(t, "v", string(got.Value))
+		require.NoError(t, g.Release(ctx))
+		assert.Equal(t, int64(0), (<-states).Term)
+		cancel()
 		for range states {
 		}
 	})

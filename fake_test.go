@@ -31,10 +31,30 @@ type fakeServer struct {
 	zxid     int64
 	sessions int64
 	conns    []*fakeConn
-	czxids   map[string]int64     // every node ever created, when (see the simulation's fairness check)
-	dzxids   map[string]int64     // every node deleted, when
+	czxids   map[string]int64 // every node ever created, when (see the simulation's fairness check)
+	dzxids   map[string]int64 // every node deleted, when
+	deaths   map[string]fakeDeath
 	ctimes   map[string]time.Time // every node created by create, when by the clock (see the simulation's check of re-grants)
 	tokens   []grantToken         // the grants checkToken saw
+}
+
+// fakeDeath is a node's deletion: when, whether a release's held mark rode
+// on it, and the sessions that had a watch on it, which the deletion
+// notifies.
+type fakeDeath struct {
+	at       time.Time
+	zxid     int64
+	marked   bool
+	changed  bool // its data changed before, or as it went
+	watchers []fakeWatcher
+}
+
+// fakeWatcher is a session with a watch on a node, and the server's zxid
+// when it set its latest.
+type fakeWatcher struct {
+	session int64
+	since   int64
+	data    bool // a data watch, not a child watch
 }
 
 // grantToken is a grant's token, for checkToken.
@@ -62,6 +82,7 @@ type fakeConn struct {
 	session  atomic.Int64
 	state    atomic.Int32
 	calls    atomic.Int64         // requests sent to the server
+	notified atomic.Int64         // data watch events the server sent it (see TestPermitWakeups)
 	lists    atomic.Int64         // of which Children and ChildrenW of a directory
 	applied  []string             // "op path" of every request, in the server's order; guarded by s.mu
 	connects atomic.Uint64        // sessions had: one per connection, as Dial counts them
@@ -85,6 +106,7 @@ type fakeConn struct {
 	queueWhileDown bool
 	back           chan struct{}                // closed when the connection is back, or closed; guarded by s.mu
 	watches        map[watchKey][]chan zk.Event // guarded by s.mu
+	watchedAt      map[watchKey]int64           // the server's zxid at the latest watch set on each; guarded by s.mu
 
 	// Events for this session are held back while it is disconnected, as
 	// the server can only send them once the client is back (go-zookeeper
@@ -485,6 +507,10 @@ func (c *fakeConn) watch(p string, kind watchKind) <-chan zk.Event {
 	ch := make(chan zk.Event, 1)
 	k := watchKey{p, kind}
 	c.watches[k] = append(c.watches[k], ch)
+	if c.watchedAt == nil {
+		c.watchedAt = map[watchKey]int64{}
+	}
+	c.watchedAt[k] = c.s.zxid
 	return ch
 }
 
@@ -497,6 +523,9 @@ func (s *fakeServer) fire(p string, kind watchKind, typ zk.EventType) {
 			continue // the server forgot the session's watches
 		}
 		for _, ch := range c.watches[k] {
+			if kind == dataWatch {
+				c.notified.Add(1)
+			}
 			ev := zk.Event{Type: typ, State: zk.StateHasSession, Path: p}
 			if c.cl != nil {
 				c.cl.event(ch, ev)
@@ -566,6 +595,18 @@ func (s *fakeServer) delete(p string) error {
 	}
 	s.zxid++
 	s.dzxids[p] = s.zxid
+	if s.deaths == nil {
+		s.deaths = map[string]fakeDeath{}
+	}
+	death := fakeDeath{at: time.Now(), zxid: s.zxid, marked: lockname.Held(n.data) && !lockname.Downgraded(n.data), changed: n.stat.Version > 0}
+	for _, c := range s.conns {
+		for _, k := range []watchKey{{p, dataWatch}, {p, childWatch}} {
+			if !c.dead && len(c.watches[k]) > 0 {
+				death.watchers = append(death.watchers, fakeWatcher{c.session.Load(), c.watchedAt[k], k.kind == dataWatch})
+			}
+		}
+	}
+	s.deaths[p] = death
 	delete(s.nodes, p)
 	parent := s.nodes[path.Dir(p)]
 	delete(parent.children, path.Base(p))

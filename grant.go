@@ -213,7 +213,9 @@ func (g *Grant) setReleased(next *Grant) {
 // grant is unchanged. Once sent, the request is waited for up to the
 // cleanup timeout, whatever ctx does. If its outcome stays unknown, readers
 // may have joined, so the grant is lost and its node deleted. Downgrade of
-// a read grant returns the grant itself.
+// a read grant returns the grant itself. On a lock made WithCapacity,
+// Downgrade fails with ErrInvalidArgument, since a node's name fixes its
+// weight.
 func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 	if g.mode == Read {
 		return g, nil
@@ -234,6 +236,10 @@ func (g *Grant) Downgrade(ctx context.Context) (*Grant, error) {
 		g.setReleased(r)
 		g.endAlone(ErrReleased)
 		return r, nil
+	}
+	if h.l.capacity > 0 {
+		// Its name declares its weight, which no data change can make smaller.
+		return fail(fmt.Errorf("%w: a grant of every permit cannot be downgraded: release it and Acquire fewer", ErrInvalidArgument))
 	}
 	h.ops.Lock()
 	defer h.ops.Unlock()
@@ -356,7 +362,7 @@ func (l *RWLock) nested(ctx context.Context, w want) (*Grant, error) {
 	switch {
 	case outer.ctx.Err() != nil:
 		err = fmt.Errorf("the grant in the context has ended: %w", context.Cause(outer.ctx))
-	case w.mode == Write && outer.mode == Read:
+	case w.mode == Write && outer.mode == Read, w.weight > holdWeight(outer.h):
 		err = fmt.Errorf("%w (%s)", ErrUpgrade, outer.h.path)
 	}
 	if err != nil {

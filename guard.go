@@ -35,8 +35,22 @@ import (
 // version mismatch or a missing parent, fails the transaction. The error is
 // then that op's, as go-zookeeper reports it, and the grant is unchanged.
 // Ops on the lock's own nodes, and ops of other types, are refused with an
-// error wrapping ErrInvalidArgument. If ctx ends or the connection fails
-// before the answer, the outcome is unknown, as for any ZooKeeper write.
+// error wrapping ErrInvalidArgument.
+//
+// Whether a failed Multi committed, by its error:
+//   - Never sent, nothing committed, safe to retry: ErrInvalidArgument, an
+//     ended grant's error, a ctx that had ended before the call, and
+//     zk.ErrNoServer. go-zookeeper returns that for requests still queued
+//     once it has tried every server, about a second into an outage.
+//   - Answered, nothing committed: ErrLost, and an op's own error, such as
+//     zk.ErrBadVersion, zk.ErrNodeExists or zk.ErrNoAuth.
+//   - Outcome unknown: zk.ErrConnectionClosed, zk.ErrClosing,
+//     zk.ErrSessionExpired, a network error, and ctx's error when ctx
+//     ended during the call. The transaction may have committed. After
+//     ctx's error it may even commit later, when go-zookeeper sends it on
+//     a new connection, though only while the node exists. Read the data
+//     back before a retry, or make the retry safe with a version in the
+//     ops.
 func (g *Grant) Multi(ctx context.Context, ops ...any) ([]zk.MultiResponse, error) {
 	h := g.h
 	fail := func(err error) error { return &opError{"multi", h.path, err} }

@@ -97,6 +97,7 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat, sent time.Time
 	if !m.ours(r.Session) {
 		return stepRequeue, nil
 	}
+	m.vanished(r.V) // before takeSnapshot reuses the snapshot's memory
 	snap, err := takeSnapshot(m.dropTwins(r.V), m.node, m.snap.before)
 	switch {
 	case errors.Is(err, errNotListed):
@@ -113,12 +114,21 @@ func (m *member) locate(r zkclient.Reply[[]string], dir *zk.Stat, sent time.Time
 		// queue, loudly. abort deletes our node.
 		return 0, mixed
 	}
+	if err := m.l.disagree(&snap); err != nil {
+		return 0, err // a node made under another capacity: refuse, as above
+	}
 	m.snap, m.listedAt = snap, sent
 	m.dated(dir)
 	if m.listed != nil {
 		m.listed(m)
 	}
 	if _, blocked := m.snap.blocker(m.isDowngraded); !blocked {
+		if m.owesDelay() { // see lockdelay.go
+			if !m.block {
+				return 0, ErrWouldBlock
+			}
+			return stepWait, nil
+		}
 		return stepGrant, nil // the listing proves our node there, and nothing in our way
 	}
 	return stepWait, nil
@@ -170,7 +180,7 @@ func (m *member) dated(dir *zk.Stat) {
 	case creates == int64(m.snap.self.seq)+1:
 		m.tok = dir.Pzxid
 	// mutant: reader-token-any-listing
-	case m.mode == Read && !m.snap.laterWriter && m.snap.peers == 0:
+	case m.mode == Read && m.weight == 0 && !m.snap.laterWriter && m.snap.peers == 0:
 		m.tok = dir.Pzxid
 	}
 }

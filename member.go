@@ -29,8 +29,10 @@ const (
 
 // want is what the caller asked of one lock.
 type want struct {
-	mode  Mode
-	block bool // false for TryLock and TryRLock
+	mode     Mode
+	block    bool  // false for TryLock and TryRLock
+	campaign bool  // an Election's Campaign (see election.go), for the observers
+	weight   int64 // the permits it takes under a capacity; 0 without one (see capacity.go)
 }
 
 // acquisition is one call that makes nodes, in progress.
@@ -59,7 +61,9 @@ type member struct {
 
 	snap       snapshot
 	downgraded map[string]bool // writers seen downgraded (readers only)
+	admitted   map[string]bool // nodes ahead seen holding, under a capacity (see capacity.go)
 	waited     bool            // we watched a node before being granted
+	delay      lockDelay       // what WithLockDelay makes us wait (see lockdelay.go)
 	retry      zkclient.Backoff
 
 	dir     *zkclient.Watch // child watch on the directory, from our first listing
@@ -84,7 +88,11 @@ func newAcquisition(reqs ...Request) *acquisition {
 	a := &acquisition{guid: lockname.NewGUID()}
 	for _, r := range reqs {
 		a.c = zkclient.For(r.Lock.conn)
-		a.members = append(a.members, &member{l: r.Lock, a: a, want: want{mode: r.Mode, block: true}})
+		w := want{mode: r.Mode, block: true, weight: r.Lock.weigh(r.Mode, r.Weight)}
+		if w.weight > 0 {
+			w.mode = r.Lock.permitMode(w.weight)
+		}
+		a.members = append(a.members, &member{l: r.Lock, a: a, want: w})
 	}
 	return a
 }

@@ -17,6 +17,10 @@ import (
 type Request struct {
 	Lock *RWLock
 	Mode Mode // Read or Write
+	// Weight is the permits it takes of a lock made WithCapacity, 1 to its
+	// capacity; its grant's Mode is then Write for all of them, else Read.
+	// With 0, Write takes them all and Read one.
+	Weight int64
 }
 
 // LockAll blocks until it holds every lock of reqs in its mode, or ctx
@@ -63,7 +67,7 @@ func LockAll(ctx context.Context, reqs ...Request) ([]*Grant, error) {
 	}
 	grants := make([]*Grant, len(holds))
 	for i, h := range holds {
-		grants[i] = h.grant(reqs[i].Mode)
+		grants[i] = h.grant(a.members[i].mode)
 	}
 	return grants, nil
 }
@@ -77,6 +81,8 @@ func checkRequests(ctx context.Context, reqs []Request) error {
 			return fmt.Errorf("%w: request %d: an RWLock not made by New", ErrInvalidArgument, i)
 		case r.Mode != Read && r.Mode != Write:
 			return fmt.Errorf("%w: request %d: mode %v", ErrInvalidArgument, i, r.Mode)
+		case r.Lock.checkWeight(r.Weight) != nil:
+			return fmt.Errorf("request %d: %w", i, r.Lock.checkWeight(r.Weight))
 		case r.Lock.conn != reqs[0].Lock.conn:
 			return fmt.Errorf("%w: %s and %s are on different connections", ErrInvalidArgument, reqs[0].Lock.path, r.Lock.path)
 		case slices.ContainsFunc(reqs[:i], func(o Request) bool { return o.Lock.path == r.Lock.path }):

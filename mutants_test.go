@@ -208,16 +208,38 @@ var mutants = []mutant{
 	// Elections are a write queue with values (election.go): a successor
 	// must not lead before the old leader's head start, nor on the change
 	// a Proclaim makes to the leader's node.
+	// Lock-delay (lockdelay.go): after an unclean loss ahead, no grant
+	// before the delay has passed since the waiter learned of it.
+	{name: "lock-delay: a successor granted at the loss", flags: []string{"-sim.lockdelay"}, edits: []mutantEdit{
+		{file: "lockdelay.go", point: "lock-delay-early", new: "until := time.Now()"}}},
+	{name: "lock-delay: a deletion with no mark before it taken for a release", flags: []string{"-sim.lockdelay"}, edits: []mutantEdit{
+		{file: "watch.go", point: "lock-delay-deletion-clean", new: "m.gone(l, true)"}}},
+	{name: "lock-delay: a data change taken for a release without a look", flags: []string{"-sim.lockdelay"}, edits: []mutantEdit{
+		{file: "lockdelay.go", point: "lock-delay-trusts-change", new: "if true {"}}},
+	{name: "lock-delay: nodes a listing no longer shows taken for released", flags: []string{"-sim.lockdelay"}, edits: []mutantEdit{
+		{file: "lockdelay.go", point: "lock-delay-vanished", new: "if false {"}}},
 	{name: "elections: a head start too short", flags: []string{"-sim.elect"}, edits: []mutantEdit{
 		{file: "internal/zkclient/lease.go", point: "headstart", new: "return -t / 8"}}},
 	{name: "elections: a candidate takes its leader's Proclaim for the leader's end", flags: []string{"-sim.elect"}, edits: []mutantEdit{
-		{file: "watch.go", point: "data-change-as-deletion", new: "m.gone(l)"}}},
+		{file: "watch.go", point: "data-change-as-deletion", new: "m.gone(l, true)"}}},
 	{name: "elections: a reader behind a leader takes its Proclaim for a downgrade", flags: []string{"-sim.elect"}, edits: []mutantEdit{
 		{file: "watch.go", point: "reader-takes-proclaim-for-downgrade", new: "if false {"}}},
 	{name: "a campaign's term left a listing's stand-in, which observers cannot read", run: "TestCampaignTermIsTheNodesCzxid", edits: []mutantEdit{
 		{file: "election.go", point: "term-stand-in", new: "_ = r.V.Stat.Czxid"}}},
 	{name: "an observer reports a state older than one it showed", run: "TestObserverNeverGoesBackwards", edits: []mutantEdit{
 		{file: "observe.go", point: "observe-backwards", new: "case now.Term != o.term:"}}},
+	// A Locker's exclusion of its own callers is in-process: the
+	// simulation, which checks grants, has nothing to find.
+	{name: "a Locker lets a second caller in once its grant is lost", run: "TestLockerExcludesItsCallersAfterALoss", edits: []mutantEdit{
+		{file: "locker.go", point: "locker-exclusion", new: "_ = k.held"},
+		{file: "locker.go", point: "locker-exclusion-unlock", new: "_ = k.held"}}},
+	// A bounded lock (capacity.go): the rule, and its watch set.
+	{name: "a permit granted past the capacity", flags: []string{"-sim.capacity"}, edits: []mutantEdit{
+		{file: "capacity.go", point: "permit-past-capacity", new: "if sum < self.capacity {"}}},
+	{name: "a small permit granted past a large waiter", flags: []string{"-sim.capacity"}, edits: []mutantEdit{
+		{file: "capacity.go", point: "permit-out-of-order", new: "if sum+n.weight <= self.capacity { sum += n.weight }"}}},
+	{name: "a waiter watches the first node ahead, not its predecessor", run: "TestPermitWakeups", edits: []mutantEdit{
+		{file: "capacity.go", point: "permit-watches-wrong-node", new: "return before[:1], false"}}},
 }
 
 // joinerOnAnEarlierSync lets the joiners waiting for the next sync in on

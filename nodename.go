@@ -22,6 +22,8 @@ type lockNode struct {
 	family Dialect // whose names it carries
 	ours   bool    // made by zkrwlock, so its data's marks can be trusted
 	marker uint8   // index in lockname.Markers
+	// weight and capacity are a bounded node's (see capacity.go); 0 for others.
+	weight, capacity int64
 }
 
 // parseNode parses a child name. It returns false for a name that is not a
@@ -35,7 +37,8 @@ func parseNode(name string) (n lockNode, ok bool) {
 	if p.Write {
 		mode = Write
 	}
-	return lockNode{name: p.Name, seq: p.Seq, mode: mode, family: Dialect(p.Family), ours: p.Ours, marker: p.Marker}, true
+	return lockNode{name: p.Name, seq: p.Seq, mode: mode, family: Dialect(p.Family), ours: p.Ours, marker: p.Marker,
+		weight: p.Weight, capacity: p.Capacity}, true
 }
 
 // nodePrefix is the path we ask ZooKeeper to extend with a sequence number.
@@ -54,6 +57,9 @@ type snapshot struct {
 	// laterWriter reports that a writer's node after ours was listed (see
 	// dated).
 	laterWriter bool
+	// odd holds two lock nodes listed whose capacities differ, if any (see
+	// capacity.go). One of them disagrees with ours.
+	odd [2]lockNode
 }
 
 // errNotListed means our node is not among the children, so it is gone.
@@ -67,10 +73,20 @@ var errNotListed = errors.New("our node is not listed")
 func takeSnapshot(children []string, self string, buf []lockNode) (snapshot, error) {
 	s := snapshot{before: slices.Grow(buf[:0], len(children))}
 	found := false
+	var first lockNode
 	for _, name := range children {
 		n, isLock := parseNode(name)
 		if !isLock {
+			if lockname.CuratorSemaphore(name) {
+				s.peers |= 1 << lockname.LeaseMarker()
+			}
 			continue
+		}
+		switch {
+		case first.name == "":
+			first = n
+		case n.capacity != first.capacity && s.odd[0].name == "":
+			s.odd = [2]lockNode{first, n}
 		}
 		if !n.ours {
 			s.peers |= 1 << n.marker
@@ -131,6 +147,9 @@ func queueOrder(a, b lockNode) int {
 // downgraded reports writers known to be downgraded. It returns false when
 // nothing blocks us.
 func (s *snapshot) blocker(downgraded func(name string) bool) (n lockNode, ok bool) {
+	if s.self.capacity > 0 {
+		return permitBlocker(s.before, s.self)
+	}
 	if s.self.mode == Write {
 		return writeBlocker(s.before)
 	}

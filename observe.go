@@ -3,6 +3,7 @@ package rwlock
 import (
 	"context"
 	"errors"
+	"path"
 	"slices"
 
 	"github.com/go-zookeeper/zk"
@@ -50,9 +51,9 @@ import (
 // and nobody leads in between only when the leader went.
 //
 // The channel is closed when ctx ends, or when the *zk.Conn is closed.
-// Observe rides out connection loss and session expiry. It makes the lock
-// directory if it is missing, as Campaign would. For a zero Election it
-// returns a closed channel.
+// Observe rides out connection loss and session expiry. It writes nothing:
+// while the lock directory is missing, nobody leads, and it waits for the
+// directory to be made. For a zero Election it returns a closed channel.
 func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 	l := e.lock()
 	out := make(chan Leadership)
@@ -178,15 +179,20 @@ func (o *observer) look(ctx context.Context) (headRead, *zkclient.Watch, error) 
 // list lists the queue. For an empty queue it lists again with a child
 // watch on the directory, which fires when a node comes. A queue that is
 // not empty leaves no watch behind, since the observer waits on its head.
-// A missing directory is made.
+// A missing directory is an empty queue, watched as waitDir says.
 func (o *observer) list(ctx context.Context) (empty bool, w *zkclient.Watch, err error) {
 	r := o.c.Children(ctx, o.l.path)
 	if errors.Is(r.Err, zk.ErrNoNode) {
-		m := &member{l: o.l, a: &acquisition{c: o.c}}
-		if err := m.mkdirs(ctx); err != nil {
+		o.listed = nil
+		switch w, err := o.waitDir(ctx); {
+		case err != nil:
 			return false, nil, err
+		case w != nil:
+			return true, w, nil
 		}
-	} else if r.Err != nil {
+		r = o.c.Children(ctx, o.l.path) // made meanwhile; a level still missing is an error, and run retries
+	}
+	if r.Err != nil {
 		return false, nil, r.Err
 	}
 	if o.listed = queueOf(r.V); len(o.listed) > 0 {
@@ -202,6 +208,29 @@ func (o *observer) list(ctx context.Context) (empty bool, w *zkclient.Watch, err
 		return false, nil, nil
 	}
 	return true, w, nil
+}
+
+// waitDir watches for the lock directory, which is missing. An observer
+// only reads, so it makes nothing. It sets a child watch on the nearest
+// ancestor that exists, which fires when the next level of the path is
+// made. The first Campaign makes the directory, and the watch fires on the
+// way. So does the server's removal of an empty container directory,
+// which the watch on the directory tells. It returns nil with no error if
+// a level it found missing exists after all.
+func (o *observer) waitDir(ctx context.Context) (*zkclient.Watch, error) {
+	for p := o.l.path; p != "/"; p = path.Dir(p) {
+		r, w := o.c.ChildrenW(ctx, path.Dir(p))
+		switch {
+		case errors.Is(r.Err, zk.ErrNoNode):
+			continue
+		case r.Err != nil:
+			return nil, r.Err
+		case slices.Contains(r.V, path.Base(p)):
+			return nil, nil // made meanwhile: look again
+		}
+		return w, nil
+	}
+	return nil, nil
 }
 
 // behind returns the nodes of q, in queue order, that come after n.

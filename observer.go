@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -57,7 +58,10 @@ type AcquireEvent struct {
 	// rode behind its create, without waiting for anyone: the uncontended
 	// case.
 	OneRoundTrip bool
-	Err          error // why it failed, which the call returns wrapped; nil when granted
+	// Campaign is true for an Election's Campaign. Its grant is a term, a
+	// write grant whose GrantEvent has Term set.
+	Campaign bool
+	Err      error // why it failed, which the call returns wrapped; nil when granted
 }
 
 // A GrantEvent is the end of a grant.
@@ -79,7 +83,11 @@ type GrantEvent struct {
 	// Requests counts the requests the grant sent. They are its release,
 	// watches, Downgrade, and listings for peers; see WithDialect.
 	Requests int
-	Err      error // ErrReleased, or an error wrapping ErrLost
+	// Term is true for a leadership, the write grant of an Election's
+	// Campaign. A leadership lost is a write grant lost, with its Loss; a
+	// Resign is a release.
+	Term bool
+	Err  error // ErrReleased, or an error wrapping ErrLost
 }
 
 // A StartObserver is an Observer that also hears of every acquisition and
@@ -180,7 +188,7 @@ func (l *RWLock) starting(ctx context.Context, w want, start time.Time) {
 	if len(l.starters) == 0 {
 		return
 	}
-	ev := AcquireEvent{Lock: l.path, Mode: w.mode, Try: !w.block, Start: start}
+	ev := AcquireEvent{Lock: l.path, Mode: w.mode, Try: !w.block, Start: start, Campaign: w.campaign}
 	for _, o := range l.starters {
 		o.ObserveAcquireStart(ctx, ev)
 	}
@@ -206,6 +214,7 @@ func (l *RWLock) acquired(ctx context.Context, a *member, start time.Time, err e
 	ev := AcquireEvent{
 		Lock: l.path, Mode: a.mode, Try: !a.block, Outcome: outcome,
 		Start: start, Wait: wait, Requests: int(a.requests.Load()), Relists: int(a.relists.Load()), Err: err,
+		Campaign: a.campaign,
 	}
 	ev.OneRoundTrip = err == nil && oneRoundTrip(a)
 	for _, o := range l.observers {
@@ -238,11 +247,17 @@ func (observing) changed(h *hold, c change) {
 
 // observeStart tells the StartObservers that h begins, in its mode now.
 func (h *hold) observeStart() {
-	ev := GrantEvent{Lock: h.l.path, Node: h.path, Mode: h.currentMode()}
+	mode := h.currentMode()
+	ev := GrantEvent{Lock: h.l.path, Node: h.path, Mode: mode, Term: h.term(mode)}
 	for _, o := range h.l.starters {
 		o.ObserveGrantStart(ev)
 	}
 }
+
+// term reports whether h's grant of mode is a leadership: the write grant
+// of a Campaign's node, which carries a value line. A Downgrade's read
+// grant is none.
+func (h *hold) term(mode Mode) bool { return mode == Write && lockname.Elected(h.lines) }
 
 // observeEnd tells the observers that h's grant of mode ended with cause,
 // having sent requests. It runs as the hold's end hooks do, after its
@@ -253,7 +268,7 @@ func (h *hold) observeEnd(mode Mode, cause error, requests int64) {
 	h.mu.Unlock()
 	ev := GrantEvent{
 		Lock: h.l.path, Node: h.path, Mode: mode, Hold: time.Since(since), Loss: lossOf(cause),
-		Requests: int(requests), Err: cause,
+		Requests: int(requests), Err: cause, Term: h.term(mode),
 	}
 	for _, o := range h.l.observers {
 		o.ObserveGrant(ev)

@@ -19,11 +19,13 @@ type options struct {
 	sessionTimeout time.Duration
 	cleanupTimeout time.Duration
 	maxHold        time.Duration
+	lockDelay      time.Duration // WithLockDelay
 	observers      []Observer
 	starters       []StartObserver // the observers that are StartObservers too
 	dialect        Dialect
-	coalesce       bool // WithReadCoalescing
-	cache          bool // WithCaching
+	coalesce       bool  // WithReadCoalescing
+	capacity       int64 // WithCapacity; 0 for none
+	cache          bool  // WithCaching
 	err            error
 }
 
@@ -47,6 +49,12 @@ func makeOptions(opts []Option) (options, error) {
 		if o.err != nil {
 			return options{}, o.err
 		}
+	}
+	if err := o.checkCapacity(); err != nil {
+		return options{}, err
+	}
+	if err := o.checkCaching(); err != nil {
+		return options{}, err
 	}
 	return o, nil
 }

@@ -52,6 +52,10 @@ type Entry struct {
 	// peer's Held follows its library's own rules, over the nodes it
 	// counts.
 	Blind bool
+	// Weight is the permits the node takes of a lock made WithCapacity, as
+	// its name declares, and Capacity that lock's; both are 0 for other
+	// nodes. A node holds once the weights up to its own fit the capacity.
+	Weight, Capacity int64
 }
 
 // Queue returns the holders and then the waiters of the lock, in queue
@@ -92,6 +96,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 				Node: path, Mode: mode, Seq: n.seq, SessionID: r.V.Stat.EphemeralOwner,
 				Owner: lockname.Owner(r.V.Data), Created: time.UnixMilli(r.V.Stat.Ctime),
 				Family: n.family, Peer: !n.ours, Readers: l.coalesce.readers(path),
+				Weight: n.weight, Capacity: n.capacity,
 			}
 			if n.ours {
 				entries[i].MaxHold = lockname.MaxHold(r.V.Data)
@@ -132,8 +137,13 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 func holding(nodes []lockNode, modes []Mode) []bool {
 	held := make([]bool, len(nodes))
 	writerBefore := false
+	var weights int64 // of a bounded lock's nodes so far (see capacity.go)
 	for i, n := range nodes {
 		held[i] = i == 0 || modes[i] == Read && !writerBefore
+		if n.capacity > 0 {
+			weights += n.weight
+			held[i] = weights <= n.capacity // in order: the sums only grow
+		}
 		if !n.ours {
 			held[i], _ = peerView(nodes, i)
 		}

@@ -54,7 +54,10 @@ type RWLock struct {
 	sessionTimeout time.Duration // from WithSessionTimeout; 0 when not given
 	cleanupTimeout time.Duration
 	maxHold        time.Duration // from WithMaxHold; 0 for none
+	lockDelay      time.Duration // from WithLockDelay; 0 for none
+	heardLoss      heardLoss     // the latest grant any acquisition owes a lock-delay (see lockdelay.go)
 	dialect        Dialect
+	capacity       int64 // WithCapacity's permits; 0 for a read/write lock (see capacity.go)
 
 	observers []Observer      // from WithObserver
 	starters  []StartObserver // those of observers that hear of starts too
@@ -103,9 +106,11 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		sessionTimeout: o.sessionTimeout,
 		cleanupTimeout: o.cleanupTimeout,
 		maxHold:        o.maxHold,
+		lockDelay:      o.lockDelay,
 		observers:      o.observers,
 		starters:       o.starters,
 		dialect:        o.dialect,
+		capacity:       o.capacity,
 	}
 	if o.coalesce {
 		l.coalesce = &coalescer{live: map[string]*sharedRead{}}
@@ -142,6 +147,9 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if l.conn == nil {
 		return nil, &opError{verb(w), l.path, fmt.Errorf("%w: the RWLock was not made by New", ErrInvalidArgument)}
 	}
+	if w.weight = l.weigh(w.mode, w.weight); w.weight > 0 {
+		w.mode = l.permitMode(w.weight) // RLock of a lock of one permit takes them all
+	}
 	if g, err := l.nested(ctx, w); g != nil || err != nil {
 		return g, err
 	}
@@ -153,7 +161,7 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if l.coalesce != nil && w.mode == Read && w.block {
 		return l.readShared(ctx)
 	}
-	a := newAcquisition(Request{l, w.mode})
+	a := newAcquisition(Request{Lock: l, Mode: w.mode, Weight: w.weight})
 	a.members[0].block = w.block
 	connects, _ := a.c.ConnectCount() // before its listings, for a kept node's tail
 	start := time.Now()
@@ -217,7 +225,8 @@ func (l *RWLock) TryRLock(ctx context.Context) (*Grant, error) {
 
 // WithWrite runs fn while holding the lock exclusively, and releases it
 // when fn returns. Errors acquiring the lock are returned as from Lock, and
-// fn does not run. The context fn gets carries the grant. It is cancelled
+// fn does not run. The context fn gets carries the grant, which
+// [GrantFromContext] returns, for its Token and Multi. It is cancelled
 // with a cause wrapping ErrLost when the grant is lost, and a migration
 // must stop writing then. Its Err and Done consult the lease clock as
 // [Grant.Err] does. Contexts derived from it see a loss at the clock's next

@@ -754,7 +754,7 @@ func TestListingBehindTheCreateTakesOneRoundTrip(t *testing.T) {
 			}
 			return err
 		})
-		a := newAcquisition(Request{l, Write})
+		a := newAcquisition(Request{Lock: l, Mode: Write})
 		holds, err := a.run(ctx)
 		require.NoError(t, err)
 		assert.True(t, a.members[0].oneTrip)

@@ -91,15 +91,49 @@ var (
 	simPeers     = flag.Int("sim.peers", 1000, "number of schedules TestSimulationBlindPeer runs")
 	simElect     = flag.Bool("sim.elect", false, "TestSimulation with elections (see TestSimulationElections)")
 	simElections = flag.Int("sim.elections", 1000, "number of schedules TestSimulationElections runs")
+	simWithDelay = flag.Bool("sim.lockdelay", false, "TestSimulation with WithLockDelay (see TestSimulationLockDelay)")
+	simDelays    = flag.Int("sim.delays", 1000, "number of schedules TestSimulationLockDelay runs")
+	simCapacity  = flag.Bool("sim.capacity", false, "TestSimulation with a bounded lock (see TestSimulationPermits)")
+	simPermits   = flag.Int("sim.permits", 1000, "number of schedules TestSimulationPermits runs")
 	simCache     = flag.Bool("sim.cache", false, "TestSimulation with lock caching (see TestSimulationCaching)")
 	simCached    = flag.Int("sim.cached", 1000, "number of schedules TestSimulationCaching runs")
 )
 
 func TestSimulation(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce, sets: *simWithSets,
-		peer: *simWithPeer, elect: *simElect, cache: *simCache}
+		peer: *simWithPeer, elect: *simElect, lockDelay: *simWithDelay,
+		capacity: *simCapacity, cache: *simCache}
 	simulate(t, cfg, *simSchedules)
 }
+
+// TestSimulationLockDelay runs the simulation with WithLockDelay on every
+// lock, with elections half the time (see lockdelay.go). Besides the other
+// checks, it checks the delay's promise against the server's record. Take
+// a grant whose node the server deleted without a release's held mark: its
+// session expired, or its hold limit or a lost release deleted it plainly.
+// No grant that conflicts with it goes to a node that was in the queue
+// before it, and listed it, sooner than the delay after the deletion.
+func TestSimulationLockDelay(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, lockDelay: true}
+	simulate(t, cfg, *simDelays/2)
+	cfg.elect = true
+	simulate(t, cfg, *simDelays/2)
+}
+
+// TestSimulationPermits runs the simulation with a bounded lock (see
+// capacity.go): every client's lock has simPermitCapacity permits, and each
+// step takes a weight of its own, all of them now and then, under every
+// fault. Besides the holders' weights, which must fit in the capacity
+// unless one was told of its loss, it checks the rule at every grant: the
+// nodes before the grant's on the server, held or waiting, leave room for
+// its weight. A grant past the capacity or out of queue order fails it.
+func TestSimulationPermits(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, capacity: true}
+	simulate(t, cfg, *simPermits)
+}
+
+// simPermitCapacity is the capacity of TestSimulationPermits's lock.
+const simPermitCapacity = 4
 
 // TestSimulationCaching runs the simulation with WithCaching: each client
 // keeps its node after a release, and re-grants it to its next step of the
@@ -191,8 +225,16 @@ type simConfig struct {
 	sets     bool // sets of two locks, taken with LockAll
 	peer     bool // a blind peer (see TestSimulationBlindPeer)
 	elect    bool // elections: every step a Campaign, perhaps with a Proclaim
-	cache    bool // lock caching: each client keeps its node after a release
+	// every lock WithLockDelay(simLockDelay(timeout)), and its check
+	lockDelay bool
+	// a bounded lock, and weighted steps (see TestSimulationPermits)
+	capacity bool
+	// lock caching: each client keeps its node after a release
+	cache bool
 }
+
+// simLockDelay is the lock-delay of a run whose sessions' timeout is t.
+func simLockDelay(t time.Duration) time.Duration { return t / 2 }
 
 // flags are the test flags that replay seed with c.
 func (c simConfig) flags(seed uint64) string {
@@ -215,8 +257,14 @@ func (c simConfig) flags(seed uint64) string {
 	if c.peer {
 		f += " -sim.peer"
 	}
+	if c.lockDelay {
+		f += " -sim.lockdelay"
+	}
 	if c.elect {
 		f += " -sim.elect"
+	}
+	if c.capacity {
+		f += " -sim.capacity"
 	}
 	if c.cache {
 		f += " -sim.cache"
@@ -293,9 +341,10 @@ type simClient struct {
 }
 
 type simStep struct {
-	mode Mode
-	try  bool
-	hold time.Duration // unless the grant is lost first
+	mode   Mode
+	try    bool
+	weight int64         // its permits, on a bounded lock (capacity)
+	hold   time.Duration // unless the grant is lost first
 	// downgrade a write grant halfway through hold: its readers join,
 	// which they learn from the mark alone (see await)
 	downgrade bool
@@ -485,6 +534,12 @@ func (s *sim) run() {
 		if s.cfg.coalesce {
 			opts = append(opts, WithReadCoalescing())
 		}
+		if s.cfg.lockDelay {
+			opts = append(opts, WithLockDelay(simLockDelay(s.timeout)))
+		}
+		if s.cfg.capacity {
+			opts = append(opts, WithCapacity(simPermitCapacity))
+		}
 		if s.cfg.cache {
 			opts = append(opts, WithCaching())
 		}
@@ -517,6 +572,10 @@ func (s *sim) run() {
 			if s.cfg.sets && r.IntN(3) != 0 {
 				how := r.IntN(4)
 				step.try, step.set = false, &simSet{mode2: Mode(1 + r.IntN(2)), reversed: how&1 == 0, together: how&2 != 0}
+			}
+			if s.cfg.capacity {
+				step.weight = 1 + r.Int64N(simPermitCapacity)
+				step.mode, step.downgrade = l.permitMode(step.weight), false
 			}
 			if s.cfg.elect {
 				// Mostly campaigns. A reader of the path now and then
@@ -724,7 +783,7 @@ func (s *sim) client(c *simClient) {
 		n.mu.Lock()
 		c.cancel = cancel
 		n.mu.Unlock()
-		w := want{mode: step.mode, block: !step.try}
+		w := want{mode: step.mode, block: !step.try, weight: step.weight}
 		s.server.mu.Lock()
 		arrived := s.server.zxid
 		s.server.mu.Unlock()
@@ -758,6 +817,11 @@ func (s *sim) client(c *simClient) {
 				s.fail("c%d: %s", c.id, msg)
 			}
 		}
+		if s.cfg.capacity {
+			if msg := s.server.checkRule(g.Node()); msg != "" {
+				s.fail("c%d: %s", c.id, msg)
+			}
+		}
 		done, done2 := g.Done(), (<-chan struct{})(nil) // a careful holder watches from the start
 		// Its first look. A grant lost by then because its process was
 		// stopped during the call and its session expired meanwhile (after
@@ -775,6 +839,7 @@ func (s *sim) client(c *simClient) {
 		}
 		if !void {
 			s.checkLimits(c, g)
+			s.checkLockDelay(c, g)
 		}
 		s.grants = append(s.grants, s.given(c.id, dir, g, void))
 		if g2 != nil {
@@ -975,6 +1040,49 @@ func (s *sim) given(id int, lock string, g *Grant, void bool) simGrant {
 		head = lim.head
 	}
 	return simGrant{id, lock, g.Mode(), time.Now(), g, head, void}
+}
+
+// checkLockDelay checks WithLockDelay's promise (see lockdelay.go) as g is
+// granted to c. Take an earlier grant o that conflicts with g, whose node
+// the server deleted unmarked: no release's held mark rode on it. Suppose
+// g's node came after o's, and g's session set a watch on o's node after
+// g's create, which the deletion fired. Then g is granted no sooner than
+// the delay after the deletion. Later nodes wait for g, so this covers
+// them too. A child watch counts only on a node whose data never changed:
+// after a Proclaim or a downgrade, a waiter that reads the node again and
+// finds it gone takes the change for a release's mark, as lockdelay.go
+// says. A write grant downgraded before the deletion conflicts as the read
+// grant it became. A session's own nodes watched by its holds do not
+// count: it deleted them, or saw them go, as their holder. Call with
+// net.mu held.
+func (s *sim) checkLockDelay(c *simClient, g *Grant) {
+	if !s.cfg.lockDelay {
+		return
+	}
+	now, d := time.Now(), simLockDelay(s.timeout)
+	s.server.mu.Lock()
+	defer s.server.mu.Unlock()
+	created, session := s.server.czxids[g.Node()], g.h.session
+	for _, o := range s.grants {
+		if o.void || o.lock != g.h.l.path || o.mode == Read && g.Mode() == Read || o.g.h.session == session {
+			continue
+		}
+		death, gone := s.server.deaths[o.g.Node()]
+		if !gone || death.marked || s.server.czxids[o.g.Node()] > created {
+			continue
+		}
+
+		if at, ok := s.downgraded[o.g]; ok && o.mode == Write && g.Mode() == Read && !at.After(death.at) {
+			continue
+		}
+		told := slices.ContainsFunc(death.watchers, func(w fakeWatcher) bool {
+			return w.session == session && w.since >= created && (w.data || !death.changed)
+		})
+		if told && now.Before(death.at.Add(d)) {
+			s.failed = fmt.Sprintf("c%d was granted %s %s at %v, %v after %s went unmarked at %v; the lock-delay is %v",
+				c.id, g.Mode(), g.Node(), at(now), now.Sub(death.at), o.g.Node(), at(death.at), d)
+		}
+	}
 }
 
 // checkLimits checks the hold limit's promise (see holdlimit.go) as g is
@@ -1655,6 +1763,7 @@ func (s *sim) check() {
 		return
 	}
 	writers, readers := map[string][]*simClient{}, map[string][]*simClient{}
+	var permits []*simClient // the holders of a bounded lock
 	for _, c := range s.clients {
 		g := c.holding
 		if g == nil || c.zk.frozen || isClosed(g.ctx.Done()) {
@@ -1669,6 +1778,9 @@ func (s *sim) check() {
 			if _, expired := s.net.expired[g.h.session]; expired && !s.protected(c, g) {
 				continue // go-zookeeper's blind spot, which such a grant keeps without a bound the server granted
 			}
+		}
+		if g.h.l.capacity > 0 {
+			permits = append(permits, c)
 		}
 		if p := g.h.l.path; g.Mode() == Write && !c.downgrading {
 			writers[p] = append(writers[p], c)
@@ -1687,6 +1799,19 @@ func (s *sim) check() {
 			s.failed = b.String()
 			return
 		}
+	}
+	var held int64
+	for _, c := range permits {
+		held += holdWeight(c.holding.h)
+	}
+	if held > simPermitCapacity {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d permits held of %d, none told of a loss:", held, simPermitCapacity)
+		for _, c := range permits {
+			b.WriteString("\n\t")
+			b.WriteString(s.status(c))
+		}
+		s.failed = b.String()
 	}
 }
 

@@ -50,6 +50,9 @@ import (
 // of these requests waits for another's answer. The proof needs only that
 // both answers be in before we are granted.
 func (m *member) wait(ctx context.Context) (step, error) {
+	if m.weight > 0 {
+		return m.waitPermits(ctx) // a bounded lock's wait (see capacity.go)
+	}
 	if !m.block {
 		return m.tryPass(ctx)
 	}
@@ -63,8 +66,17 @@ func (m *member) wait(ctx context.Context) (step, error) {
 	for {
 		ahead := m.ahead()
 		if len(ahead) == 0 {
+			if own != nil { // a lock-delay owed from the listing (see lockdelay.go)
+				if next, err := m.settleOwn(<-own); next != stepWait || err != nil {
+					return next, err
+				}
+				own = nil
+			}
 			if ev, gone := m.ownGone(); gone {
 				return m.ownEvent(ev)
+			}
+			if next, err := m.waitDelay(ctx); next != stepWait || err != nil {
+				return next, err
 			}
 			return m.confirmOwn(ctx)
 		}
@@ -85,7 +97,7 @@ func (m *member) wait(ctx context.Context) (step, error) {
 			return m.ownEvent(m.own.watch.Event())
 		case <-w.fired:
 			for _, f := range w.take() {
-				if next, err := m.fire(ctx, f); next != stepWait || err != nil {
+				if next, err := m.fire(ctx, w, f); next != stepWait || err != nil {
 					return next, err
 				}
 			}
@@ -239,13 +251,14 @@ func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-
 		w.looks = append(w.looks, l)
 		switch r := l.r; {
 		case errors.Is(r.Err, zk.ErrNoNode):
-			m.gone(l)
+			m.gone(l, m.goneAfterChange(l.node.name))
 			continue
 		case r.Err != nil:
 			return m.after(r.Err)
 		case !m.ours(r.Session):
 			return stepRequeue, nil
 		}
+		m.readData(l.node.name)
 		// Marks count only on our own nodes. A peer's data is its own
 		// business, and a peer holds its node until it deletes it.
 		l.elected = l.node.ours && l.node.mode == Write && lockname.Elected(l.r.V.Data)
@@ -265,7 +278,7 @@ func (m *member) look(ctx context.Context, w *watching, ahead []lockNode, own <-
 
 // fire takes the event of one of a look's watches. It returns stepWait
 // while we go on waiting.
-func (m *member) fire(ctx context.Context, f fire) (step, error) {
+func (m *member) fire(ctx context.Context, w *watching, f fire) (step, error) {
 	l := f.look
 	if l.gone {
 		return stepWait, nil // its other watch told already
@@ -287,17 +300,26 @@ func (m *member) fire(ctx context.Context, f fire) (step, error) {
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
-		if l.data.Event().Type == zk.EventNodeDataChanged {
+		marked := l.data.Event().Type == zk.EventNodeDataChanged
+		if marked {
 			m.snap.pruneBefore(l.node)
+			m.changedData(l.node.name)
 		}
-		m.gone(l)
+		m.gone(l, marked)
 	case ev.Type == zk.EventNodeDeleted:
-		m.gone(l)
+		// mutant: lock-delay-deletion-clean
+		m.gone(l, false) // no mark came first: a loss (see lockdelay.go)
+	case ev.Type == zk.EventNodeDataChanged && l.node.mode == Read && l.node.ours && m.l.lockDelay > 0:
+		m.gone(l, true) // with the option, a reader's data changes only with its release's mark
 	case ev.Type == zk.EventNodeDataChanged && l.node.mode == Read:
 		return stepList, nil // a reader's data never changes, so a listing tells what this is
 	// mutant: reader-trusts-peer
 	case ev.Type == zk.EventNodeDataChanged && l.node.ours:
 		m.snap.pruneBefore(l.node) // it held, so nothing before it is left
+		m.changedData(l.node.name)
+		if l.going != nil && m.l.lockDelay > 0 {
+			return m.lookAgain(ctx, w, l)
+		}
 		// A leader's Proclaim changes its data while it holds. So a reader
 		// reads the node again, and passes on the downgrade mark alone.
 		// mutant: reader-takes-proclaim-for-downgrade
@@ -319,10 +341,14 @@ func (m *member) fire(ctx context.Context, f fire) (step, error) {
 	return stepWait, nil
 }
 
-// gone forgets a node that is known to be gone.
-func (m *member) gone(l *look) {
+// gone forgets a node that is known to be gone. Unless clean, it went
+// without a release, and WithLockDelay holds our grant back.
+func (m *member) gone(l *look, clean bool) {
 	l.gone = true
 	m.snap.remove(l.node.name)
+	if !clean {
+		m.lost(l.node.name)
+	}
 }
 
 // tryPass is TryLock's and TryRLock's look at the node in their way. A
@@ -337,6 +363,8 @@ func (m *member) tryPass(ctx context.Context) (step, error) {
 	}
 	r := m.a.c.Get(ctx, m.l.path+"/"+b.name)
 	switch {
+	case errors.Is(r.Err, zk.ErrNoNode) && m.l.lockDelay > 0:
+		return 0, ErrWouldBlock // it may have gone without a release (see lockdelay.go)
 	case errors.Is(r.Err, zk.ErrNoNode):
 		m.snap.remove(b.name)
 		return stepList, nil

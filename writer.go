@@ -30,9 +30,10 @@ func writeBlocker(before []lockNode) (lockNode, bool) {
 // gone. A queue of writers then drains in constant time per handoff. A
 // reader waiting on the node takes the mark as its deletion (see watch.go).
 // A writer granted at once deletes plainly, so the uncontended release pays
-// for no transaction.
+// for no transaction. With WithLockDelay every release marks, readers' too,
+// so that a plain deletion tells of a loss (see lockdelay.go).
 func releaseMark(m *member) lockname.Mark {
-	if m.mode == Write && m.waited {
+	if m.mode == Write && m.waited && m.weight == 0 || m.l.lockDelay > 0 { // a permit's mark is written at its grant (see capacity.go)
 		return lockname.MarkHeld
 	}
 	return lockname.Unmarked

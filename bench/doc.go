@@ -48,6 +48,7 @@
 //	BenchmarkW10             W10  a writer behind an idle kept reader, through a +1 ms proxy: its wait in round trips
 //	BenchmarkW9              W9   64 sessions over 1,000 locks on a 3-node ensemble: lock cycles beside raw create+delete pairs
 //	BenchmarkW9Floor         W9-floor: on W9's ensemble, the servers' CPU per operation of each shape of request
+//	BenchmarkW11             W11  32 clients share 4 permits (WithCapacity), each held 1 ms, 5 s
 //
 // The JSON keys are the peers' for the same workload: W1/W2 clients,
 // warmup_cycles, ops, elapsed_s, ops_per_s, acq_p50_us, acq_p99_us,

@@ -27,7 +27,7 @@ const (
 var (
 	flagOps      = flag.Int("bench.ops", 0, "W1/W2 measured cycles (default 2000; 200 with -short)")
 	flagWarmup   = flag.Int("bench.warmup", -1, "W1/W2 warm-up cycles (default 100; 20 with -short)")
-	flagDuration = flag.Duration("bench.duration", 0, "W3-W5 run time (default 5s; 1s with -short)")
+	flagDuration = flag.Duration("bench.duration", 0, "W3-W5 and W11 run time (default 5s; 1s with -short)")
 	flagWaiters  = flag.Int("bench.waiters", 0, "W6/W6r queued waiters (default 200; 20 with -short)")
 	flagDrain    = flag.String("bench.drain", "", "BenchmarkDrain queue lengths: writers,writers,...;readers "+
 		"(default 100,300,1000;1000; 10,30,100;100 with -short)")

@@ -33,6 +33,7 @@ type chaosEvent struct {
 	At     int64  // wall clock, ns: for a step or a nested grant, taken before asking
 	Done   int64  `json:",omitempty"` // step, nested: when the answer came (a pause may fall in between)
 	Cause  string `json:",omitempty"` // lost: the error
+	Weight int64  `json:",omitempty"` // granted: the permits taken of the bounded lock c (chaosCapacity)
 }
 
 // chaosFault is one fault the nemesis made, over [From, To].
@@ -61,6 +62,7 @@ type chaosGrant struct {
 	write      bool
 	set        int   // how many locks its LockAll took; 0 alone
 	limit      int64 // its hold limit, ns; 0 for none
+	weight     int64 // its permits of the bounded lock c; 0 for a and b
 	shared     bool  // a coalesced reader's
 	at         int64 // returned to its caller
 	downgraded int64 // when it became a read grant; 0 if never
@@ -77,8 +79,11 @@ type chaosReport struct {
 	Limited               int // grants under a hold limit
 	Coalesced             int // grants of coalesced readers
 	Joined                int // of them, grants on a node another reader of the process held too
+	Permits               int // grants of the bounded lock c
 	Steps, Nested         int
 	Violations            []string       // a step under a grant after a conflicting grant was returned, or past its hold limit
+	Terms                 int            // grants of the election e (chaos_elect_test.go)
+	DoubleLeaders         []string       // of Violations, those of e: a leader's step after another's Campaign returned
 	Ambiguous             int            // a conflicting grant came while a step's Err was being asked: a pause fell there
 	Lost                  map[string]int // losses by cause
 	FalseLosses           []string       // lost with no fault on its client or on any server around it
@@ -98,7 +103,7 @@ func grantsOf(events []chaosEvent) []*chaosGrant {
 			continue
 		case "granted":
 			g := &chaosGrant{holder: h, lock: e.Lock, node: e.Node, write: e.Mode == "write",
-				set: e.Set, limit: e.Limit, shared: e.Shared, at: e.At}
+				set: e.Set, limit: e.Limit, shared: e.Shared, at: e.At, weight: e.Weight}
 			if cur[h] == nil {
 				cur[h] = map[string]*chaosGrant{}
 			}
@@ -144,6 +149,12 @@ func check(events []chaosEvent, faults []chaosFault, settle time.Duration) chaos
 		if g.limit > 0 {
 			r.Limited++
 		}
+		if g.lock == chaosElectionLock {
+			r.Terms++
+		}
+		if g.weight > 0 {
+			r.Permits++
+		}
 		if g.shared {
 			r.Coalesced++
 			sharers[fmt.Sprint(g.holder.client, g.lock, g.node)]++
@@ -162,6 +173,8 @@ func check(events []chaosEvent, faults []chaosFault, settle time.Duration) chaos
 		}
 	}
 	r.Violations, r.Ambiguous = lateSteps(grants)
+	r.DoubleLeaders = doubleLeaders(grants)
+	r.Violations = append(r.Violations, pastCapacity(grants)...)
 	for _, g := range grants {
 		if g.lost == nil {
 			continue
@@ -242,6 +255,46 @@ func lateSteps(grants []*chaosGrant) (violations []string, ambiguous int) {
 		}
 	}
 	return violations, ambiguous
+}
+
+// pastCapacity finds the moments the holders of the bounded lock c held
+// more than chaosCapacity permits, as lateSteps finds conflicts: it is the
+// same check, with weights.
+//
+// A grant surely held from its return to its last step's start (a step is
+// reported only if Err, asked after that, said held). At each grant's
+// return, the weights of the grants surely held then are summed. The
+// moments between a step's start and its answer are left out, as
+// lateSteps's ambiguous ones are.
+func pastCapacity(grants []*chaosGrant) (violations []string) {
+	var gs []*chaosGrant
+	for _, g := range grants {
+		if g.weight > 0 {
+			gs = append(gs, g)
+		}
+	}
+	end := func(g *chaosGrant) int64 {
+		last := g.at
+		for _, s := range g.steps {
+			last = max(last, s.At)
+		}
+		return last
+	}
+	for _, b := range gs {
+		sum := int64(0)
+		var who []string
+		for _, a := range gs {
+			if a.at <= b.at && b.at <= end(a) {
+				sum += a.weight
+				who = append(who, fmt.Sprintf("%v %s (%d, at %s)", a.holder, a.node, a.weight, clock(a.at)))
+			}
+		}
+		if sum > chaosCapacity {
+			violations = append(violations, fmt.Sprintf("%d permits of %d held when %v was granted %s at %s: %s",
+				sum, chaosCapacity, b.holder, b.node, clock(b.at), strings.Join(who, ", ")))
+		}
+	}
+	return violations
 }
 
 func clock(ns int64) string { return time.Unix(0, ns).Format("15:04:05.000") }
@@ -444,4 +497,35 @@ func TestChaosCheckerCountsFalseLosses(t *testing.T) {
 	assert.Contains(t, r.FalseLosses[0], "c2 lost w2")
 	require.Len(t, r.OtherLosses, 1, "a cause the figures do not name is listed")
 	assert.Contains(t, r.OtherLosses[0], "c3 lost r3 at")
+}
+
+// The bounded lock's permits are summed over the grants surely held at
+// each grant: past the capacity is a violation; a step whose answer came
+// after the grant, but that began before it, is not.
+func TestChaosCheckerFlagsPermitsPastTheCapacity(t *testing.T) {
+	base := []chaosEvent{
+		{Client: 1, Kind: "granted", Lock: "c", Mode: "read", Node: "p1", Weight: 2, At: ms(10)},
+		{Client: 2, Kind: "granted", Lock: "c", Mode: "read", Node: "p2", Weight: 2, At: ms(20)},
+		{Client: 1, Kind: "step", Lock: "c", At: ms(30), Done: ms(31)},
+		{Client: 2, Kind: "step", Lock: "c", At: ms(32), Done: ms(33)},
+		{Client: 1, Kind: "released", Lock: "c", At: ms(40)},
+		{Client: 3, Kind: "granted", Lock: "c", Mode: "read", Node: "p3", Weight: 1, At: ms(45)},
+		{Client: 1, Kind: "granted", Lock: "c", Mode: "read", Node: "p4", Weight: 1, At: ms(46)},
+		{Client: 2, Kind: "step", Lock: "c", At: ms(50), Done: ms(60)},
+		{Client: 3, Kind: "step", Lock: "c", At: ms(52), Done: ms(58)},
+		{Client: 1, Kind: "step", Lock: "c", At: ms(52), Done: ms(58)},
+	}
+	r := check(base, nil, 0)
+	assert.Empty(t, r.Violations, "2+1+1 of 4")
+	assert.Equal(t, 4, r.Permits)
+
+	over := append(slices.Clone(base),
+		chaosEvent{Client: 4, Kind: "granted", Lock: "c", Mode: "read", Node: "p5", Weight: 1, At: ms(48)})
+	r = check(over, nil, 0)
+	require.Len(t, r.Violations, 1, "c1, c2 and c3 took steps after the fifth permit")
+	assert.Contains(t, r.Violations[0], "5 permits of 4")
+
+	ambiguous := append(slices.Clone(base),
+		chaosEvent{Client: 4, Kind: "granted", Lock: "c", Mode: "read", Node: "p5", Weight: 1, At: ms(55)})
+	assert.Empty(t, check(ambiguous, nil, 0).Violations, "granted while the others' Err was asked")
 }

@@ -24,7 +24,8 @@ import (
 // made by rwlock.Dial through its own proxies, two lock paths, a (the chaos
 // lock) and b. Its main goroutine takes locks again and again: a alone or
 // b alone, read or write, or both in one LockAll set in a random order and
-// random modes, released with ReleaseAll. A quarter of its rounds use
+// random modes, released with ReleaseAll, or a weight of the bounded lock c
+// (chaosCapacity). A quarter of its rounds use
 // handles with a hold limit, and some of those hold past it. A few holds
 // outlast the session timeout, so that partitions and stops take grants.
 // Some clients also run coalesced readers: goroutines that read a through
@@ -57,6 +58,13 @@ var chaosLimits = []time.Duration{time.Second, 1500 * time.Millisecond, 3 * time
 // chaosCoalescedReaders is how many coalesced readers a client that runs
 // them has.
 const chaosCoalescedReaders = 3
+
+// chaosCapacity is the capacity of the bounded lock c, on a's path with
+// -c appended (chaosPermitsPath), which a quarter of the rounds take with a
+// weight of their own.
+const chaosCapacity = 4
+
+func chaosPermitsPath(a string) string { return a + "-c" }
 
 func TestHelperChaosClient(t *testing.T) {
 	if os.Getenv(chaosEnv) == "" {
@@ -103,6 +111,8 @@ func TestHelperChaosClient(t *testing.T) {
 		shared = append(shared, rwlock.WithMaxHold(c.sharedLimit))
 	}
 	c.shared = c.newLock(conn, paths[0], shared...)
+	elect := c.newCampaigner(conn, paths[0]) // chaos_elect_test.go
+	c.permits = c.newLock(conn, chaosPermitsPath(paths[0]), rwlock.WithCapacity(chaosCapacity))
 	c.print("ready")
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -116,6 +126,14 @@ func TestHelperChaosClient(t *testing.T) {
 			w := c.worker(1 + i)
 			for ctx.Err() == nil {
 				w.readRound(ctx)
+			}
+		})
+	}
+	if elect != nil {
+		wg.Go(func() {
+			w := c.worker(chaosCampaigner)
+			for ctx.Err() == nil {
+				w.campaignRound(ctx, elect)
 			}
 		})
 	}
@@ -134,6 +152,7 @@ type chaosClient struct {
 	limit          time.Duration     // the limited handles' hold limit
 	shared         *rwlock.RWLock    // a, coalescing its readers
 	sharedLimit    time.Duration     // shared's hold limit; 0 for none
+	permits        *rwlock.RWLock    // the bounded lock c
 
 	mu  sync.Mutex // guards out
 	out *bufio.Writer
@@ -206,6 +225,9 @@ func (w *chaosWorker) round(ctx context.Context) {
 	var reqs []rwlock.Request
 	var names []string
 	switch n := w.rng.IntN(8); {
+	case n == 3 || n == 4:
+		w.permitRound(ctx)
+		return
 	case n < 2: // a set, in a random order
 		for _, i := range w.rng.Perm(2) {
 			reqs = append(reqs, rwlock.Request{Lock: locks[i], Mode: mode()})
@@ -249,6 +271,24 @@ func (w *chaosWorker) round(ctx context.Context) {
 			Set: set, Limit: int64(limit), Until: until.UnixNano()})
 	}
 	w.hold(ctx, held, until)
+}
+
+// permitRound takes a weight of the bounded lock c once, holds it, and
+// lets it go.
+func (w *chaosWorker) permitRound(ctx context.Context) {
+	weight := 1 + w.rng.Int64N(chaosCapacity)
+	w.event(chaosEvent{Kind: "waiting"})
+	actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	g, err := w.c.permits.Acquire(actx, weight)
+	cancel()
+	if err != nil {
+		w.failed(ctx, err)
+		return
+	}
+	until := time.Now().Add(w.holdFor(0))
+	w.event(chaosEvent{Kind: "granted", Lock: "c", Mode: g.Mode().String(), Node: nodeName(g.Node()),
+		Weight: weight, Until: until.UnixNano()})
+	w.hold(ctx, []*chaosHeld{{lock: "c", l: w.c.permits, g: g}}, until)
 }
 
 // readRound takes a shared grant of a through the coalescing handle once,
@@ -332,7 +372,7 @@ func (w *chaosWorker) step(ctx context.Context, held []*chaosHeld) bool {
 	at := time.Now().UnixNano()
 	h := held[w.rng.IntN(len(held))]
 	switch n := w.rng.IntN(40); {
-	case n == 0 && h.g.Mode() == rwlock.Write:
+	case n == 0 && h.g.Mode() == rwlock.Write && h.lock != "c": // a permit's weight is fixed
 		d, err := h.g.Downgrade(ctx)
 		if err != nil {
 			return w.lost(h, err)

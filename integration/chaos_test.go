@@ -393,7 +393,7 @@ func (r *chaosRun) stopAll() {
 	}
 	watcher := connect(t, r.cl.ConnectString(), 0)
 	var left []string
-	for _, path := range r.paths {
+	for _, path := range append(r.paths[:], electionPath(r.paths[0]), chaosPermitsPath(r.paths[0])) {
 		left = append(left, nodesLeftAfter(watcher.conn, path, slices.Max(r.timeouts)+10*time.Second)...)
 	}
 	r.mu.Lock()
@@ -447,8 +447,9 @@ func (r *chaosRun) report() {
 	fmt.Fprintf(&b, "  faults:      %d: %s\n", len(r.faults), sortedCounts(s.Faults))
 	fmt.Fprintf(&b, "  grants:      %d (%d read, %d write; %d in sets, %d under hold limits, %d coalesced, %d of them joined)\n",
 		s.Grants, s.Reads, s.Writes, s.Sets, s.Limited, s.Coalesced, s.Joined)
-	fmt.Fprintf(&b, "               %d steps, %d nested\n", s.Steps, s.Nested)
-	fmt.Fprintf(&b, "  violations:  %d late steps, %d orphaned nodes (%d steps asked across a pause, not judged)\n",
+	fmt.Fprintf(&b, "               %d of the bounded lock c (capacity %d), %d steps, %d nested\n", s.Permits, chaosCapacity, s.Steps, s.Nested)
+	fmt.Fprintf(&b, "  elections:   %d terms, %d double leaders\n", s.Terms, len(s.DoubleLeaders))
+	fmt.Fprintf(&b, "  violations:  %d late steps or permits past the capacity, %d orphaned nodes (%d steps asked across a pause, not judged)\n",
 		len(s.Violations), len(s.Orphans), s.Ambiguous)
 	fmt.Fprintf(&b, "  races:       %d of ours, %d of go-zookeeper's own\n", s.OurRaces, s.ZKRaces)
 	fmt.Fprintf(&b, "  losses:      %s; %d with no fault near\n", sortedCounts(s.Lost), len(s.FalseLosses))

@@ -35,6 +35,7 @@ const (
 	leaderEnvPath    = "ZKRWLOCK_LEADER_PATH"
 	leaderEnvTimeout = "ZKRWLOCK_LEADER_TIMEOUT"
 	leaderEnvValue   = "ZKRWLOCK_LEADER_VALUE"
+	leaderEnvDelay   = "ZKRWLOCK_LEADER_DELAY" // WithLockDelay's, if set
 )
 
 // TestHelperLeader is not a test: the election tests run the test binary
@@ -61,7 +62,11 @@ func TestHelperLeader(t *testing.T) {
 	if err != nil {
 		fail(err)
 	}
-	e, err := rwlock.NewElection(conn, os.Getenv(leaderEnvPath))
+	var opts []rwlock.Option
+	if d, err := time.ParseDuration(os.Getenv(leaderEnvDelay)); err == nil {
+		opts = append(opts, rwlock.WithLockDelay(d))
+	}
+	e, err := rwlock.NewElection(conn, os.Getenv(leaderEnvPath), opts...)
 	if err != nil {
 		fail(err)
 	}

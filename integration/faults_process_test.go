@@ -26,6 +26,7 @@ const (
 	holderEnvServer  = "ZKRWLOCK_FAULT_HOLDER_SERVER"
 	holderEnvPath    = "ZKRWLOCK_FAULT_HOLDER_PATH"
 	holderEnvTimeout = "ZKRWLOCK_FAULT_HOLDER_TIMEOUT"
+	holderEnvPermits = "ZKRWLOCK_FAULT_HOLDER_PERMITS" // capacity,weight: Acquire on a bounded lock instead (permits_test.go)
 )
 
 // TestHelperHolder is not a test: TestFaultHolderKilled runs the test binary
@@ -49,12 +50,24 @@ func TestHelperHolder(t *testing.T) {
 		fmt.Fprintln(os.Stderr, "holder:", err)
 		os.Exit(2)
 	}
-	l, err := rwlock.New(conn, os.Getenv(holderEnvPath))
+	var capacity, weight int64
+	if p := os.Getenv(holderEnvPermits); p != "" {
+		fmt.Sscanf(p, "%d,%d", &capacity, &weight)
+	}
+	var opts []rwlock.Option
+	if capacity > 0 {
+		opts = append(opts, rwlock.WithCapacity(capacity))
+	}
+	l, err := rwlock.New(conn, os.Getenv(holderEnvPath), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "holder:", err)
 		os.Exit(2)
 	}
-	g, err := l.Lock(ctx)
+	acquire := l.Lock
+	if capacity > 0 {
+		acquire = func(ctx context.Context) (*rwlock.Grant, error) { return l.Acquire(ctx, weight) }
+	}
+	g, err := acquire(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "holder:", err)
 		os.Exit(2)

@@ -6,11 +6,14 @@
 // [rwlock.SetContentionProfileRate] is set (it is off by default); this
 // package turns the records into a profile with the sample types
 // contentions/count and delay/nanoseconds, one sample per call stack, lock
-// path, mode and outcome. The stack starts at the lock's entry point
-// (Lock, RLock, WithRead, ReadBatch, ...) and goes on with its callers; the
-// lock path, the mode and the outcome are the sample's labels lock, mode
-// and outcome (go tool pprof -tags lists them; -tagfocus=lock=/locks/schema
-// picks one lock; -tagleaf=lock makes the path a frame of its own).
+// path, mode, outcome and contention. The stack starts at the lock's entry
+// point (Lock, RLock, WithRead, ReadBatch, ...) and goes on with its
+// callers. The lock path, the mode, the outcome and whether another node
+// was in the way are the sample's labels lock, mode, outcome and contended
+// (true or false). go tool pprof -tags lists them;
+// -tagfocus=lock=/locks/schema picks one lock; -tagfocus=contended=true
+// keeps the waits behind another holder, as Go's mutex profile has them;
+// -tagleaf=lock makes the path a frame of its own.
 //
 // From go test -bench, wrap the tests of the package in TestMain:
 //
@@ -39,8 +42,9 @@ import (
 
 // Profile returns the contention profile recorded so far. Counts and
 // delays are estimates of all acquisitions, as the mutex profile's are:
-// each sampled acquisition counts for as many as the rate (the profile's
-// Period, at the time of writing).
+// each sampled acquisition counts for as many as the rate it was sampled
+// at. The profile's Period is the rate in force when Profile is called:
+// Wrap calls it before it turns the profile off again.
 func Profile() *profile.Profile {
 	b := builder{
 		p: &profile.Profile{

@@ -164,6 +164,8 @@ func TestWrapWritesTheProfileOfTheRun(t *testing.T) {
 	samples := samplesOf(p, path)
 	require.Len(t, samples, 1)
 	assert.Equal(t, []string{"write"}, samples[0].Label["mode"])
+	assert.Equal(t, []string{"false"}, samples[0].Label["contended"])
+	assert.Equal(t, int64(1), p.Period, "the rate of the run, not the rate restored after it")
 	assert.Contains(t, functionNames(samples[0]), "github.com/zkrwlock/rwlock/lockprof_test.TestWrapWritesTheProfileOfTheRun.func1")
 }
 

@@ -61,11 +61,14 @@ func (w wrapped) Run() int {
 	}
 	old := rwlock.SetContentionProfileRate(*flagRate)
 	code := w.m.Run()
-	rwlock.SetContentionProfileRate(old)
 	if dir := outputDir(); dir != "" && !filepath.IsAbs(file) {
 		file = filepath.Join(dir, file)
 	}
-	if err := WriteFile(file); err != nil {
+	// Written before the rate is restored, so that its Period is the rate
+	// the run was sampled at, not the rate of before it (0, off).
+	err := WriteFile(file)
+	rwlock.SetContentionProfileRate(old)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "lockprof: -lockprofile: %v\n", err)
 		if code == 0 {
 			code = 1

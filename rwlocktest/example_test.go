@@ -2,6 +2,7 @@ package rwlocktest_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -63,4 +64,25 @@ func ExampleReportMetrics_loop() {
 		rwlocktest.ReportMetrics(b, rec.Stats().Sub(before))
 	}
 	_ = benchmarkMigration
+}
+
+// A test of your own code starts a throwaway ZooKeeper, and its cleanup
+// stops it. Here the test checks that a second writer waits for the first.
+func ExampleStartServer() {
+	testMigrationExcludesWriters := func(t *testing.T) {
+		zk := rwlocktest.StartServer(t) // or rwlocktest.StartEnsemble(t, 3)
+		lock, err := rwlock.New(zk.Dial(t, 10*time.Second), "/locks/schema")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := lock.Lock(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Release(context.Background())
+		if _, err := lock.TryLock(t.Context()); !errors.Is(err, rwlock.ErrWouldBlock) {
+			t.Fatalf("a second writer got %v, want ErrWouldBlock", err)
+		}
+	}
+	_ = testMigrationExcludesWriters // func TestMigrationExcludesWriters(t *testing.T) in a _test.go file
 }

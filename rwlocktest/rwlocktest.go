@@ -1,4 +1,27 @@
-// Package rwlocktest reports locks' figures (see package stats) from a
+// Package rwlocktest helps test and measure code that uses the lock, as
+// net/http/httptest does for HTTP: a throwaway ZooKeeper for a test, and a
+// benchmark's lock figures.
+//
+// # A server for a test
+//
+// [StartServer] starts a real ZooKeeper server for one test, and the test's
+// cleanup stops it; [StartEnsemble] starts several. [Server.Dial] connects
+// to it. [Server.Stop], [Server.Kill] and [Server.Start] make outages:
+//
+//	func TestConfigReload(t *testing.T) {
+//		zk := rwlocktest.StartServer(t)
+//		conn := zk.Dial(t, 10*time.Second)
+//		lock, err := rwlock.New(conn, "/locks/config")
+//		...
+//	}
+//
+// It runs Apache ZooKeeper on the installed JVM (Debian's zookeeper
+// package, or the jars ZOOKEEPER_CLASSPATH names), and skips the test when
+// there is none, unless ZKRWLOCK_REQUIRE_ZK=1 or CI is set.
+//
+// # A benchmark's figures
+//
+// [ReportMetrics] reports locks' figures (see package stats) from a
 // benchmark, the Go way: through [testing.B.ReportMetric], so that go test -bench prints them
 // beside ns/op and benchstat compares them between two runs of your code.
 //

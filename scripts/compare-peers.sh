@@ -38,19 +38,24 @@
 #
 # Environment:
 #   DELAYS="0 0.5 1 2"                    ms added each way; 0 is loopback
-#   WORKLOADS="W1 W2 W3 W4 W5 W6 W6r W7 W8 W9"   (W7, W8, W9: Curator and zkrwlock only;
-#     W1c, W4c, W5c, W1, W4 and W5 with caching, zkrwlock only: add them to the list)
+#   WORKLOADS="W1 W2 W3 W4 W5 W6 W6r W7 W8 W9 W11"   (W7, W8, W9, W11: Curator and zkrwlock only)
+#     W1c, W4c, W5c: W1, W4 and W5 with caching, zkrwlock only; add them to the list
 #   W9_DELAYS="0 1"                       the settings of DELAYS in which W9 runs
 #   IMPLS="curator kazoo gozk zkrwlock"   (go-zk runs only W1, W3, W6: it has no read lock; kazoo no W7)
 #   EXTRAS=1                              0 skips zkrwlock's own workloads
 #   MAX_FOREIGN_CPU=0.5                   CPU-seconds of other processes' load a run may overlap
 #   WARM=1                                0 skips the server warm-up
+#   FAILOVER=0                            1 adds elections' failover beside Curator's LeaderLatch:
+#                                         FAILOVER_ROUNDS (default 10) interleaved rounds on loopback,
+#                                         each one sample of each side after a clean resign and after
+#                                         kill -9 of the leader's process (session timeout 4 s), into
+#                                         failover.jsonl (not in table.md)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
 out=${2:-$(mktemp -d /tmp/compare-peers.XXXXXX)}
 delays=${DELAYS:-0 0.5 1 2}
-workloads=${WORKLOADS:-W1 W2 W3 W4 W5 W6 W6r W7 W8 W9}
+workloads=${WORKLOADS:-W1 W2 W3 W4 W5 W6 W6r W7 W8 W9 W11}
 w9_delays=${W9_DELAYS:-0 1}
 impls=${IMPLS:-curator kazoo gozk zkrwlock}
 max_foreign=${MAX_FOREIGN_CPU:-0.5}
@@ -235,7 +240,7 @@ supported() { # supported IMPL WORKLOAD
 	gozk:W1 | gozk:W3 | gozk:W6) return 0 ;;
 	*:W1c | *:W4c | *:W5c) [ "$1" = zkrwlock ] ;; # zkrwlock's caching, beside W1, W4 and W5
 	gozk:*) return 1 ;;
-	kazoo:W7 | kazoo:W8 | kazoo:W9) return 1 ;; # the harness has none: Curator is their reference
+	kazoo:W7 | kazoo:W8 | kazoo:W9 | kazoo:W11) return 1 ;; # the harness has none: Curator is their reference
 	esac
 }
 
@@ -279,6 +284,19 @@ for r in $(seq 1 "$rounds"); do
 		fi
 	done
 done
+
+if [ "${FAILOVER:-0}" = 1 ]; then
+	for r in $(seq 1 "${FAILOVER_ROUNDS:-10}"); do
+		log "failover round $r: curator, then zkrwlock"
+		"$root/bench/peers/peer.sh" curator-latch "$cs" "/rwbench/curator/latch-$r-$$" 1 4000 \
+			>>"$out/failover.jsonl" 2>>"$out/failover.log" || log "  curator-latch failed: see failover.log"
+		# make bench names its result files by the second: one run a second.
+		while [ "$(date +%Y%m%d-%H%M%S)" = "$last_ours" ]; do sleep 0.2; done
+		last_ours=$(date +%Y%m%d-%H%M%S)
+		{ ZKRWLOCK_BENCH_SERVERS=$cs make -s bench BENCH='^BenchmarkFailover(Resign|Kill)$' 2>>"$out/failover.log" || true; } |
+			{ grep '^{' || true; } >>"$out/failover.jsonl"
+	done
+fi
 
 stop_helpers # the proxies report how late they were as they exit
 for d in $delays; do

@@ -32,6 +32,7 @@ import (
 type Recorder struct {
 	modes    [2]modeRecord // Read, Write
 	lost     lostRecord
+	election electionRecord
 	requests atomic.Uint64
 	now      live
 }
@@ -44,6 +45,7 @@ type live struct {
 	mu     sync.Mutex
 	waits  map[wait]int           // by start; starts of one lock and mode may coincide
 	grants map[string]rwlock.Mode // by node
+	terms  map[string]bool        // the grants that are leaderships, by node
 }
 
 type wait struct {
@@ -73,18 +75,22 @@ func (n *live) end(w wait) {
 	n.mu.Unlock()
 }
 
-func (n *live) hold(node string, m rwlock.Mode) {
+func (n *live) hold(node string, m rwlock.Mode, term bool) {
 	n.mu.Lock()
 	if n.grants == nil {
-		n.grants = map[string]rwlock.Mode{}
+		n.grants, n.terms = map[string]rwlock.Mode{}, map[string]bool{}
 	}
 	n.grants[node] = m
+	if term {
+		n.terms[node] = true
+	}
 	n.mu.Unlock()
 }
 
 func (n *live) release(node string) {
 	n.mu.Lock()
 	delete(n.grants, node)
+	delete(n.terms, node)
 	n.mu.Unlock()
 }
 
@@ -102,6 +108,7 @@ func (n *live) read(s *Stats) {
 	for _, m := range n.grants {
 		s.mode(m).Held++
 	}
+	s.Election.Leading = uint64(len(n.terms))
 	if !oldest.IsZero() {
 		s.OldestWait = time.Since(oldest)
 	}
@@ -111,6 +118,10 @@ type modeRecord struct {
 	granted, wouldBlock, cancelled, failed, oneRoundTrip, relists atomic.Uint64
 
 	wait, hold histogram
+}
+
+type electionRecord struct {
+	campaigns, terms, lost atomic.Uint64
 }
 
 type lostRecord struct {
@@ -131,7 +142,7 @@ func (r *Recorder) ObserveAcquireStart(_ context.Context, e rwlock.AcquireEvent)
 }
 
 // ObserveGrantStart counts a grant as held, until its ObserveGrant.
-func (r *Recorder) ObserveGrantStart(e rwlock.GrantEvent) { r.now.hold(e.Node, e.Mode) }
+func (r *Recorder) ObserveGrantStart(e rwlock.GrantEvent) { r.now.hold(e.Node, e.Mode, e.Term) }
 
 // ObserveAcquire counts an acquisition: its outcome, its requests, its
 // relists and, if granted, its wait.
@@ -140,6 +151,12 @@ func (r *Recorder) ObserveAcquire(_ context.Context, e rwlock.AcquireEvent) {
 	m := r.mode(e.Mode)
 	r.requests.Add(uint64(e.Requests))
 	m.relists.Add(uint64(e.Relists))
+	if e.Campaign {
+		r.election.campaigns.Add(1)
+		if e.Outcome == "granted" {
+			r.election.terms.Add(1)
+		}
+	}
 	switch e.Outcome {
 	case "granted":
 		m.granted.Add(1)
@@ -162,6 +179,9 @@ func (r *Recorder) ObserveGrant(e rwlock.GrantEvent) {
 	r.now.release(e.Node)
 	r.mode(e.Mode).hold.record(e.Hold)
 	r.requests.Add(uint64(e.Requests))
+	if e.Term && e.Loss != "" {
+		r.election.lost.Add(1)
+	}
 	switch e.Loss {
 	case "":
 	case "node_deleted":
@@ -197,6 +217,9 @@ func (r *Recorder) Stats() Stats {
 		LeaseLapsed: r.lost.leaseLapsed.Load(), Disconnected: r.lost.disconnected.Load(),
 		HoldLimit: r.lost.holdLimit.Load(), Other: r.lost.other.Load(),
 	}
+	s.Election = ElectionStats{
+		Campaigns: r.election.campaigns.Load(), Terms: r.election.terms.Load(), Lost: r.election.lost.Load(),
+	}
 	s.Requests = r.requests.Load()
 	r.now.read(&s)
 	return s
@@ -216,6 +239,9 @@ func (s *Stats) mode(m rwlock.Mode) *ModeStats {
 type Stats struct {
 	Read, Write ModeStats
 	Lost        LostStats
+	// Election counts the Elections' campaigns and terms. They count in
+	// Write too: a campaign is a write acquisition, a term a write grant.
+	Election ElectionStats
 	// OldestWait is the age of the oldest acquisition in progress; 0 when
 	// none is.
 	OldestWait time.Duration
@@ -275,6 +301,16 @@ func (l LostStats) Total() uint64 {
 	return l.NodeDeleted + l.SessionExpired + l.LeaseLapsed + l.Disconnected + l.HoldLimit + l.Other
 }
 
+// ElectionStats are the figures of the observed locks' Elections.
+type ElectionStats struct {
+	// Campaigns counts the Campaigns, whatever their outcome; Terms those
+	// that led; Lost the terms that ended lost, not resigned (their causes
+	// are in Stats.Lost, with every grant's).
+	Campaigns, Terms, Lost uint64
+	// Leading counts the terms held now.
+	Leading uint64
+}
+
 // Acquisitions returns the number of acquisitions of both modes, whatever
 // their outcome.
 func (s Stats) Acquisitions() uint64 { return s.Read.Acquisitions() + s.Write.Acquisitions() }
@@ -292,6 +328,7 @@ func (s Stats) Add(o Stats) Stats {
 		Read:       s.Read.combine(o.Read, 1),
 		Write:      s.Write.combine(o.Write, 1),
 		Lost:       s.Lost.combine(o.Lost, 1),
+		Election:   s.Election.combine(o.Election, 1),
 		OldestWait: max(s.OldestWait, o.OldestWait),
 		Requests:   s.Requests + o.Requests,
 	}
@@ -304,6 +341,7 @@ func (s Stats) Sub(o Stats) Stats {
 		Read:       s.Read.combine(o.Read, -1),
 		Write:      s.Write.combine(o.Write, -1),
 		Lost:       s.Lost.combine(o.Lost, -1),
+		Election:   s.Election.combine(o.Election, -1),
 		OldestWait: s.OldestWait,
 		Requests:   s.Requests - o.Requests,
 	}
@@ -335,4 +373,13 @@ func (l LostStats) combine(o LostStats, sign int) LostStats {
 		LeaseLapsed: f(l.LeaseLapsed, o.LeaseLapsed), Disconnected: f(l.Disconnected, o.Disconnected),
 		HoldLimit: f(l.HoldLimit, o.HoldLimit), Other: f(l.Other, o.Other),
 	}
+}
+
+func (e ElectionStats) combine(o ElectionStats, sign int) ElectionStats {
+	f := func(a, b uint64) uint64 { return a + uint64(sign)*b }
+	r := ElectionStats{Campaigns: f(e.Campaigns, o.Campaigns), Terms: f(e.Terms, o.Terms), Lost: f(e.Lost, o.Lost), Leading: e.Leading}
+	if sign > 0 {
+		r.Leading += o.Leading
+	}
+	return r
 }

@@ -230,3 +230,30 @@ func TestHistogramReachesHours(t *testing.T) {
 	within(t, 5*time.Minute, s.Quantile(0.5), "5 min")
 	within(t, 2*time.Hour, s.Quantile(0.9), "2 h")
 }
+
+func TestRecorderCountsElections(t *testing.T) {
+	var r Recorder
+	ctx := context.Background()
+	start := time.Now()
+	for _, e := range []rwlock.AcquireEvent{
+		{Mode: rwlock.Write, Campaign: true, Outcome: "granted", Start: start},
+		{Mode: rwlock.Write, Campaign: true, Outcome: "cancelled", Start: start},
+		{Mode: rwlock.Write, Outcome: "granted", Start: start},
+	} {
+		r.ObserveAcquireStart(ctx, e)
+		r.ObserveAcquire(ctx, e)
+	}
+	r.ObserveGrantStart(rwlock.GrantEvent{Node: "/e/a", Mode: rwlock.Write, Term: true})
+	r.ObserveGrantStart(rwlock.GrantEvent{Node: "/e/b", Mode: rwlock.Write, Term: true})
+	r.ObserveGrantStart(rwlock.GrantEvent{Node: "/l/c", Mode: rwlock.Write})
+	assert.Equal(t, ElectionStats{Campaigns: 2, Terms: 1, Leading: 2}, r.Stats().Election)
+	r.ObserveGrant(rwlock.GrantEvent{Node: "/e/a", Mode: rwlock.Write, Term: true, Loss: "session_expired"})
+	r.ObserveGrant(rwlock.GrantEvent{Node: "/e/b", Mode: rwlock.Write, Term: true, Err: rwlock.ErrReleased})
+	r.ObserveGrant(rwlock.GrantEvent{Node: "/l/c", Mode: rwlock.Write, Loss: "node_deleted"})
+	s := r.Stats()
+	assert.Equal(t, ElectionStats{Campaigns: 2, Terms: 1, Lost: 1}, s.Election)
+	assert.Equal(t, uint64(3), s.Write.Acquisitions(), "a campaign is a write acquisition")
+	assert.Equal(t, uint64(2), s.Lost.Total(), "a lost term is a lost grant")
+	assert.Equal(t, ElectionStats{Campaigns: 4, Terms: 2, Lost: 2}, s.Add(s).Election)
+	assert.Equal(t, ElectionStats{}, s.Sub(s).Election)
+}

@@ -7,6 +7,8 @@
 #   bench/peers/peer.sh build          compile the Curator and gozk harnesses
 #   bench/peers/peer.sh curator-listing CONNECT_STRING PATH SECONDS
 #                                      take Curator's read lock on PATH (curator/ListingLimit.java)
+#   bench/peers/peer.sh curator-latch CONNECT_STRING PATH ROUNDS SESSION_MS
+#                                      LeaderLatch failover after close() and kill -9 (curator/LatchFailover.java)
 #
 # One JSON line per workload on stdout; the exit status is 1 if a workload
 # failed. The Java and Go harnesses are built on first use, and again when
@@ -24,7 +26,7 @@ classpath=$classpath:$jars/zookeeper.jar:$jars/zookeeper-jute.jar:$jars/guava.ja
 classpath=$classpath:$jars/slf4j-api.jar:$jars/slf4j-nop.jar
 
 usage() {
-	sed -n '6,9p' "$0" | sed 's/^#   //' >&2
+	sed -n '6,11p' "$0" | sed 's/^#   //' >&2
 	exit 2
 }
 
@@ -71,6 +73,12 @@ curator-listing)
 	need "$jars/curator-recipes.jar"
 	# shellcheck disable=SC2086 # JAVA_OPTS is a list of options
 	exec java ${JAVA_OPTS:-} -cp "$classpath" "$here/curator/ListingLimit.java" "$@"
+	;;
+curator-latch)
+	[ $# -eq 4 ] || usage
+	need "$jars/curator-recipes.jar"
+	# shellcheck disable=SC2086 # JAVA_OPTS is a list of options
+	exec java ${JAVA_OPTS:-} -Dlatch.src="$here/curator/LatchFailover.java" -cp "$classpath" "$here/curator/LatchFailover.java" "$@"
 	;;
 kazoo)
 	[ $# -ge 2 ] || usage

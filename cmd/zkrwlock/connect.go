@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -121,6 +122,9 @@ func (c *connFlags) dialInterruptible() (ctx context.Context, conn *zk.Conn, sto
 // errConnectTimeout is the cause of a dial that ran out of time.
 var errConnectTimeout = errors.New("connect timeout")
 
+// errRefused is the cause of a dial that every address refused twice.
+var errRefused = errors.New("connection refused")
+
 // dial connects to ZooKeeper, waits for a session and authenticates it
 // with --auth, all within --connect-timeout: go-zookeeper itself would
 // retry forever. ctx ends the wait early (an interrupt). Errors are
@@ -135,9 +139,11 @@ func (c *connFlags) dial(ctx context.Context) (*zk.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	dctx, cancel := context.WithTimeoutCause(ctx, c.connectTimeout, errConnectTimeout)
+	tctx, cancel := context.WithTimeoutCause(ctx, c.connectTimeout, errConnectTimeout)
 	defer cancel()
-	d := &dialer{ctx: dctx}
+	dctx, refuse := context.WithCancelCause(tctx)
+	defer refuse(nil)
+	d := &dialer{ctx: dctx, refuse: refuse, refused: map[string]int{}}
 	conn, err := d.dial(servers, c.sessionTimeout)
 	if err == nil {
 		_, _, c.granted, _ = d.rec.Session()
@@ -155,6 +161,10 @@ func (c *connFlags) dial(ctx context.Context) (*zk.Conn, error) {
 	}
 	where := strings.Join(servers, ",")
 	switch cause := context.Cause(dctx); {
+	case errors.Is(cause, errRefused):
+		return nil, fail(exitUnavailable, "cannot reach ZooKeeper at %s: connection refused, twice a second apart, "+
+			"at every address (before --connect-timeout); is it running? "+
+			"Try 'zkrwlock dev', or set --zk or ZOOKEEPER_SERVERS", where)
 	case errors.Is(cause, errConnectTimeout):
 		return nil, fail(exitUnavailable, "cannot reach ZooKeeper at %s: timed out after %v (--connect-timeout; %s); is it running? "+
 			"Try 'zkrwlock dev', or set --zk or ZOOKEEPER_SERVERS", where, c.connectTimeout, d.why(err))
@@ -171,8 +181,9 @@ func (c *connFlags) dial(ctx context.Context) (*zk.Conn, error) {
 // session timeout (200s with the default 30s), and so would zkrwlock, on
 // an address that takes connections and never answers.
 type dialer struct {
-	ctx context.Context
-	rec zkserver.SessionRecorder
+	ctx    context.Context
+	refuse context.CancelCauseFunc // ends ctx once every address has refused twice
+	rec    zkserver.SessionRecorder
 
 	mu       sync.Mutex
 	conns    []*watchedConn // guarded by mu
@@ -180,6 +191,28 @@ type dialer struct {
 	unheard  bool           // a connection was made that the server never answered on; guarded by mu
 	answered bool           // some server answered on a connection; guarded by mu
 	failed   string         // the last connection that could not be made, and why; guarded by mu
+	refused  map[string]int // each address's refusals since it last took a connection; guarded by mu
+}
+
+// A refused connection (ECONNREFUSED) means nothing listens at the address.
+// go-zookeeper tries each address in turn, and then waits a second before
+// the next round. A dial gives up once every address it has tried refused
+// in two rounds in a row, about a second in, rather than waiting out
+// --connect-timeout: a server being restarted gets that second. An address
+// that takes the connection and then stays silent still waits out
+// --connect-timeout.
+const refusalsToGiveUp = 2
+
+// noteRefusedLocked counts a refusal of address, and ends the dial once every
+// address tried has refused refusalsToGiveUp times in a row. d.mu is held.
+func (d *dialer) noteRefusedLocked(address string) {
+	d.refused[address]++
+	for _, n := range d.refused {
+		if n < refusalsToGiveUp {
+			return
+		}
+	}
+	d.refuse(errRefused)
 }
 
 // dial calls rwlock.Dial with d's zk.Dialer and returns when it does, or
@@ -230,8 +263,14 @@ func (d *dialer) dialZK(network, address string, timeout time.Duration) (net.Con
 		// Kept here too: a dial that runs out of time returns before
 		// rwlock.Dial, whose error says the same, has closed its connection.
 		d.failed = fmt.Sprintf("failed to connect to %s: %v", address, err)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			d.noteRefusedLocked(address)
+		} else {
+			d.refused[address] = 0
+		}
 		return nil, err
 	}
+	d.refused[address] = 0
 	if d.over {
 		return conn, nil
 	}
@@ -277,14 +316,8 @@ func (d *dialer) why(err error) string {
 	case unheard:
 		return "a server took the connection but did not answer ZooKeeper's handshake in time"
 	}
-	if _, last, ok := strings.Cut(err.Error(), "(last attempt: "); ok { // rwlock.Dial's error
-		last = strings.TrimSuffix(last, ")")
-		// go-zookeeper calls the handshake "authentication", which has
-		// nothing to do with --auth.
-		if rest, ok := strings.CutPrefix(last, "authentication failed: "); ok {
-			last = "the handshake failed: " + rest
-		}
-		return "last attempt: " + last
+	if _, tried, ok := strings.Cut(err.Error(), "; tried "); ok { // rwlock.Dial's error
+		return "tried " + tried
 	}
 	if failed != "" {
 		return "last attempt: " + failed
@@ -319,7 +352,8 @@ func authenticate(ctx context.Context, conn *zk.Conn, creds [][2]string) error {
 		select {
 		case err := <-done:
 			if errors.Is(err, zk.ErrAuthFailed) || errors.Is(err, zk.ErrNoAuth) {
-				return fail(exitNoPerm, "ZooKeeper refused the %s credentials of --auth (or $%s): %v", printable(cred[0]), authEnv, err)
+				return fail(exitNoPerm, "ZooKeeper refused the %s credentials of --auth (or $%s): %v%s",
+					printable(cred[0]), authEnv, err, schemeForgotten(cred[0]))
 			}
 			if err != nil {
 				return fail(exitUnavailable, "authenticate with the %s credentials of --auth: %v", printable(cred[0]), err)
@@ -329,6 +363,20 @@ func authenticate(ctx context.Context, conn *zk.Conn, creds [][2]string) error {
 		}
 	}
 	return nil
+}
+
+// knownSchemes are the authentication schemes ZooKeeper 3.8 comes with.
+var knownSchemes = map[string]bool{"digest": true, "ip": true, "sasl": true, "x509": true, "world": true, "super": true, "kerberos": true}
+
+// schemeForgotten suggests the digest scheme when the scheme refused is
+// none ZooKeeper knows: --auth alice:secret, for digest:alice:secret. It
+// names the user, never the password.
+func schemeForgotten(scheme string) string {
+	if knownSchemes[scheme] {
+		return ""
+	}
+	return fmt.Sprintf(`; ZooKeeper has no scheme %q: for a user and password, name the scheme first, --auth digest:%s:PASSWORD`,
+		printable(scheme), printable(scheme))
 }
 
 // closeConn closes conn, which ends its session: the server deletes the
@@ -344,7 +392,7 @@ func (c *connFlags) zkFail(err error, format string, args ...any) error {
 	if !errors.Is(err, zk.ErrNoAuth) {
 		return fail(exitUnavailable, "%s: %v", what, err)
 	}
-	advice := "authenticate with --auth SCHEME:CREDENTIALS (or $" + authEnv + "), e.g. --auth digest:alice:secret"
+	advice := "authenticate with --auth SCHEME:CREDENTIALS (or $" + authEnv + ") as an identity the ACL allows, e.g. --auth digest:alice:secret"
 	if creds, _ := c.credentials(); len(creds) > 0 {
 		advice = "the identity given with --auth (or $" + authEnv + ") is not one the ACL allows"
 	}
@@ -353,9 +401,10 @@ func (c *connFlags) zkFail(err error, format string, args ...any) error {
 }
 
 // withoutLibraryHint is err's text without the advice the library gives
-// a Go program ("see WithACL"), which means nothing to an operator.
+// a Go program (a parenthesis with "see WithACL", or one naming
+// zk.Conn.AddAuth), which means nothing to an operator.
 func withoutLibraryHint(err error) string {
 	return libraryHint.ReplaceAllString(err.Error(), "")
 }
 
-var libraryHint = regexp.MustCompile(`\s*\([^()]*\bsee With[A-Za-z]+\)`)
+var libraryHint = regexp.MustCompile(`\s*\([^()]*\b(see With[A-Za-z]+\)|zk\.Conn\.AddAuth\b[^()]*\))`)

@@ -20,6 +20,8 @@ import (
 
 const execUsage = `Usage: zkrwlock exec (--write | --read) [flags] PATH [--] COMMAND [ARGS...]
        zkrwlock exec (--write PATH | --read PATH)... [flags] [--] COMMAND [ARGS...]
+       zkrwlock exec --limit N [--weight W] [flags] PATH [--] COMMAND [ARGS...]
+` + electUsage + `
 
 Takes the lock whose directory is PATH (exclusive with --write, shared with
 --read), runs COMMAND while holding it, releases it when COMMAND exits, and
@@ -37,6 +39,16 @@ that lock. A PATH may be named once. The forms do not mix: a --write or
 With several locks there are no progress lines, --no-wait and --timeout 0
 are refused (give a --timeout), and ZKRWLOCK_NODE has their nodes, one a
 line, in the order given.
+
+The third form takes PATH as a bounded shared lock of N permits: at most N
+commands at once, or fewer where --weight W (default 1) makes some take
+more. Waiters are admitted in queue order: a waiting heavy command holds
+back the lighter ones behind it. Every client of PATH must give the same
+N; a node made with another, or by --write or --read, fails it with a
+message that says so.
+--limit takes the place of --write and --read and takes one PATH: it does
+not join the several-locks form. 'zkrwlock queue' shows the permits in use
+and the waiters' weights.
 
 While it waits longer than a second, it says why on stderr, when that
 changes and every 10s otherwise (--quiet: never):
@@ -62,6 +74,8 @@ the repository). After a silence, SIGKILL follows SIGTERM within T/16 less
 0.1s (1.775s with the default), the least time the server may take to let
 another client in; after a deleted node or an expired session, at once.
 --grace shortens that time; a longer one does not fit and is refused.
+
+` + electUsageText + `
 
 With another lock library on PATH (Curator, kazoo, go-zookeeper's zk.Lock),
 --dialect names our node so that it counts it in its queue; every zkrwlock
@@ -105,6 +119,7 @@ type execOptions struct {
 	// graceGiven is true when --grace was given: then it must fit.
 	graceGiven bool
 	maxHold    time.Duration
+	permits    permitFlags // --limit, --weight (see limit.go)
 
 	path string
 	argv []string
@@ -112,6 +127,7 @@ type execOptions struct {
 	// locks are the locks to take (see locks.go); path and mode are the
 	// first's, the only one in the first form.
 	locks []lockArg
+	elect electFlags // --elect, --value and --lock-delay (elect.go)
 }
 
 func runExec(std stdio, args []string) int {
@@ -126,7 +142,7 @@ func runExec(std stdio, args []string) int {
 	if locks, _, _ := parseLocks(probe.flagSet(), &probe.write, &probe.read, args); len(locks) > 0 {
 		o.locks, rest, err = parseLocks(fs, &o.write, &o.read, args)
 	} else {
-		pos, rest, err = parse(std.out, fs, execUsage, args, 1)
+		pos, rest, err = parse(std.out, fs, execUsage, args, execPositionals(args))
 	}
 	if errors.Is(err, errHelp) {
 		return 0
@@ -159,7 +175,9 @@ func (o *execOptions) flagSet() *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines while waiting")
 	durationVar(fs, &o.maxHold, "max-hold", 0, "hold the lock at most this long: a head start before it, the command is "+
 		"stopped as for a lost lock (SIGTERM, SIGKILL after --grace) and zkrwlock exits 112; the lock is freed at it")
+	o.elect.register(fs)
 	o.dialect.register(fs)
+	o.permits.register(fs)
 	o.conn.register(fs)
 	return fs
 }
@@ -167,9 +185,15 @@ func (o *execOptions) flagSet() *flag.FlagSet {
 // validate checks the arguments and settles the mode and whether to wait.
 // given holds the flags set on the command line.
 func (o *execOptions) validate(pos, rest []string, given map[string]bool) error {
+	if err := o.elect.settle(o, given); err != nil {
+		return err
+	}
+	if err := o.permits.validate(o, given); err != nil {
+		return err
+	}
 	switch {
 	case o.locks == nil && o.write.set == o.read.set:
-		return fail(exitUsage, "give exactly one of --write and --read")
+		return fail(exitUsage, "give exactly one of --write, --read and --limit")
 	case o.locks == nil && len(pos) == 0:
 		return fail(exitUsage, "missing lock PATH")
 	case len(rest) == 0:
@@ -240,13 +264,14 @@ func (o *execOptions) run(prog string) (int, error) {
 		stop()
 		return 0, err
 	}
-	opts := []rwlock.Option{rwlock.WithLogger(log), rwlock.WithDialect(o.dialect.d)}
+	opts := append([]rwlock.Option{rwlock.WithLogger(log), rwlock.WithDialect(o.dialect.d)}, o.permits.option()...)
 	if o.maxHold > 0 {
 		opts = append(opts, rwlock.WithMaxHold(o.maxHold))
 	}
 	if o.owner != "" {
 		opts = append(opts, rwlock.WithOwner(o.owner))
 	}
+	opts = o.elect.options(opts)
 	var locks []*rwlock.RWLock
 	for _, a := range o.locks {
 		l, err := rwlock.New(conn, a.path, opts...)
@@ -258,7 +283,12 @@ func (o *execOptions) run(prog string) (int, error) {
 	}
 
 	var grants []*rwlock.Grant
-	if len(locks) == 1 {
+	if o.elect.path != "" {
+		var g *rwlock.Grant
+		if g, err = o.campaign(ctx, conn, opts); err == nil {
+			grants = []*rwlock.Grant{g}
+		}
+	} else if len(locks) == 1 {
 		var g *rwlock.Grant
 		if g, err = o.acquire(ctx, prog, locks[0], conn); err == nil {
 			grants = []*rwlock.Grant{g}
@@ -324,9 +354,9 @@ func (o *execOptions) acquire(ctx context.Context, prog string, l *rwlock.RWLock
 		p.start(wctx)
 	}
 	begin := time.Now()
-	var g *rwlock.Grant
-	var err error
+	g, permits, err := o.permits.acquire(wctx, l, o.noWait)
 	switch {
+	case permits:
 	case o.mode == rwlock.Write && o.noWait:
 		g, err = l.TryLock(wctx)
 	case o.mode == rwlock.Write:

@@ -113,6 +113,7 @@ func printUsage(w io.Writer, fs *flag.FlagSet, usage string) {
 // connFlags are the flags of every command that talks to ZooKeeper.
 type connFlags struct {
 	zk             string
+	zkGiven        bool // --zk was given, if only as --zk ''
 	connectTimeout time.Duration
 	sessionTimeout time.Duration
 	auth           []string // --auth values, SCHEME:CREDENTIALS; else $ZKRWLOCK_AUTH
@@ -136,12 +137,14 @@ const defaultSessionTimeout = 30 * time.Second
 const authEnv = "ZKRWLOCK_AUTH"
 
 func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.zk, "zk", "", "ZooKeeper servers as `host:port,...` (default $ZOOKEEPER_SERVERS, else "+defaultServers+")")
+	fs.Func("zk", "ZooKeeper servers as `host:port,...` (default $ZOOKEEPER_SERVERS, else "+defaultServers+")",
+		func(v string) error { c.zk, c.zkGiven = v, true; return nil })
 	fs.Func("auth", "authenticate the session as `SCHEME:CREDENTIALS`, e.g. digest:alice:secret, for paths whose ACL "+
 		"asks for it; may be repeated (default $"+authEnv+", which other users cannot read in ps as they can a flag)",
 		func(v string) error { c.auth = append(c.auth, v); return nil }) // checked by validate, which never echoes it
 	durationVar(fs, &c.connectTimeout, "connect-timeout", 5*time.Second,
-		"give up (exit 69) when there is no ZooKeeper session after this long")
+		"give up (exit 69) when there is no ZooKeeper session after this long; a connection refused at every "+
+			"address gives up sooner, once refused twice a second apart")
 	durationVar(fs, &c.sessionTimeout, "session-timeout", defaultSessionTimeout,
 		"ZooKeeper session timeout T to ask for (the server grants one within its minSessionTimeout and "+
 			"maxSessionTimeout; exec says when it differs): how long a dead holder blocks others; it also sets "+
@@ -153,6 +156,10 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 // default. Each is host[:port] (go-zookeeper adds :2181).
 func (c *connFlags) servers() ([]string, error) {
 	s, from := c.zk, "--zk"
+	if c.zkGiven && strings.TrimSpace(s) == "" {
+		// An empty variable in a script, say: never the default server.
+		return nil, fail(exitUsage, "--zk: no ZooKeeper servers given (leave --zk out for $ZOOKEEPER_SERVERS, else %s)", defaultServers)
+	}
 	if s == "" {
 		s, from = os.Getenv("ZOOKEEPER_SERVERS"), "ZOOKEEPER_SERVERS"
 	}

@@ -48,7 +48,9 @@ stuck first, then by WAITING, then by HELD, longest first, then by path.
 Under the table, a line for each lock whose oldest holder took it in a set
 (LockAll) names the set, and a line for each lock whose holders a
 revocation ('zkrwlock revoke') asks to let go says how long ago, by whom
-and why.
+and why, and a line for each bounded lock (exec --limit) says how many
+permits are in use and the weights of its waiters, as 'zkrwlock queue'
+does.
 
 Locks nobody holds or waits for are not listed: nothing tells their empty
 directories from other znodes, and ZooKeeper deletes them soon. A directory
@@ -65,7 +67,9 @@ null), old and stuck (false without --older-than), families (as FAMILY, an
 array), mixed (a peer there does not count every node: exclusion is not
 guaranteed, and a line under the table says so), and revocation for a pending revocation (absent for none): reason,
 by, requested (RFC 3339), age_seconds, and holders (the sequence numbers of
-the nodes it asks to let go). No locks prints [].
+the nodes it asks to let go), and permits for a bounded lock (absent for
+others): capacity, in_use and waiting (the waiters' weights, in queue
+order). No locks prints [].
 
 ` + exitCodes
 
@@ -105,6 +109,8 @@ type lockJSON struct {
 	Mixed bool `json:"mixed"`
 	// Revocation is a pending revocation; absent for none.
 	Revocation *revocationJSON `json:"revocation,omitempty"`
+	// Permits are a bounded lock's (exec --limit); absent for others.
+	Permits *permitsJSON `json:"permits,omitempty"`
 }
 
 // revocationJSON is the JSON form of a pending revocation.
@@ -403,7 +409,7 @@ func writeLocksJSON(w io.Writer, locks []lockInfo, now time.Time) error {
 		j := lockJSON{
 			Path: l.path, Mode: l.mode.String(), Holders: l.holders, Waiters: l.waiters,
 			OldestHolder: jsonEntry(l.oldestHolder, now), Old: l.old, Stuck: l.stuck, Families: l.families, Mixed: l.mixed,
-			Revocation: jsonRevocation(l.revocation, now),
+			Revocation: jsonRevocation(l.revocation, now), Permits: permitsOf(l.queue),
 		}
 		if l.oldestWaiter != nil {
 			e := jsonEntry(*l.oldestWaiter, now)
@@ -461,6 +467,13 @@ func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
 	for _, l := range locks {
 		if err := l.revocation.write(w, printable(l.path)+": ", now); err != nil {
 			return err
+		}
+	}
+	for _, l := range locks {
+		if line := permitsLine(l.queue); line != "" {
+			if _, err := fmt.Fprintf(w, "%s: %s\n", printable(l.path), line); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -28,6 +28,9 @@ holders first, then waiters, in queue order.
   write  waiting  curator   10.0.0.7       0x10000a1b2c30002   1.0s  -      __WRIT__0000000004
 
 AGE is the time since the node was created (queued), by the server's clock.
+On a bounded lock (exec --limit), MODE is the node's permits of the
+capacity, as 2/4, and a line under the table says how many permits are in
+use and the weights of the waiters, in queue order.
 LIMIT is the hold limit of the lock that made the node (--max-hold,
 WithMaxHold), from its data; "-" for none. A grant ends at LIMIT after it
 was granted, by its holder's clock, so not before AGE reaches LIMIT.
@@ -53,7 +56,9 @@ age_seconds, family (as FAMILY), peer (true for another library's node),
 blind (true for a peer's node whose library does not count some other node
 on PATH: exclusion between them is not guaranteed; a line under the table
 says so; a peer's held is judged by its library's own rules),
-max_hold_seconds (as LIMIT; absent for none), and, for a holder that a
+max_hold_seconds (as LIMIT; absent for none), weight and capacity (a
+bounded lock's node: its permits and the lock's capacity; absent for
+others), and, for a holder that a
 revocation ('zkrwlock revoke') asks to let go, revoked (true),
 revoke_reason, revoke_by and revoke_age_seconds (since the revocation was
 written, by the server's clock), and, for a node that 'LockAll' made with
@@ -89,6 +94,10 @@ type queueEntry struct {
 	// Set and SetSize: the node's set (rwlock.Entry's); absent for none.
 	Set     []string `json:"set,omitempty"`
 	SetSize int      `json:"set_size,omitempty"`
+	// Weight and Capacity: a bounded lock's node's permits and the lock's
+	// capacity (exec --limit); absent for other nodes.
+	Weight   int64 `json:"weight,omitempty"`
+	Capacity int64 `json:"capacity,omitempty"`
 	// Cached is true for a node of a caching lock (WithCaching).
 	Cached bool `json:"cached,omitempty"`
 	// Revoked: a revocation ('zkrwlock revoke') asks this holder to let go.
@@ -238,6 +247,8 @@ func jsonEntry(e rwlock.Entry, now time.Time) queueEntry {
 		MaxHoldSeconds: e.MaxHold.Seconds(),
 		Set:            e.Set,
 		SetSize:        e.SetSize,
+		Weight:         e.Weight,
+		Capacity:       e.Capacity,
 		Cached:         e.Cached,
 	}
 }
@@ -259,7 +270,7 @@ func writeTable(w io.Writer, path string, q []rwlock.Entry, rev *pendingRevocati
 		case e.Held:
 			state = "held"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Mode, state, family(e), ownerText(e.Owner),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", permitMode(e), state, family(e), ownerText(e.Owner),
 			sessionHex(e.SessionID), formatAge(age(now, e.Created)), limitText(e.MaxHold), printable(nodeName(e.Node)))
 	}
 	if err := tw.Flush(); err != nil {
@@ -272,6 +283,11 @@ func writeTable(w io.Writer, path string, q []rwlock.Entry, rev *pendingRevocati
 	}
 	if err := writeMixed(w, "", q); err != nil {
 		return err
+	}
+	if line := permitsLine(q); line != "" {
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
 	}
 	return rev.write(w, "", now)
 }

@@ -27,10 +27,11 @@ const (
 
 const exitCodes = `Exit status:
   N        exec: the command's own exit status (128+n if it died of signal n)
-  0        success (queue, ls, leader, dev, --help)
+  0        success (queue, ls, revoke, leader, dev, version, --help)
   1        leader: nobody leads
   64       usage: bad flag or argument, invalid lock path
-  69       ZooKeeper unavailable: no session within --connect-timeout, or a request failed
+  69       ZooKeeper unavailable: no session within --connect-timeout (sooner when
+           every address refuses the connection), or a request failed
   75       exec: gave up waiting (--timeout, --no-wait); no node left behind
   77       not allowed: an ACL on the path does not allow this client (NoAuth:
            authenticate with --auth), or ZooKeeper refused --auth

@@ -14,7 +14,15 @@ const versionUsage = `Usage: zkrwlock version
 Prints the version of zkrwlock (the module version it was built from, or
 (devel) for a build from a checkout), the revision when the build recorded
 it, and the Go release that built it.
+
+go build and go install record the revision of a clone, unless -buildvcs=false
+(in GOFLAGS too) or the checkout is a git worktree; go run never does.
+make install records it in every case.
 `
+
+// revision and modified are set by make install (go install -ldflags
+// "-X main.revision=..."), for a build that records no VCS information.
+var revision, modified string
 
 func runVersion(std stdio, args []string) int {
 	const prog = "zkrwlock version"
@@ -44,18 +52,18 @@ func writeVersion(w io.Writer) {
 		if bi.Main.Version != "" {
 			version = bi.Main.Version
 		}
-		var rev, modified string
+		rev, dirty := revision, modified
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
 				rev = s.Value
 			case "vcs.modified":
-				modified = s.Value
+				dirty = s.Value
 			}
 		}
 		if rev != "" {
 			r := "revision " + rev[:min(len(rev), 12)]
-			if modified == "true" {
+			if dirty == "true" {
 				r += ", modified"
 			}
 			extra = append(extra, r)

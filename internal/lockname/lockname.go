@@ -139,7 +139,20 @@ var Markers = [...]Marker{
 	// are counted by every kazoo lock class, whatever is declared.
 	// mutant: kazoo-sees-native
 	{"__lock__", true, Kazoo, true, guarded | hex32, "kazoo WriteLock or Lock", Kazoo.Bit() | KazooLock.Bit() | KazooPatterns.Bit()},
+	// A bounded shared lock's node (see capacity.go). Its text stands for
+	// sem-<w>of<n>-, which Parse reads apart from the others. Only a lock
+	// of the same capacity counts it, and capacity.go refuses the rest.
+	{capacityMarker, true, Native, true, guarded, "", 0},
+	// Curator's InterProcessSemaphoreV2 leases. Curator counts none of our
+	// nodes, and we cannot count its leases. So every dialect refuses them.
+	{"lease-", true, Curator, false, uuid36, "Curator InterProcessSemaphoreV2", 0},
 }
+
+// The index of the capacity marker in Markers.
+const capacityIndex = 10
+
+var _ = [1]struct{}{}[len(Markers)-leaseMarker-1]
+var _ = [1]struct{}{}[leaseMarker-capacityIndex-1]
 
 // markerOf returns the index in Markers of the marker f gives a reader
 // or a writer.
@@ -172,11 +185,17 @@ type Node struct {
 	Ours      bool   // made by zkrwlock: its data's marks can be trusted
 	Protected bool   // its name starts _c_<guid>-: zkrwlock's, or zk.Lock's
 	Marker    uint8  // index in Markers
+	// Weight and Capacity are a bounded node's, as its name declares (see
+	// capacity.go). Both are 0 for every other node.
+	Weight, Capacity int64
 }
 
 // Bare returns n's name from its marker on, without the guid that
 // protects it, as in write-0000000007 or __WRIT__0000000008.
 func (n Node) Bare() string {
+	if n.Capacity > 0 {
+		return n.Name[strings.LastIndex(n.Name, "-"+capacityMarker)+1:]
+	}
 	return n.Name[len(n.Name)-len(Markers[n.Marker].Text)-len(FormatSeq(n.Seq)):]
 }
 
@@ -207,7 +226,7 @@ func Parse(name string) (n Node, ok bool) {
 		for i := range Markers {
 			m := &Markers[i]
 			prefix, ok := strings.CutSuffix(rest, m.Text)
-			if !ok {
+			if !ok || i == capacityIndex {
 				continue
 			}
 			shape := shapeOf(prefix)
@@ -217,6 +236,12 @@ func Parse(name string) (n Node, ok bool) {
 			return Node{
 				Name: name, Seq: seq, Write: m.Write, Family: m.Family,
 				Ours: m.Ours && shape == guarded, Protected: shape == guarded, Marker: uint8(i),
+			}, true
+		}
+		if w, c, ok := parseCapacity(rest); ok {
+			return Node{
+				Name: name, Seq: seq, Write: w == c, Family: Native, Ours: true, Protected: true,
+				Marker: capacityIndex, Weight: w, Capacity: c,
 			}, true
 		}
 	}

@@ -426,6 +426,10 @@ type Backoff struct{ next time.Duration }
 
 var errConnClosed = fmt.Errorf("%w: the *zk.Conn was closed", zk.ErrConnectionClosed)
 
+// Closed reports the error with which Wait found the connection closed by
+// its owner.
+func Closed(err error) bool { return errors.Is(err, errConnClosed) }
+
 // Wait sleeps, longer each time, and then until the client has a session
 // again. A request made while go-zookeeper reconnects would wait in its
 // queue anyway. And sent the moment it reconnects, the request races with

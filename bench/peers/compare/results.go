@@ -64,7 +64,7 @@ type results struct {
 // The workloads the comparison shows. Other lines (smoke runs, Curator's
 // runs with a longer warm-up) are not the workloads' definitions and are
 // left out; zkrwlock's own extra workloads get a table of their own.
-var workloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W6r", "W7", "W8", "W9"}
+var workloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W6r", "W7", "W8", "W9", "W11"}
 
 // extraWorkload matches zkrwlock's own workloads: the drain series
 // (W6-<n>, W6r-<n>), the batches (RB32, RL32), W7 without coalescing

@@ -42,6 +42,8 @@ import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMultiLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 import org.apache.zookeeper.CreateMode;
 
@@ -63,7 +65,7 @@ public final class CuratorBench {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 2) {
-            System.err.println("usage: CuratorBench CONNECT_STRING WORKLOAD...  (W1 W2 W3 W4 W5 W6 W6r W7 W8 W9)");
+            System.err.println("usage: CuratorBench CONNECT_STRING WORKLOAD...  (W1 W2 W3 W4 W5 W6 W6r W7 W8 W9 W11)");
             System.exit(2);
         }
         Sizes sizes = Sizes.fromEnv();
@@ -108,7 +110,7 @@ public final class CuratorBench {
             switch (w) {
                 case "W1": case "W2":
                     return ops != STANDARD.ops || warmup != STANDARD.warmup ? w + "-smoke" : w;
-                case "W3": case "W4": case "W5":
+                case "W3": case "W4": case "W5": case "W11":
                     return durationNs != STANDARD.durationNs ? w + "-smoke" : w;
                 case "W6": case "W6r":
                     return waiters != STANDARD.waiters ? w + "-" + waiters : w;
@@ -165,6 +167,7 @@ public final class CuratorBench {
                 case "W7": burst(r); break;
                 case "W8": multi(r); break;
                 case "W9": manyLocks(r); break;
+                case "W11": semaphore(r); break;
                 case "splitmix64": splitmix(r); break;
                 default: throw new IllegalArgumentException("unknown workload " + workload);
             }
@@ -284,6 +287,84 @@ public final class CuratorBench {
         }
         r.put("timeouts", Arrays.stream(timeouts).sum());
         r.put("violations", holders.violations.get());
+        requests(r, p0, p1, 0, total);
+        if (failure.get() != null) r.put("error", failure.get().toString());
+    }
+
+    // ---------- W11 ----------
+
+    static final int W11_CAPACITY = 4, W11_CONTENDERS = 32;
+
+    /**
+     * W11: 32 clients loop acquire, hold 1 ms, release of one lease of an
+     * InterProcessSemaphoreV2 of 4 leases, each client with a semaphore
+     * object of its own, reused, for the contention duration. Acquires give
+     * up after 2 s, as in W3-W5. More than 4 leases held at once in the
+     * process is a violation.
+     */
+    void semaphore(Record r) throws Exception {
+        String path = lockPath(sizes.name("W11"));
+        List<CuratorFramework> cs = open(W11_CONTENDERS);
+        InterProcessSemaphoreV2[] sems = new InterProcessSemaphoreV2[cs.size()];
+        for (int i = 0; i < sems.length; i++) {
+            sems[i] = new InterProcessSemaphoreV2(cs.get(i), path, W11_CAPACITY);
+            sems[i].returnLease(sems[i].acquire()); // unmeasured; creates the semaphore's parents
+        }
+        int n = sems.length;
+        long[] counts = new long[n], timeouts = new long[n], held = new long[n];
+        AtomicInteger inUse = new AtomicInteger();
+        AtomicLong violations = new AtomicLong();
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        CountDownLatch start = new CountDownLatch(1);
+        long[] deadline = new long[1]; // written before start opens
+        Thread[] threads = new Thread[n];
+        for (int i = 0; i < n; i++) {
+            final int id = i;
+            threads[i] = new Thread(() -> {
+                try {
+                    start.await();
+                    while (System.nanoTime() < deadline[0]) {
+                        Lease lease = sems[id].acquire(ACQUIRE_TIMEOUT_MS, TimeUnit.MILLISECONDS);
+                        if (lease == null) {
+                            timeouts[id]++;
+                            continue;
+                        }
+                        if (inUse.incrementAndGet() > W11_CAPACITY) violations.incrementAndGet();
+                        long h0 = System.nanoTime();
+                        Thread.sleep(HOLD_MS);
+                        held[id] += System.nanoTime() - h0;
+                        inUse.decrementAndGet();
+                        sems[id].returnLease(lease);
+                        counts[id]++;
+                    }
+                } catch (Throwable e) {
+                    failure.compareAndSet(null, e);
+                }
+            });
+            threads[i].start();
+        }
+        long p0 = mntr("zk_packets_received");
+        long t0 = System.nanoTime();
+        deadline[0] = t0 + sizes.durationNs;
+        start.countDown();
+        for (Thread t : threads) t.join();
+        double elapsed = (System.nanoTime() - t0) / 1e9;
+        long p1 = mntr("zk_packets_received");
+
+        long total = Arrays.stream(counts).sum();
+        double ceiling = W11_CAPACITY * 1000.0 / HOLD_MS;
+        r.put("clients", n);
+        r.put("capacity", W11_CAPACITY);
+        r.put("hold_ms", HOLD_MS);
+        r.put("elapsed_s", elapsed);
+        r.put("acquisitions", total);
+        r.put("acq_per_s", total / elapsed);
+        r.put("of_ceiling", total / elapsed / ceiling);
+        r.put("per_client_min", Arrays.stream(counts).min().getAsLong());
+        r.put("per_client_max", Arrays.stream(counts).max().getAsLong());
+        r.put("hold_mean_us", total == 0 ? 0.0 : Arrays.stream(held).sum() / 1e3 / total);
+        r.put("timeouts", Arrays.stream(timeouts).sum());
+        r.put("violations", violations.get());
         requests(r, p0, p1, 0, total);
         if (failure.get() != null) r.put("error", failure.get().toString());
     }

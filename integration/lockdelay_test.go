@@ -1,0 +1,213 @@
+package integration
+
+import (
+	"context"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock"
+	"github.com/zkrwlock/rwlock/internal/tier"
+	"github.com/zkrwlock/rwlock/internal/zktest"
+)
+
+// WithLockDelay (lockdelay.go): after an unclean loss ahead, no grant
+// before the delay has passed since the loss; a clean release hands over
+// at once.
+
+// lockDelayTest is the delay of these tests: long beside a round trip and
+// the scheduling of a loaded machine, short beside the test's time.
+const lockDelayTest = 3 * time.Second
+
+// deletedAt watches node from a client of its own, and returns when the
+// client heard of its deletion, on CLOCK_MONOTONIC. The server deleted it
+// before then. A release's mark rides on the deletion, in one transaction:
+// a data change that leaves the node gone dates the deletion too.
+func deletedAt(t *testing.T, conn *zk.Conn, node string) <-chan int64 {
+	t.Helper()
+	ok, _, ch, err := conn.ExistsW(node)
+	require.NoError(t, err)
+	require.True(t, ok, "%s is gone already", node)
+	at := make(chan int64, 1)
+	go func() {
+		defer close(at)
+		for {
+			ev := <-ch
+			now := monotonic()
+			switch ev.Type {
+			case zk.EventNodeDeleted:
+				at <- now
+				return
+			case zk.EventNodeDataChanged:
+				var exists bool
+				if exists, _, ch, err = conn.ExistsW(node); err != nil {
+					return
+				} else if !exists {
+					at <- now
+					return
+				}
+			default:
+				return
+			}
+		}
+	}()
+	return at
+}
+
+// leaderNode returns the one lock node of path, the leader's.
+func leaderNode(t *testing.T, conn *zk.Conn, path string) string {
+	t.Helper()
+	nodes := lockNodes(t, conn, path)
+	require.Len(t, nodes, 1)
+	return path + "/" + nodes[0]
+}
+
+// A leader killed -9, or stopped past its session timeout, vanishes
+// without a release: its successor, waiting with WithLockDelay, leads only
+// the delay after the server deleted the leader's node. A third client
+// dates the deletion by its notification, which comes after it.
+func TestLockDelayAfterLeaderLoss(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
+	for _, how := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"killed", syscall.SIGKILL}, {"stopped", syscall.SIGSTOP}} {
+		t.Run(how.name, func(t *testing.T) {
+			const timeout = 4 * time.Second
+			srv := faultServer(t, 1)
+			path := zktest.LockPath(t, "/elect")
+			ctx := t.Context()
+
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			t.Setenv(leaderEnvDelay, lockDelayTest.String())
+			leader := startLeader(t, srv.Addr(0), path, timeout, "first")
+
+			wc := connect(t, srv.Addr(0), timeout)
+			gone := deletedAt(t, wc.conn, leaderNode(t, wc.conn, path))
+
+			sc := connect(t, srv.Addr(0), timeout)
+			successor, err := rwlock.NewElection(sc.conn, path, rwlock.WithLockDelay(lockDelayTest))
+			require.NoError(t, err)
+			next := goAcquire(t, ctx, func(ctx context.Context) (*rwlock.Grant, error) {
+				return successor.Campaign(ctx, []byte("second"))
+			})
+			waitNodeCount(t, sc.conn, path, 2, 10*time.Second)
+			next.stillWaiting(t, "the leader leads")
+
+			require.NoError(t, syscall.Kill(leader.cmd.Process.Pid, how.sig))
+			g := next.granted(t, timeout+2*faultTick+lockDelayTest+10*time.Second)
+			led := monotonic()
+			defer mustRelease(t, g)
+			deleted, ok := <-gone
+			require.True(t, ok, "the watcher did not see the leader's node deleted")
+			after := time.Duration(led - deleted)
+			t.Logf("leader %s: its node went, and the successor led %v after (lock-delay %v)", how.name, msec(after), lockDelayTest)
+			// Both clients hear of the deletion from one server, within a
+			// moment of each other; the successor counts from its own.
+			require.GreaterOrEqual(t, after, lockDelayTest-100*time.Millisecond, "the successor led before the lock-delay had passed")
+			require.Greater(t, g.Token(), leader.term, "terms increase")
+
+			if how.sig == syscall.SIGSTOP {
+				require.NoError(t, syscall.Kill(leader.cmd.Process.Pid, syscall.SIGCONT))
+				select {
+				case <-leader.told:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the resumed leader was never told")
+				}
+			}
+			leader.cmd.Process.Kill()
+			leader.cmd.Wait()
+			leader.reaped = true
+		})
+	}
+}
+
+// A clean Resign hands over at once, though the leader was granted at its
+// first try, whose release deletes plainly without the option; and so
+// does a leader that waited.
+func TestLockDelayCleanResignHandsOverAtOnce(t *testing.T) {
+	cluster := sharedServer(t)
+	srv := cluster.Addr(0)
+	path := zktest.LockPath(t, "/elect")
+	ctx := t.Context()
+	const timeout = 10 * time.Second
+	var prev *rwlock.Election
+	var prevConn *zk.Conn
+	var leading *rwlock.Grant
+	for i := range 3 {
+		c := connect(t, srv, timeout)
+		e, err := rwlock.NewElection(c.conn, path, rwlock.WithLockDelay(lockDelayTest))
+		require.NoError(t, err)
+		if prev == nil {
+			leading, err = e.Campaign(ctx, []byte("first"))
+			require.NoError(t, err)
+			prev, prevConn = e, c.conn
+			continue
+		}
+		next := goAcquire(t, ctx, func(ctx context.Context) (*rwlock.Grant, error) {
+			return e.Campaign(ctx, []byte("next"))
+		})
+		waitNodeCount(t, prevConn, path, 2, 10*time.Second)
+		waitWatchedBy(t, cluster, path, leading.Node(), c) // a node gone before its waiter's first look costs the delay
+		next.stillWaiting(t, "the leader leads")
+		resigned := time.Now()
+		require.NoError(t, prev.Resign(ctx))
+		leading = next.granted(t, 10*time.Second)
+		took := next.at.Sub(resigned)
+		t.Logf("handoff %d: Resign → the next leads in %v", i, msec(took))
+		require.Less(t, took, lockDelayTest/2, "a clean Resign must hand over at once")
+		prev, prevConn = e, c.conn
+	}
+	require.NoError(t, prev.Resign(ctx))
+}
+
+// A writer behind a run of readers owes the delay when one reader of the
+// run vanishes, though it waits on for the others, whose releases are
+// clean. When the whole run releases cleanly, it is granted at once.
+func TestLockDelayReaderLostInARun(t *testing.T) {
+	tier.Long(t) // a session expiry
+	cluster := sharedServer(t)
+	srv := cluster.Addr(0)
+	path := zktest.LockPath(t, "/run")
+	ctx := t.Context()
+	const timeout = 10 * time.Second
+	for _, lose := range []bool{false, true} {
+		r1, r2 := connect(t, srv, timeout), connect(t, srv, timeout)
+		g1, err := r1.lock(t, path, rwlock.WithLockDelay(lockDelayTest)).RLock(ctx)
+		require.NoError(t, err)
+		g2, err := r2.lock(t, path, rwlock.WithLockDelay(lockDelayTest)).RLock(ctx)
+		require.NoError(t, err)
+		wc := connect(t, srv, timeout)
+		gone := deletedAt(t, wc.conn, g1.Node())
+		w := goAcquire(t, ctx, wc.lock(t, path, rwlock.WithLockDelay(lockDelayTest)).Lock)
+		waitNodeCount(t, wc.conn, path, 3, 10*time.Second)
+		waitWatchedBy(t, cluster, path, g1.Node(), wc)
+		waitWatchedBy(t, cluster, path, g2.Node(), wc)
+		w.stillWaiting(t, "readers hold")
+		if lose {
+			r1.expire(t, srv)
+		} else {
+			require.NoError(t, g1.Release(ctx))
+		}
+		deleted, ok := <-gone
+		require.True(t, ok)
+		released := time.Now()
+		require.NoError(t, g2.Release(ctx))
+		g := w.granted(t, lockDelayTest+10*time.Second)
+		granted := monotonic()
+		after := time.Duration(granted - deleted)
+		t.Logf("a reader of the run lost: %v; the writer granted %v after its node went, %v after the last release", lose, msec(after), msec(w.at.Sub(released)))
+		if lose {
+			require.GreaterOrEqual(t, after, lockDelayTest-100*time.Millisecond, "granted before the lock-delay had passed")
+		} else {
+			require.Less(t, w.at.Sub(released), lockDelayTest/2, "clean releases must hand over at once")
+		}
+		require.NoError(t, g.Release(ctx))
+	}
+}
