@@ -18,8 +18,8 @@ import (
 // token, and usually without a request. That is the grant the node would
 // have had: nobody else held in between, since nobody passes a node that
 // exists. A re-grant needs a write or sync answered in the node's session,
-// sent at most δ = 50 ms before it, and after the last listing that showed
-// nothing conflicting behind the node. When none is that recent, it sends
+// sent at most δ = 50 ms before the call began, and after the last listing
+// that showed nothing conflicting behind the node. When none is that recent, it sends
 // a sync. A busy loop sends one sync ahead of time about every δ/2, so it
 // never waits for one.
 //
@@ -86,7 +86,7 @@ const cacheDelta = 50 * time.Millisecond
 //     connection, and go-zookeeper queues each before it reads the next
 //     packet (see Watch.FiredNow). So if the watch has not fired once the
 //     answer is read, no conflicting node was created before the request
-//     was sent. The re-grant follows by at most δ.
+//     was sent. The re-grant began at most δ after that.
 //   - After a reconnection go-zookeeper sets its watches again with a
 //     request that queued requests overtake. An answer then proves nothing
 //     of the old watch. So the count of sessions must be the one before
@@ -325,7 +325,7 @@ func (ca *cache) regrant(ctx context.Context, l *RWLock, w want) (*Grant, error)
 	start := time.Now()
 	l.starting(ctx, w, start)
 	m := &member{l: l, want: w, path: cn.path, session: cn.session, tok: cn.token, exact: true}
-	proven, err := cn.prove(m.counting(ctx))
+	proven, err := cn.prove(m.counting(ctx), start)
 	if proven && err == nil {
 		// A conflict that comes from here on finds the node busy, and it
 		// goes at this grant's release. The proof was of a moment before.
@@ -384,10 +384,12 @@ func (cn *cachedNode) member(m *member) *member {
 }
 
 // prove proves that nothing conflicting has queued behind the node (see the
-// safety argument). It waits for the tail's listing under way, and sends a
-// sync if no answered request is recent enough. It returns false if the
+// safety argument), for a re-grant that began at began. It waits for the
+// tail's listing under way, and sends a sync if no answered request was
+// sent since δ before began. So its own sync proves it however slowly it
+// is answered. It returns false if the
 // node may not be re-granted, and ctx's error if ctx ended.
-func (cn *cachedNode) prove(ctx context.Context) (bool, error) {
+func (cn *cachedNode) prove(ctx context.Context, began time.Time) (bool, error) {
 	synced, waited := false, false
 	for {
 		if err := ctx.Err(); err != nil {
@@ -419,7 +421,7 @@ func (cn *cachedNode) prove(ctx context.Context) (bool, error) {
 		fresh := t <= 0 || cn.c.Fresh(cn.session, t, zkclient.RenewInterval(t))
 		at := cn.answeredAfter(w, listedAt)
 		// mutant: regrant-without-sync
-		if fresh && !at.IsZero() && time.Since(at) <= cacheDelta {
+		if fresh && !at.IsZero() && !at.Before(began.Add(-cacheDelta)) {
 			// mutant: regrant-unproven
 			if w.FiredNow() {
 				// The tail lists again: wait for what it shows, once. A

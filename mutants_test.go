@@ -95,7 +95,7 @@ var mutants = []mutant{
 	{name: "a kept node re-granted though its watch fired", run: "TestCachedRegrantNeverPassesAHeldNotification", edits: []mutantEdit{
 		{file: "cache.go", point: "regrant-unproven", new: "if false {"}}},
 	{name: "a kept node re-granted on an answer older than δ", run: "TestCachedRegrantNeverPassesAHeldNotification", edits: []mutantEdit{
-		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() {"}}},
+		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() && !began.IsZero() {"}}},
 	{name: "a kept node re-granted on a watch set before a reconnection", run: "TestCachedRegrantNeverPassesAWriterAfterAReconnection",
 		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"}}},
 	{name: "a busy kept node deleted when a conflict queues", run: "TestCachedBusyNodeGoesAtItsRelease", edits: []mutantEdit{
@@ -105,7 +105,7 @@ var mutants = []mutant{
 	{name: "a kept node re-granted though its watch fired, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{
 		{file: "cache.go", point: "regrant-unproven", new: "if false {"}}},
 	{name: "a kept node re-granted on an answer older than δ, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{
-		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() {"}}},
+		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() && !began.IsZero() {"}}},
 	{name: "a kept node re-granted on a watch set before a reconnection, in the simulation", flags: []string{"-sim.cache"},
 		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
