@@ -63,6 +63,10 @@ func cachedMark(o options) lockname.Mark {
 	return lockname.Unmarked
 }
 
+// proveCounted is a test hook: prove calls it just after its first read of
+// the connection count, where a reconnection may land.
+var proveCounted = func() {}
+
 // cacheDelta is δ: how old the latest answered write or sync may be at a
 // re-grant. It bounds how long a conflicting create may go unseen when its
 // notification is late.
@@ -90,7 +94,8 @@ const cacheDelta = 50 * time.Millisecond
 //   - After a reconnection go-zookeeper sets its watches again with a
 //     request that queued requests overtake. An answer then proves nothing
 //     of the old watch. So the count of sessions must be the one before
-//     the listing.
+//     the listing, read again after the answer and the watch: the new
+//     connection's handshake, which also renews the lease, counts first.
 //   - Only a request sent after the listing counts. Then both went on one
 //     connection, and the answer is read after the watch was set.
 //   - A watch that has fired proves nothing until the tail lists again. An
@@ -407,6 +412,7 @@ func (cn *cachedNode) prove(ctx context.Context, began time.Time) (bool, error) 
 			}
 		}
 		n, _ := cn.c.ConnectCount()
+		proveCounted()
 		// mutant: cached-stale-watch
 		if n != connects {
 			return false, nil
@@ -438,6 +444,14 @@ func (cn *cachedNode) prove(ctx context.Context, began time.Time) (bool, error) 
 					return false, ctx.Err()
 				}
 				continue
+			}
+			// The count again, after the answer and the watch were read. A
+			// new connection counts at its handshake, before that handshake
+			// renews the lease and before any answer on it. So an unchanged
+			// count says both were read on the connection that set w.
+			// mutant: regrant-count-before-answer
+			if n, _ := cn.c.ConnectCount(); n != connects {
+				return false, nil
 			}
 			if time.Since(at) > cacheDelta/2 {
 				cn.syncAhead()

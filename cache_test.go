@@ -2,12 +2,15 @@ package rwlock
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
 // caching returns a caching lock on c. Its kept node's tail ends once c
@@ -288,6 +291,64 @@ func TestCachedRegrantNeverPassesAWriterAfterAReconnection(t *testing.T) {
 		require.NoError(t, mine.err)
 		assert.NotEqual(t, node, mine.g.Node(), "not re-granted behind the writer")
 		require.NoError(t, mine.g.Release(ctx))
+	})
+}
+
+// A reconnection lands in a re-grant's proof, between its first read of the
+// connection count and its read of the latest answer. A sync answered on the
+// new connection, before the watches are set again, proves nothing of the
+// old watch. So the re-grant does not pass a writer queued a second before.
+func TestCachedRegrantNeverPassesAWriterWhenAReconnectionComesMidProof(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		c.lateReplay = true
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		node := g.Node()
+		require.NoError(t, g.Release(ctx))
+		time.Sleep(2 * cacheDelta) // the re-grant must send a sync
+
+		paused, resume := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		proveCounted = func() {
+			once.Do(func() { close(paused); <-resume })
+		}
+		defer func() { proveCounted = func() {} }()
+		a := start(ctx, l.Lock)
+		<-paused
+		c.disconnect()
+		w := start(ctx, newLock(t, other).Lock)
+		synctest.Wait()
+		time.Sleep(time.Second) // the writer has queued for far more than δ
+		c.reconnect()           // its event comes only once the watches are set again
+		zc := zkclient.For(c)
+		require.NoError(t, zc.Sync(ctx).Err) // as syncAhead's, or the lease's keepalive
+		zc.Unref()
+		close(resume)
+		synctest.Wait()
+		c.replay()
+		synctest.Wait()
+		select {
+		case mine := <-a:
+			require.NoError(t, mine.err)
+			assert.NotEqual(t, node, mine.g.Node(), "re-granted the kept node behind a writer queued 1 s before")
+			require.Len(t, w, 0, "the writer passed")
+			require.NoError(t, mine.g.Release(ctx))
+		case res := <-w:
+			require.NoError(t, res.err)
+			require.NoError(t, res.g.Release(ctx))
+			mine := <-a
+			require.NoError(t, mine.err)
+			require.NoError(t, mine.g.Release(ctx))
+		}
+		synctest.Wait()
+		if len(w) > 0 {
+			res := <-w
+			require.NoError(t, res.g.Release(ctx))
+		}
 	})
 }
 

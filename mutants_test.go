@@ -98,6 +98,8 @@ var mutants = []mutant{
 		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() && !began.IsZero() {"}}},
 	{name: "a kept node re-granted on a watch set before a reconnection", run: "TestCachedRegrantNeverPassesAWriterAfterAReconnection",
 		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"}}},
+	{name: "a kept node re-granted on an answer read after a reconnection", run: "TestCachedRegrantNeverPassesAWriterWhenAReconnectionComesMidProof",
+		edits: []mutantEdit{{file: "cache.go", point: "regrant-count-before-answer", new: "if n, _ := cn.c.ConnectCount(); n != connects && false {"}}},
 	{name: "a busy kept node deleted when a conflict queues", run: "TestCachedBusyNodeGoesAtItsRelease", edits: []mutantEdit{
 		{file: "cache.go", point: "delete-busy-cached", new: "idle := true"}}},
 	{name: "a busy kept node deleted when a conflict queues, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{

@@ -285,10 +285,11 @@ func (c *Client) Fresh(session int64, t, margin time.Duration) bool {
 	return ok && elapsed(c.lease.since, time.Now()) < t-HeadStart(t)-margin
 }
 
-// AnsweredAt returns when the latest write or sync answered in session was
-// sent, or the zero time if none was since the connection last changed
-// session. The server ran that request after the time returned, and this
-// client has read its answer.
+// AnsweredAt returns when the latest write, sync or handshake answered in
+// session was sent, or the zero time if none was since the connection last
+// changed session. The server ran that request after the time returned, and
+// this client has read its answer. The answer may have come on any of the
+// session's connections: a caller that needs one reads ConnectCount after.
 func (c *Client) AnsweredAt(session int64) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
