@@ -3,6 +3,7 @@ package rwlock
 import (
 	"context"
 	"fmt"
+	"path"
 	"sync"
 	"time"
 
@@ -33,7 +34,9 @@ import (
 // handoff. [Grant.Contended] tells the holder of a busy one.
 //
 // A re-grant is a grant like any other: its hold limit, lease clock, head
-// start, revocation, fleet watch and observers begin afresh. A node whose
+// start, revocation, fleet watch and observers begin afresh. For Revoke a
+// kept node holds, since it was first held before. So a revocation may
+// reach the next grant on it, but no later one: the node is then not kept. A node whose
 // session was lost, or whose connection was made anew, is given up, and
 // the next acquisition queues afresh. Only a connection made by [Dial],
 // which counts its sessions, keeps nodes. New refuses it with
@@ -106,6 +109,16 @@ const cacheDelta = 50 * time.Millisecond
 //     never under its holder.
 //
 // The same leader exceptions as coalescing's apply (see join.go).
+//
+// The revocation rule: a revocation is not kept with the node. Revoke names
+// the nodes that hold by their sequence numbers, and a re-grant keeps the
+// number. A kept node counts as held for Revoke, since it was first held
+// before the revocation's writes. So the next grant on it may be revoked.
+// But a revoked hold is not kept: its release deletes the node. And a
+// re-grant gives up a node that the latest revocation read on the
+// connection names, as one revoked while idle would be. So the next
+// acquisition queues afresh, with a number no revocation names, and a
+// revocation reaches at most one grant made after it.
 
 // cache is a lock's kept node, if any. Only a lock made with WithCaching
 // has one.
@@ -289,7 +302,10 @@ func (*cache) changed(*hold, change) {}
 func (ca *cache) keep(h *hold) bool {
 	ca.mu.Lock()
 	cn := ca.node
-	if cn == nil || cn.busy != h || cn.doomed || h.currentMode() != cn.mode {
+	// A revoked node is not kept: a revocation names the node, so it would
+	// reach every re-grant on it (see the revocation rule).
+	// mutant: keep-revoked
+	if cn == nil || cn.busy != h || cn.doomed || h.currentMode() != cn.mode || h.wasRevoked() {
 		ca.mu.Unlock()
 		return false
 	}
@@ -330,7 +346,11 @@ func (ca *cache) regrant(ctx context.Context, l *RWLock, w want) (*Grant, error)
 	start := time.Now()
 	l.starting(ctx, w, start)
 	m := &member{l: l, want: w, path: cn.path, session: cn.session, tok: cn.token, exact: true}
-	proven, err := cn.prove(m.counting(ctx), start)
+	proven, err := false, error(nil)
+	// mutant: regrant-named
+	if !cn.named() {
+		proven, err = cn.prove(m.counting(ctx), start)
+	}
 	if proven && err == nil {
 		// A conflict that comes from here on finds the node busy, and it
 		// goes at this grant's release. The proof was of a moment before.
@@ -377,6 +397,13 @@ func (ca *cache) regrant(ctx context.Context, l *RWLock, w want) (*Grant, error)
 		return nil, &opError{verb(w), l.path, err}
 	}
 	return nil, nil
+}
+
+// named reports whether the latest revocation this connection read names
+// the node (see the revocation rule).
+func (cn *cachedNode) named() bool {
+	n, ok := lockname.Parse(path.Base(cn.path))
+	return ok && cn.l.revocationsOn(cn.c).names(n.Seq)
 }
 
 // member returns m filled as the acquisition of a re-grant: the node's,

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/zkrwlock/rwlock/internal/lockname"
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
@@ -581,5 +582,93 @@ func TestCachedRegrantCancelled(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, node, g.Node())
 		require.NoError(t, g.Release(ctx))
+	})
+}
+
+// A revocation made while a kept node is idle names the node, which was
+// first held before it. So it may reach the next grant on the node. That
+// grant's release deletes the node, and the grants after it are not
+// revoked: the revocation does not stay with the kept node.
+func TestCachedRevocationReachesOneGrantAtMost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, g.Release(ctx)) // kept, idle: nobody holds
+		require.NoError(t, newLock(t, other).Revoke(ctx, "maintenance"))
+		synctest.Wait()
+		for i := range 3 {
+			time.Sleep(time.Second)
+			g, err = l.Lock(ctx)
+			require.NoError(t, err)
+			ch := g.Revoked()
+			synctest.Wait()
+			if isClosed(ch) && i > 0 {
+				t.Errorf("grant %d (node %s) revoked by a revocation made while nobody held", i, g.Node())
+			}
+			require.NoError(t, g.Release(ctx))
+		}
+	})
+}
+
+// A revoked grant's node is not kept: its release deletes it, and the next
+// acquisition queues afresh, on a number the revocation did not name.
+func TestCachedRevokedNodeNotKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		l := caching(t, s.conn())
+		ctx := t.Context()
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		node := g.Node()
+		g.h.revoke() // as a revocation's notification does, with no names read
+		require.NoError(t, g.Release(ctx))
+		g, err = l.Lock(ctx)
+		require.NoError(t, err)
+		assert.NotEqual(t, node, g.Node(), "a revoked node was kept")
+		require.NoError(t, g.Release(ctx))
+	})
+}
+
+// A kept node that the latest revocation read on its connection names is
+// given up by the next acquisition, which queues afresh and is not
+// revoked. Here a reader of another RWLock on the connection listens, so
+// the connection reads the revocation while the kept node is idle. (It
+// queues first: an idle kept node goes at any change behind it.)
+func TestCachedRegrantGivesUpANamedNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		listener, err := newLock(t, c).RLock(ctx)
+		require.NoError(t, err)
+		heard := listener.Revoked()
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		node := g.Node()
+		require.NoError(t, g.Release(ctx)) // kept, idle
+		synctest.Wait()
+		// Revoke's two writes in one, so that the connection's read after
+		// the notification surely finds the names.
+		zc := zkclient.For(other)
+		defer zc.Unref()
+		ol := newLock(t, other)
+		nodes, dirID, err := ol.holders(ctx, zc)
+		require.NoError(t, err)
+		require.NoError(t, zc.Set(ctx, dir, lockname.Revocation{Reason: "maintenance", Nodes: nodes, Dir: dirID}.Data()).Err)
+		synctest.Wait()
+		require.True(t, isClosed(heard), "the listener was told")
+		g, err = l.RLock(ctx)
+		require.NoError(t, err)
+		assert.NotEqual(t, node, g.Node(), "re-granted a node the revocation names")
+		ch := g.Revoked()
+		synctest.Wait()
+		assert.False(t, isClosed(ch), "a grant made after the revocation was revoked")
+		require.NoError(t, g.Release(ctx))
+		require.NoError(t, listener.Release(ctx))
 	})
 }

@@ -100,6 +100,11 @@ var mutants = []mutant{
 		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"}}},
 	{name: "a kept node re-granted on an answer read after a reconnection", run: "TestCachedRegrantNeverPassesAWriterWhenAReconnectionComesMidProof",
 		edits: []mutantEdit{{file: "cache.go", point: "regrant-count-before-answer", new: "if n, _ := cn.c.ConnectCount(); n != connects && false {"}}},
+	// A revocation names a node by its number, which a re-grant keeps.
+	{name: "a revoked node kept", run: "TestCachedRevokedNodeNotKept", edits: []mutantEdit{
+		{file: "cache.go", point: "keep-revoked", new: "if cn == nil || cn.busy != h || cn.doomed || h.currentMode() != cn.mode {"}}},
+	{name: "a kept node re-granted though a revocation read names it", run: "TestCachedRegrantGivesUpANamedNode", edits: []mutantEdit{
+		{file: "cache.go", point: "regrant-named", new: "if true {"}}},
 	{name: "a busy kept node deleted when a conflict queues", run: "TestCachedBusyNodeGoesAtItsRelease", edits: []mutantEdit{
 		{file: "cache.go", point: "delete-busy-cached", new: "idle := true"}}},
 	{name: "a busy kept node deleted when a conflict queues, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{
