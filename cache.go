@@ -264,6 +264,10 @@ func (cn *cachedNode) end(live bool) {
 func (cn *cachedNode) fired() bool {
 	ca := cn.ca
 	ca.mu.Lock()
+	// A node a re-grant is proving is left to the tail's listing, which the
+	// proof waits for: deleted under it, the proof could pass on a node
+	// that no longer exists.
+	// mutant: fired-deletes-claimed
 	if cn.gone || cn.busy != nil || cn.claimed {
 		ca.mu.Unlock()
 		return false

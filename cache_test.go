@@ -672,3 +672,42 @@ func TestCachedRegrantGivesUpANamedNode(t *testing.T) {
 		require.NoError(t, listener.Release(ctx))
 	})
 }
+
+// A change behind a kept node while a re-grant proves its place is left to
+// the tail's listing, which the proof waits for. A reader behind a read
+// node is no conflict, so the re-grant takes the kept node: the watch's
+// fire did not delete it under the proof.
+func TestCachedNodeNotDeletedUnderAProvingRegrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c, other := s.conn(), s.conn()
+		l := caching(t, c)
+		ctx := t.Context()
+		g, err := l.RLock(ctx)
+		require.NoError(t, err)
+		node := g.Node()
+		require.NoError(t, g.Release(ctx))
+		g, err = l.RLock(ctx) // its sync proves the tail's watch for the next
+		require.NoError(t, err)
+		require.Equal(t, node, g.Node())
+		require.NoError(t, g.Release(ctx))
+
+		paused, resume := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		proveCounted = func() {
+			once.Do(func() { close(paused); <-resume })
+		}
+		defer func() { proveCounted = func() {} }()
+		a := start(ctx, l.RLock)
+		<-paused
+		r, err := newLock(t, other).RLock(ctx) // fires the tail's watch
+		require.NoError(t, err)
+		synctest.Wait()
+		close(resume)
+		mine := <-a
+		require.NoError(t, mine.err)
+		assert.Equal(t, node, mine.g.Node(), "the kept node went under the re-grant proving it")
+		require.NoError(t, mine.g.Release(ctx))
+		require.NoError(t, r.Release(ctx))
+	})
+}

@@ -100,6 +100,8 @@ var mutants = []mutant{
 		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"}}},
 	{name: "a kept node re-granted on an answer read after a reconnection", run: "TestCachedRegrantNeverPassesAWriterWhenAReconnectionComesMidProof",
 		edits: []mutantEdit{{file: "cache.go", point: "regrant-count-before-answer", new: "if n, _ := cn.c.ConnectCount(); n != connects && false {"}}},
+	{name: "a kept node deleted at a fire while a re-grant proves it", run: "TestCachedNodeNotDeletedUnderAProvingRegrant", edits: []mutantEdit{
+		{file: "cache.go", point: "fired-deletes-claimed", new: "if cn.gone || cn.busy != nil {"}}},
 	// A revocation names a node by its number, which a re-grant keeps.
 	{name: "a revoked node kept", run: "TestCachedRevokedNodeNotKept", edits: []mutantEdit{
 		{file: "cache.go", point: "keep-revoked", new: "if cn == nil || cn.busy != h || cn.doomed || h.currentMode() != cn.mode {"}}},
