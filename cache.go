@@ -57,13 +57,15 @@ func (o *options) checkCaching() error {
 	return nil
 }
 
-// cachedMark marks the nodes of a caching lock in their data, from the
-// create on, so that Queue and the CLI show them as cached.
-func cachedMark(o options) lockname.Mark {
+// keptData is the data of a node that a caching lock may keep, marked from
+// the create on, so that Queue and the CLI show it as cached. It is nil
+// without WithCaching. Only a lone node of the lock's own may be kept, so
+// LockAll's and WithReadCoalescing's shared nodes are not marked.
+func keptData(o options) []byte {
 	if o.cache {
-		return lockname.MarkCached
+		return lockname.Data(o.owner, o.maxHold, lockname.MarkCached)
 	}
-	return lockname.Unmarked
+	return nil
 }
 
 // proveCounted is a test hook: prove calls it just after its first read of

@@ -711,3 +711,51 @@ func TestCachedNodeNotDeletedUnderAProvingRegrant(t *testing.T) {
 		require.NoError(t, r.Release(ctx))
 	})
 }
+
+// Only a node the lock may keep is marked cached: a lone node of its own.
+// LockAll's nodes and WithReadCoalescing's shared nodes are never kept.
+func TestCachedMarkOnlyOnNodesItMayKeep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		l := caching(t, s.conn(), WithReadCoalescing())
+		ctx := t.Context()
+		queued := func() Entry {
+			q, err := newLock(t, s.conn()).Queue(ctx)
+			require.NoError(t, err)
+			require.Len(t, q, 1)
+			return q[0]
+		}
+		r, err := l.RLock(ctx) // a coalesced read: a shared node
+		require.NoError(t, err)
+		assert.False(t, queued().Cached, "a shared node")
+		require.NoError(t, r.Release(ctx))
+		synctest.Wait()
+		gs, err := LockAll(ctx, Request{Lock: l, Mode: Write})
+		require.NoError(t, err)
+		assert.False(t, queued().Cached, "a node of LockAll")
+		require.NoError(t, ReleaseAll(ctx, gs...))
+		g, err := l.Lock(ctx)
+		require.NoError(t, err)
+		assert.True(t, queued().Cached, "a lone node of its own")
+		require.NoError(t, g.Release(ctx))
+	})
+}
+
+// A tail stopped before it starts, as when the hold it watches for ended
+// first, starts no goroutine: one would run until its watch fired.
+func TestTailStoppedBeforeItStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer()
+		c := s.conn()
+		l := caching(t, c)
+		zc := zkclient.For(c)
+		defer zc.Unref()
+		var running sync.WaitGroup
+		tl := newTail(l, zc, dir+"/x-write-0000000000", zc.Conn().SessionID(), Write)
+		tl.running = &running
+		tl.stop()
+		tl.start(nil, time.Time{}, 0, nil)
+		assert.True(t, isClosed(tl.gone), "the tail ended")
+		running.Wait()
+	})
+}

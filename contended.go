@@ -78,6 +78,15 @@ func (t *tail) start(w *zkclient.Watch, listedAt time.Time, connects uint64, onE
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.mu.Lock()
+	if t.stopped {
+		// Stopped before it started, as when the hold ended first: a tail
+		// started now would run, with a use of the client, until its watch
+		// fired. So it just ends.
+		t.mu.Unlock()
+		cancel()
+		close(t.gone)
+		return
+	}
 	t.w, t.listedAt, t.connects, t.cancel, t.onEnd = w, listedAt, connects, cancel, onEnd
 	t.mu.Unlock()
 	t.c.Ref()

@@ -49,6 +49,7 @@ type RWLock struct {
 	path           string
 	acl            []zk.ACL
 	data           []byte // the node data, which says who holds or waits
+	keptData       []byte // the data of a node WithCaching may keep; nil without it
 	owner          string
 	log            *slog.Logger
 	sessionTimeout time.Duration // from WithSessionTimeout; 0 when not given
@@ -100,7 +101,8 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		conn:           conn,
 		path:           path,
 		acl:            o.acl,
-		data:           lockname.Data(o.owner, o.maxHold, cachedMark(o)),
+		data:           lockname.Data(o.owner, o.maxHold, lockname.Unmarked),
+		keptData:       keptData(o),
 		owner:          o.owner,
 		log:            o.log,
 		sessionTimeout: o.sessionTimeout,
@@ -163,6 +165,7 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	}
 	a := newAcquisition(Request{Lock: l, Mode: w.mode, Weight: w.weight})
 	a.members[0].block = w.block
+	a.members[0].keepable = l.cache != nil
 	connects, _ := a.c.ConnectCount() // before its listings, for a kept node's tail
 	start := time.Now()
 	l.starting(ctx, w, start)
