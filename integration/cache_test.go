@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,6 +54,20 @@ func (s *spy) watch(ctx context.Context, conn *zk.Conn, dir string) {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// snapshot returns what the spy has seen.
+func (s *spy) snapshot() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.seen)
+}
+
+// forget forgets what the spy has seen.
+func (s *spy) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.seen)
 }
 
 func (s *spy) at(name string) (time.Time, bool) {
@@ -336,4 +351,105 @@ func TestCachedHotLoopRequests(t *testing.T) {
 	most := int64(elapsed/(cacheDelta/2)) + int64(elapsed/(sessionTimeout/3)) + 3
 	t.Logf("%d cycles in %v: %d requests (%.4f per cycle; at most %d allowed)", cycles, elapsed, n, float64(n)/cycles, most)
 	assert.LessOrEqual(t, n, most)
+}
+
+// The stress with silent cuts aimed at the caching process: its proxy
+// holds what the server sends, answers and notifications, while a remote
+// writer queues behind its idle kept node. A re-grant that begins well
+// after the writer's node exists waits for its sync's answer, which comes
+// after the writer's notification. So it never passes the writer. The
+// history checker finds no step under a grant after a conflicting grant
+// was returned, and the spy no re-grant granted before a writer whose
+// node was seen more than δ (and a margin) before the re-grant began.
+func TestCachedSilentCutsWithRemoteWriters(t *testing.T) {
+	tier.Long(t)
+	tier.NoRace(t, zk35)
+	const timeout = 4 * time.Second // the hold below is far below its read timeout
+	srv := faultServer(t, 1)
+	p := proxied(t, srv.Addr(0))
+	path := zktest.LockPath(t, "/it")
+	cacher := connect(t, p.Addr(), timeout)
+	cl := cacher.lock(t, path, rwlock.WithCaching())
+	ctx := testContext(t)
+
+	var sp spy
+	sp.seen = map[string]time.Time{}
+	watcher := connect(t, srv.Addr(0), timeout)
+	sctx, stopSpy := context.WithCancel(ctx)
+	spied := make(chan struct{})
+	go func() { defer close(spied); sp.watch(sctx, watcher.conn, path) }()
+	wl := connect(t, srv.Addr(0), timeout).lock(t, path)
+
+	var mu sync.Mutex
+	var events []chaosEvent
+	record := func(e chaosEvent) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}
+	// hold runs one grant of a client: granted, a step that asks Err, and
+	// the release.
+	hold := func(client int, g *rwlock.Grant) {
+		record(chaosEvent{Client: client, Kind: "granted", Lock: "a", Mode: g.Mode().String(), Node: g.Node(), At: time.Now().UnixNano()})
+		at := time.Now().UnixNano()
+		if g.Err() == nil {
+			record(chaosEvent{Client: client, Kind: "step", Lock: "a", At: at, Done: time.Now().UnixNano()})
+		}
+		record(chaosEvent{Client: client, Kind: "released", Lock: "a", At: time.Now().UnixNano()})
+		require.NoError(t, g.Release(ctx))
+	}
+	const margin = 50 * time.Millisecond // the spy's listing after the create, on a loaded machine
+	const rounds = 5
+	refused := 0
+	for round := range rounds {
+		g, err := cl.Lock(ctx)
+		require.NoError(t, err)
+		kept := g.Node()
+		hold(1, g) // kept, idle
+
+		p.Hold(true)
+		w := goAcquire(t, ctx, wl.Lock)
+		var seen time.Time
+		zktest.WaitFor(t, 5*time.Second, func() bool {
+			for name, at := range sp.snapshot() {
+				if name != kept[len(path)+1:] {
+					seen = at
+					return true
+				}
+			}
+			return false
+		}, "the spy sees the writer's node")
+		time.Sleep(2 * (cacheDelta + margin)) // the re-grant begins well after the writer's node exists
+		began := time.Now()
+		a := goAcquire(t, ctx, cl.Lock)
+		time.Sleep(100 * time.Millisecond) // its sync waits in the proxy
+		p.Hold(false)
+
+		select { // whichever is granted first runs first: the other waits for it
+		case <-w.done:
+			hold(2, w.granted(t, time.Second))
+			mine := a.granted(t, 10*time.Second)
+			if mine.Node() != kept {
+				refused++
+			}
+			hold(1, mine)
+		case <-a.done:
+			mine := a.granted(t, time.Second)
+			if mine.Node() == kept && began.After(seen.Add(cacheDelta+margin)) {
+				t.Errorf("round %d: a re-grant of %s began %v after the writer's node was seen, and was granted before it",
+					round, kept, began.Sub(seen))
+			}
+			hold(1, mine)
+			hold(2, w.granted(t, 10*time.Second))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: neither the writer nor the caching process was granted within 10s", round)
+		}
+		sp.forget()
+	}
+	stopSpy()
+	<-spied
+	r := check(events, nil, 2*timeout)
+	assert.Empty(t, r.Violations, "the history checker")
+	assert.Equal(t, rounds, refused, "each re-grant under a cut queued afresh")
+	t.Logf("%d rounds: %d grants, %d re-grants refused", rounds, r.Grants, refused)
 }
