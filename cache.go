@@ -306,12 +306,13 @@ func (*cache) changed(*hold, change) {}
 // deleting it. It reports false if the node may not be kept; the caller
 // then deletes it. The caller holds h.ops.
 func (ca *cache) keep(h *hold) bool {
-	ca.mu.Lock()
-	cn := ca.node
 	// A revoked node is not kept: a revocation names the node, so it would
 	// reach every re-grant on it (see the revocation rule).
+	revoked := h.wasRevoked()
+	ca.mu.Lock()
+	cn := ca.node
 	// mutant: keep-revoked
-	if cn == nil || cn.busy != h || cn.doomed || h.currentMode() != cn.mode || h.wasRevoked() {
+	if cn == nil || cn.busy != h || cn.doomed || h.currentMode() != cn.mode || revoked {
 		ca.mu.Unlock()
 		return false
 	}

@@ -104,7 +104,7 @@ var mutants = []mutant{
 		{file: "cache.go", point: "fired-deletes-claimed", new: "if cn.gone || cn.busy != nil {"}}},
 	// A revocation names a node by its number, which a re-grant keeps.
 	{name: "a revoked node kept", run: "TestCachedRevokedNodeNotKept", edits: []mutantEdit{
-		{file: "cache.go", point: "keep-revoked", new: "if cn == nil || cn.busy != h || cn.doomed || h.currentMode() != cn.mode {"}}},
+		{file: "cache.go", point: "keep-revoked", new: "if cn == nil || cn.busy != h || cn.doomed || h.currentMode() != cn.mode || revoked && false {"}}},
 	{name: "a kept node re-granted though a revocation read names it", run: "TestCachedRegrantGivesUpANamedNode", edits: []mutantEdit{
 		{file: "cache.go", point: "regrant-named", new: "if true {"}}},
 	{name: "a busy kept node deleted when a conflict queues", run: "TestCachedBusyNodeGoesAtItsRelease", edits: []mutantEdit{
