@@ -98,6 +98,8 @@ var mutants = []mutant{
 		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() && !began.IsZero() {"}}},
 	{name: "a kept node re-granted on a watch set before a reconnection", run: "TestCachedRegrantNeverPassesAWriterAfterAReconnection",
 		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"}}},
+	// The simulation does not reliably land a reconnection between the
+	// proof's two reads of the count: a unit test places it there.
 	{name: "a kept node re-granted on an answer read after a reconnection", run: "TestCachedRegrantNeverPassesAWriterWhenAReconnectionComesMidProof",
 		edits: []mutantEdit{{file: "cache.go", point: "regrant-count-before-answer", new: "if n, _ := cn.c.ConnectCount(); n != connects && false {"}}},
 	{name: "a kept node deleted at a fire while a re-grant proves it", run: "TestCachedNodeNotDeletedUnderAProvingRegrant", edits: []mutantEdit{
@@ -117,8 +119,6 @@ var mutants = []mutant{
 		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() && !began.IsZero() {"}}},
 	{name: "a kept node re-granted on a watch set before a reconnection, in the simulation", flags: []string{"-sim.cache"},
 		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"}}},
-	{name: "a kept node re-granted on an answer read after a reconnection, in the simulation", flags: []string{"-sim.cache"},
-		edits: []mutantEdit{{file: "cache.go", point: "regrant-count-before-answer", new: "if n, _ := cn.c.ConnectCount(); n != connects && false {"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
 	// member's node deleted while the set waits for the others is a hand
 	// deletion, which the simulation does not make: multi_test.go's
