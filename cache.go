@@ -445,6 +445,8 @@ func (cn *cachedNode) prove(ctx context.Context, began time.Time) (bool, error) 
 				return false, ctx.Err()
 			}
 		}
+		// A watch set before a reconnection proves nothing: give it up now,
+		// without a sync. The count is read again below, after the answer.
 		n, _ := cn.c.ConnectCount()
 		proveCounted()
 		// mutant: cached-stale-watch
