@@ -36,9 +36,9 @@ import (
 // A re-grant is a grant like any other: its hold limit, lease clock, head
 // start, revocation, fleet watch and observers begin afresh. For Revoke a
 // kept node holds, since it was first held before. So a revocation may
-// reach the next grant on it, but no later one: the node is then not kept. A node whose
-// session was lost, or whose connection was made anew, is given up, and
-// the next acquisition queues afresh. Only a connection made by [Dial],
+// reach the next grant on it, but no later one: the node is then not kept.
+// A node whose session was lost, or whose connection was made anew, is
+// given up, and the next acquisition queues afresh. Only a connection made by [Dial],
 // which counts its sessions, keeps nodes. New refuses it with
 // [WithCapacity]. WithReadCoalescing's shared
 // nodes, LockAll's and a Downgrade's are never kept, and a kept node takes

@@ -126,7 +126,7 @@ func (a *acquisition) send(ctx context.Context, sending chan struct{}) created {
 
 // data is the member's node data: the lock's, and its own lines.
 func (m *member) data() []byte {
-	if m.keepable && m.l.keptData != nil {
+	if m.keepable && m.l.keptData != nil && len(m.lines) == 0 { // as adopt keeps
 		return m.l.keptData
 	}
 	return append(slices.Clip(m.l.data), m.lines...)
