@@ -125,7 +125,12 @@ func (a *acquisition) send(ctx context.Context, sending chan struct{}) created {
 }
 
 // data is the member's node data: the lock's, and its own lines.
-func (m *member) data() []byte { return append(slices.Clip(m.l.data), m.lines...) }
+func (m *member) data() []byte {
+	if m.keepable && m.l.keptData != nil && len(m.lines) == 0 { // as adopt keeps
+		return m.l.keptData
+	}
+	return append(slices.Clip(m.l.data), m.lines...)
+}
 
 // How an acquisition recovers from a create whose answer was lost, a member
 // that needs a new node, or a session replaced while it waited. No node it

@@ -34,7 +34,8 @@ type fakeServer struct {
 	czxids   map[string]int64 // every node ever created, when (see the simulation's fairness check)
 	dzxids   map[string]int64 // every node deleted, when
 	deaths   map[string]fakeDeath
-	tokens   []grantToken // the grants checkToken saw
+	ctimes   map[string]time.Time // every node created by create, when by the clock (see the simulation's check of re-grants)
+	tokens   []grantToken         // the grants checkToken saw
 }
 
 // fakeDeath is a node's deletion: when, whether a release's held mark rode
@@ -71,7 +72,7 @@ type fakeNode struct {
 }
 
 func newFakeServer() *fakeServer {
-	return &fakeServer{nodes: map[string]*fakeNode{"/": {children: map[string]bool{}}}, czxids: map[string]int64{}, dzxids: map[string]int64{}}
+	return &fakeServer{nodes: map[string]*fakeNode{"/": {children: map[string]bool{}}}, czxids: map[string]int64{}, dzxids: map[string]int64{}, ctimes: map[string]time.Time{}}
 }
 
 // fakeConn is one client session of a fakeServer; it implements
@@ -576,7 +577,7 @@ func (s *fakeServer) create(c *fakeConn, p string, data []byte, flags int32) (st
 	}
 	n := &fakeNode{data: slices.Clone(data), children: map[string]bool{}}
 	n.stat.Czxid, n.stat.Mzxid = s.zxid, s.zxid
-	s.czxids[p] = s.zxid
+	s.czxids[p], s.ctimes[p] = s.zxid, time.Now()
 	if flags&zk.FlagEphemeral != 0 {
 		n.stat.EphemeralOwner = c.session.Load()
 	}

@@ -155,6 +155,9 @@ func (g *Grant) Release(ctx context.Context) error {
 		g.setReleased(nil)
 		g.endAlone(ErrReleased)
 		return nil
+	case h.kept():
+		g.setReleased(nil)
+		return nil
 	}
 	err := h.release(ctx)
 	if err != nil && !errors.Is(err, errFinishing) {

@@ -26,6 +26,7 @@ type hold struct {
 	lines    []byte          // data lines besides the lock's, as a set's; a downgrade keeps them
 	listing  *zkclient.Watch // the child watch of the listing that granted it, while the capabilities begin
 	listedAt time.Time       // when the last listing that showed the node before its grant was sent
+	behind   bool            // that listing showed a node behind this one that waits for it (see Contended)
 
 	releaseMark lockname.Mark // what the release writes into the node as it goes (see writer.go)
 
@@ -78,6 +79,23 @@ type capability interface {
 	changed(h *hold, c change)
 }
 
+// A keeper is a capability that may keep a node at its last grant's
+// release, instead of deleting it (see WithCaching).
+type keeper interface {
+	keep(h *hold) bool
+}
+
+// kept reports whether a keeper kept the node at its last grant's release.
+// The hold has then ended, and its grant with it. The caller holds ops.
+func (h *hold) kept() bool {
+	for _, cp := range h.l.caps {
+		if k, ok := cp.(keeper); ok && k.keep(h) {
+			return true
+		}
+	}
+	return false
+}
+
 // A change is one a holder makes to a hold that goes on.
 type change int
 
@@ -93,7 +111,7 @@ const (
 func newHold(l *RWLock, c *zkclient.Client, m *member) *hold {
 	h := &hold{
 		l: l, c: c, path: m.path, session: m.session, token: m.tok, lines: m.lines, listing: m.dir,
-		listedAt:    m.listedAt,
+		listedAt: m.listedAt, behind: m.snap.laterWriter || m.mode == Write && m.snap.after,
 		releaseMark: releaseMark(m), mode: m.mode, handles: 1, since: time.Now(),
 	}
 	h.ctx, h.cancel = context.WithCancelCause(zkclient.WithCounter(context.Background(), &h.requests))

@@ -51,7 +51,8 @@ type member struct {
 	l *RWLock
 	a *acquisition
 	want
-	lines []byte // its node's data lines besides the lock's, as lockname.InSet for a set
+	lines    []byte // its node's data lines besides the lock's, as lockname.InSet for a set
+	keepable bool   // a lone node of a caching lock, which it may keep: its data says so
 
 	node    string // our node, relative to the lock directory; "" until known
 	path    string // its full path

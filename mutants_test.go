@@ -90,6 +90,37 @@ var mutants = []mutant{
 		{file: "join.go", point: "joiner-sync-any-session", new: "sy.ok = r.Err == nil"}}},
 	{name: "a joiner admitted while a connection zk.Connect made is down", run: "TestCoalescedConnectConnectionNoJoinWhileDown", edits: []mutantEdit{
 		{file: "join.go", point: "joiner-connect-state", new: "_ = zk.StateHasSession; return true"}}},
+	// Lock caching (cache.go): a kept node is re-granted only on its tail's
+	// proof, and never deleted under its holder.
+	{name: "a kept node re-granted though its watch fired", run: "TestCachedRegrantNeverPassesAHeldNotification", edits: []mutantEdit{
+		{file: "cache.go", point: "regrant-unproven", new: "if false {"}}},
+	{name: "a kept node re-granted on an answer older than δ", run: "TestCachedRegrantNeverPassesAHeldNotification", edits: []mutantEdit{
+		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() && !began.IsZero() {"}}},
+	{name: "a kept node re-granted on a watch set before a reconnection", run: "TestCachedRegrantNeverPassesAWriterAfterAReconnection",
+		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"},
+			{file: "cache.go", point: "regrant-count-before-answer", new: "if n, _ := cn.c.ConnectCount(); n != connects && false {"}}},
+	// The simulation does not reliably land a reconnection between the
+	// proof's two reads of the count: a unit test places it there.
+	{name: "a kept node re-granted on an answer read after a reconnection", run: "TestCachedRegrantNeverPassesAWriterWhenAReconnectionComesMidProof",
+		edits: []mutantEdit{{file: "cache.go", point: "regrant-count-before-answer", new: "if n, _ := cn.c.ConnectCount(); n != connects && false {"}}},
+	{name: "a kept node deleted at a fire while a re-grant proves it", run: "TestCachedNodeNotDeletedUnderAProvingRegrant", edits: []mutantEdit{
+		{file: "cache.go", point: "fired-deletes-claimed", new: "if cn.gone || cn.busy != nil {"}}},
+	// A revocation names a node by its number, which a re-grant keeps.
+	{name: "a revoked node kept", run: "TestCachedRevokedNodeNotKept", edits: []mutantEdit{
+		{file: "cache.go", point: "keep-revoked", new: "if cn == nil || cn.busy != h || cn.doomed || h.currentMode() != cn.mode || revoked && false {"}}},
+	{name: "a kept node re-granted though a revocation read names it", run: "TestCachedRegrantGivesUpANamedNode", edits: []mutantEdit{
+		{file: "cache.go", point: "regrant-named", new: "if true {"}}},
+	{name: "a busy kept node deleted when a conflict queues", run: "TestCachedBusyNodeGoesAtItsRelease", edits: []mutantEdit{
+		{file: "cache.go", point: "delete-busy-cached", new: "idle := true"}}},
+	{name: "a busy kept node deleted when a conflict queues, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{
+		{file: "cache.go", point: "delete-busy-cached", new: "idle := true"}}},
+	{name: "a kept node re-granted though its watch fired, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{
+		{file: "cache.go", point: "regrant-unproven", new: "if false {"}}},
+	{name: "a kept node re-granted on an answer older than δ, in the simulation", flags: []string{"-sim.cache"}, edits: []mutantEdit{
+		{file: "cache.go", point: "regrant-without-sync", new: "if fresh && !at.IsZero() && !began.IsZero() {"}}},
+	{name: "a kept node re-granted on a watch set before a reconnection, in the simulation", flags: []string{"-sim.cache"},
+		edits: []mutantEdit{{file: "cache.go", point: "cached-stale-watch", new: "if n != connects && false {"},
+			{file: "cache.go", point: "regrant-count-before-answer", new: "if n, _ := cn.c.ConnectCount(); n != connects && false {"}}},
 	// Sets (LockAll): the members stop waiting once one is clear. (A
 	// member's node deleted while the set waits for the others is a hand
 	// deletion, which the simulation does not make: multi_test.go's

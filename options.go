@@ -25,6 +25,7 @@ type options struct {
 	dialect        Dialect
 	coalesce       bool  // WithReadCoalescing
 	capacity       int64 // WithCapacity; 0 for none
+	cache          bool  // WithCaching
 	err            error
 }
 
@@ -50,6 +51,9 @@ func makeOptions(opts []Option) (options, error) {
 		}
 	}
 	if err := o.checkCapacity(); err != nil {
+		return options{}, err
+	}
+	if err := o.checkCaching(); err != nil {
 		return options{}, err
 	}
 	return o, nil

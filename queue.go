@@ -43,6 +43,10 @@ type Entry struct {
 	// SetSize is how many locks that set has, this one included; 0 for no
 	// set. It exceeds len(Set)+1 when the data names only some.
 	SetSize int
+	// Cached marks a node of a lock made with WithCaching, from its data. It
+	// may be kept after its release, held by nobody, until someone queues
+	// behind it. Whether it is busy or idle only its own process knows.
+	Cached bool
 	// Blind marks a peer's node whose library does not count some other
 	// node of the queue, so mutual exclusion between them does not hold. A
 	// peer's Held follows its library's own rules, over the nodes it
@@ -97,6 +101,7 @@ func (l *RWLock) Queue(ctx context.Context) ([]Entry, error) {
 			if n.ours {
 				entries[i].MaxHold = lockname.MaxHold(r.V.Data)
 				entries[i].Set, entries[i].SetSize = lockname.Set(r.V.Data)
+				entries[i].Cached = lockname.Cached(r.V.Data)
 			}
 			found[i] = true
 			return nil

@@ -386,6 +386,28 @@ func revocationOf(n zkclient.Node) Revocation {
 	return r
 }
 
+// wasRevoked reports whether h's Revoked channel was closed.
+func (h *hold) wasRevoked() bool {
+	st, ok := h.slot(revocation{}, nil).(*revoked)
+	if !ok {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return st.ch != nil && isClosed(st.ch)
+}
+
+// names reports whether the last read of the directory's data found a
+// request that names seq. It is false if no read was made on c.
+func (rv *revocations) names(seq int32) bool {
+	if rv == nil {
+		return false
+	}
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	return slices.Contains(rv.named, seq)
+}
+
 // keep records what read number n of the directory found, a watch and the
 // directory's data or neither. A read that failed keeps the last record.
 //

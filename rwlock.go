@@ -49,6 +49,7 @@ type RWLock struct {
 	path           string
 	acl            []zk.ACL
 	data           []byte // the node data, which says who holds or waits
+	keptData       []byte // the data of a node WithCaching may keep; nil without it
 	owner          string
 	log            *slog.Logger
 	sessionTimeout time.Duration // from WithSessionTimeout; 0 when not given
@@ -63,6 +64,7 @@ type RWLock struct {
 	starters  []StartObserver // those of observers that hear of starts too
 	caps      []capability    // what follows every hold, as hold.go says
 	coalesce  *coalescer      // the shared read node; nil without WithReadCoalescing
+	cache     *cache          // the kept node; nil without WithCaching
 
 	peersWarned  atomic.Bool    // notePeers warned of peers that do not see our nodes
 	noContainers atomic.Bool    // the server refused container nodes
@@ -99,7 +101,8 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 		conn:           conn,
 		path:           path,
 		acl:            o.acl,
-		data:           lockname.Data(o.owner, o.maxHold, 0),
+		data:           lockname.Data(o.owner, o.maxHold, lockname.Unmarked),
+		keptData:       keptData(o),
 		owner:          o.owner,
 		log:            o.log,
 		sessionTimeout: o.sessionTimeout,
@@ -113,6 +116,9 @@ func newRWLock(conn zkclient.Conn, path string, opts ...Option) (*RWLock, error)
 	}
 	if o.coalesce {
 		l.coalesce = &coalescer{live: map[string]*sharedRead{}}
+	}
+	if o.cache {
+		l.cache = &cache{}
 	}
 	l.caps = l.capabilities()
 	return l, nil
@@ -129,7 +135,11 @@ func (l *RWLock) capabilities() []capability {
 	if l.maxHold > 0 {
 		caps = append(caps, holdLimit{})
 	}
-	return append(caps, revocation{}, &fleetWatch{})
+	caps = append(caps, revocation{}, &fleetWatch{}, contentionCap{})
+	if l.cache != nil {
+		caps = append(caps, l.cache)
+	}
+	return caps
 }
 
 // acquire runs one acquisition of this lock for w. It returns a nested
@@ -145,11 +155,18 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if g, err := l.nested(ctx, w); g != nil || err != nil {
 		return g, err
 	}
+	if l.cache != nil {
+		if g, err := l.cache.regrant(ctx, l, w); g != nil || err != nil {
+			return g, err
+		}
+	}
 	if l.coalesce != nil && w.mode == Read && w.block {
 		return l.readShared(ctx)
 	}
 	a := newAcquisition(Request{Lock: l, Mode: w.mode, Weight: w.weight})
 	a.members[0].block = w.block
+	a.members[0].keepable = l.cache != nil
+	connects, _ := a.c.ConnectCount() // before its listings, for a kept node's tail
 	start := time.Now()
 	l.starting(ctx, w, start)
 	holds, err := a.run(ctx)
@@ -157,6 +174,9 @@ func (l *RWLock) acquire(ctx context.Context, w want) (*Grant, error) {
 	if err != nil {
 		a.release()
 		return nil, &opError{verb(w), l.path, err}
+	}
+	if l.cache != nil {
+		l.cache.adopt(holds[0], a.members[0], connects)
 	}
 	return holds[0].grant(w.mode), nil
 }

@@ -95,12 +95,14 @@ var (
 	simDelays    = flag.Int("sim.delays", 1000, "number of schedules TestSimulationLockDelay runs")
 	simCapacity  = flag.Bool("sim.capacity", false, "TestSimulation with a bounded lock (see TestSimulationPermits)")
 	simPermits   = flag.Int("sim.permits", 1000, "number of schedules TestSimulationPermits runs")
+	simCache     = flag.Bool("sim.cache", false, "TestSimulation with lock caching (see TestSimulationCaching)")
+	simCached    = flag.Int("sim.cached", 1000, "number of schedules TestSimulationCaching runs")
 )
 
 func TestSimulation(t *testing.T) {
 	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, coalesce: *simCoalesce, sets: *simWithSets,
 		peer: *simWithPeer, elect: *simElect, lockDelay: *simWithDelay,
-		capacity: *simCapacity}
+		capacity: *simCapacity, cache: *simCache}
 	simulate(t, cfg, *simSchedules)
 }
 
@@ -139,6 +141,19 @@ const simPermitCapacity = 4
 // every process concerned runs on a healthy link (see checkWaiters). It is
 // a retried mark's longest backoff, 500 ms, and round trips to spare.
 const simFitBound = time.Second
+
+// TestSimulationCaching runs the simulation with WithCaching: each client
+// keeps its node after a release, and re-grants it to its next step of the
+// same mode, under every fault. Silent cuts are aimed at a keeping process
+// as a node is created, and as its sync goes (see keeper). Besides mutual
+// exclusion, it checks the promise (checkRegrants): no re-grant passes a
+// conflicting node created on the server more than δ before it began. And
+// the nodes left at the end are idle kept nodes only, each gone with its
+// session.
+func TestSimulationCaching(t *testing.T) {
+	cfg := simConfig{noFreeze: *simNoFreeze, noCut: *simNoCut, bothWays: *simBothWays, cache: true}
+	simulate(t, cfg, *simCached)
+}
 
 // TestSimulationBlindPeer runs the simulation with a blind peer: a Curator
 // writer from a process outside the simulation, which does not see our
@@ -221,6 +236,8 @@ type simConfig struct {
 	lockDelay bool
 	// a bounded lock, and weighted steps (see TestSimulationPermits)
 	capacity bool
+	// lock caching: each client keeps its node after a release
+	cache bool
 }
 
 // simLockDelay is the lock-delay of a run whose sessions' timeout is t.
@@ -255,6 +272,9 @@ func (c simConfig) flags(seed uint64) string {
 	}
 	if c.capacity {
 		f += " -sim.capacity"
+	}
+	if c.cache {
+		f += " -sim.cache"
 	}
 	return f
 }
@@ -388,9 +408,10 @@ type sim struct {
 	from       map[*Grant]*Grant    // the write grant a Downgrade made a read grant of
 	downgraded map[*Grant]time.Time // when the holder of a write grant called Downgrade
 
-	endedMu sync.Mutex
-	ended   map[*hold]time.Time // when a node's hold ended (its holder was told)
-	joins   []simJoin
+	endedMu  sync.Mutex
+	ended    map[*hold]time.Time // when a node's hold ended (its holder was told)
+	joins    []simJoin
+	regrants []simRegrant
 
 	peer *simPeer // guarded by net.mu
 }
@@ -409,6 +430,16 @@ type simPeer struct {
 // must have been healthy for the fleet watch's promise to hold: the
 // longest backoff of the watching after a failed listing, and more.
 const simPeerQuiet = time.Second
+
+// simRegrant is a grant on a node made before the acquisition began: a
+// kept node granted again (caching).
+type simRegrant struct {
+	client  int
+	node    string
+	mode    Mode
+	began   time.Time // when the acquisition began
+	granted int64     // the server's zxid when it was granted
+}
 
 // simJoin is a coalesced read granted: the node it holds, and the
 // server's zxid when the read began and when it was granted.
@@ -483,7 +514,7 @@ func (s *sim) run() {
 	if s.cfg.noFreeze {
 		s.budget.freezes = 0
 	}
-	if s.cfg.coalesce && !s.cfg.noCut {
+	if (s.cfg.coalesce || s.cfg.cache) && !s.cfg.noCut {
 		s.budget.silent = r.IntN(3)
 	}
 	setup.Create("/app", nil, 0, nil)
@@ -521,6 +552,9 @@ func (s *sim) run() {
 		}
 		if s.cfg.capacity {
 			opts = append(opts, WithCapacity(simPermitCapacity))
+		}
+		if s.cfg.cache {
+			opts = append(opts, WithCaching())
 		}
 		if r.IntN(3) == 0 {
 			// Holds that run past it, sometimes through a fault.
@@ -612,11 +646,12 @@ func (s *sim) run() {
 	s.schedule(clientsDone)
 	stopObserving()
 	for _, d := range []string{dir, dir2} {
-		if nodes := s.server.lockNodes(d); len(nodes) > 0 {
+		if nodes := s.keptAside(s.server.lockNodes(d)); len(nodes) > 0 {
 			s.fail("nodes left behind in %s: %v", d, nodes)
 		}
 	}
 	s.checkJoins()
+	s.checkRegrants()
 	for _, c := range s.clients {
 		if !c.twin {
 			c.conn.close()
@@ -629,8 +664,29 @@ func (s *sim) run() {
 	// the failure.
 	<-clientsDone
 	for _, c := range s.clients {
+		if c.lock.cache != nil {
+			c.lock.cache.tails.Wait() // they end with the sessions, and may leave a deletion to the background
+		}
 		c.lock.background.Wait()
 	}
+	if s.cfg.cache {
+		if nodes := s.server.lockNodes(dir); len(nodes) > 0 {
+			s.fail("kept nodes outlived their sessions: %v", nodes)
+		}
+	}
+}
+
+// keptAside returns nodes less the clients' idle kept nodes (see
+// WithCaching), which may be left at the end.
+func (s *sim) keptAside(nodes []string) []string {
+	return slices.DeleteFunc(nodes, func(name string) bool {
+		for _, c := range s.clients {
+			if cached, idle := c.lock.cache.cachedAt(dir + "/" + name); cached && idle {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // checkJoins checks the join rule's promise (see coalesce.go) over the
@@ -662,6 +718,38 @@ func (s *sim) checkJoins() {
 			}
 			s.fail("c%d joined %s though writer %s had queued behind it (created at zxid %d, deleted at %d; the reader began at %d, was granted at %d)",
 				j.client, path.Base(j.node), path.Base(p), czxid, dzxids[p], j.arrived, j.granted)
+			return
+		}
+	}
+}
+
+// checkRegrants checks WithCaching's promise over the re-grants: none
+// passes a conflicting node created behind the kept node, on the server,
+// more than δ before the re-grant began, and still there when it was
+// granted. What the process had been told does not matter.
+func (s *sim) checkRegrants() {
+	if !s.cfg.cache {
+		return
+	}
+	s.server.mu.Lock()
+	ctimes, dzxids := maps.Clone(s.server.ctimes), maps.Clone(s.server.dzxids)
+	s.server.mu.Unlock()
+	for _, r := range s.regrants {
+		n, ok := parseNode(path.Base(r.node))
+		if !ok {
+			continue
+		}
+		for p, created := range ctimes {
+			w, ok := parseNode(path.Base(p))
+			if !ok || path.Dir(p) != dir || !lockname.Precedes(n.seq, w.seq) || r.mode == Read && w.mode != Write ||
+				created.After(r.began.Add(-cacheDelta)) {
+				continue
+			}
+			if dzxid, gone := dzxids[p]; gone && dzxid <= r.granted {
+				continue
+			}
+			s.fail("c%d was granted %s again though %s had queued behind it at %v (the re-grant began at %v)",
+				r.client, path.Base(r.node), path.Base(p), at(created), at(r.began))
 			return
 		}
 	}
@@ -783,6 +871,13 @@ func (s *sim) client(c *simClient) {
 		if s.cfg.coalesce && w.mode == Read && w.block {
 			s.server.mu.Lock()
 			s.joins = append(s.joins, simJoin{c.id, g.Node(), arrived, s.server.zxid})
+			s.server.mu.Unlock()
+		}
+		if s.cfg.cache {
+			s.server.mu.Lock()
+			if created, ok := s.server.ctimes[g.Node()]; ok && created.Before(start) {
+				s.regrants = append(s.regrants, simRegrant{c.id, g.Node(), g.Mode(), start, s.server.zxid})
+			}
 			s.server.mu.Unlock()
 		}
 		n.mu.Unlock()
@@ -1326,12 +1421,34 @@ func (s *sim) actions() []func() {
 	return actions
 }
 
+// keeper returns, with caching, a client that keeps a node: of r's own
+// process if own, else of another. Cutting its link from server to client
+// as a node is created holds the notification back; as its sync reaches
+// the server, holds the answer back too, to be read frame by frame at the
+// heal. A re-grant meanwhile must not pass the node. Call with net.mu
+// held.
+func (s *sim) keeper(r *zkReq, own bool) *simClient {
+	for _, c := range s.clients {
+		cl := c.zk
+		if (cl == r.cl) != own || cl.cut() || cl.frozen || !own && cl.tcp == nil {
+			continue
+		}
+		if cached, _ := c.lock.cache.keptNode(); cached {
+			return c
+		}
+	}
+	return nil
+}
+
 // sharedReader returns, when r is the create of a writer's node, a client
 // of another process that holds a coalesced read: cutting its link from
 // server to client as the writer queues holds the notification back (a
 // silent cut), and a reader of that process that arrives meanwhile must
 // not join the node the writer waits for. Call with net.mu held.
 func (s *sim) sharedReader(r *zkReq) *simClient {
+	if s.cfg.cache && r.op == "create" {
+		return s.keeper(r, false)
+	}
 	if !s.cfg.coalesce || r.op != "create" || !strings.Contains(r.path, "-"+Write.String()+"-") {
 		return nil
 	}
@@ -1352,6 +1469,9 @@ func (s *sim) sharedReader(r *zkReq) *simClient {
 // sync's answer, read before the writer's notification. Call with net.mu
 // held.
 func (s *sim) sharedSync(r *zkReq) *simClient {
+	if s.cfg.cache && r.op == "sync" {
+		return s.keeper(r, true)
+	}
 	if !s.cfg.coalesce || r.op != "sync" {
 		return nil
 	}

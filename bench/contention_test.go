@@ -23,7 +23,7 @@ const (
 	mixed
 )
 
-func benchContention(b *testing.B, name string, mx mix) {
+func benchContention(b *testing.B, name string, mx mix, opts ...rwlock.Option) {
 	s := sharedServers(b)
 	p := params(b)
 	name = workload(name, p.duration == standard.duration)
@@ -31,7 +31,7 @@ func benchContention(b *testing.B, name string, mx mix) {
 	var m metrics
 	for b.Loop() {
 		b.StopTimer()
-		r, err := runContention(b, s, p, name, mx, &m)
+		r, err := runContention(b, s, p, name, mx, &m, opts...)
 		emit(b, r)
 		if err != nil {
 			b.Fatal(err)
@@ -51,7 +51,7 @@ type client struct {
 
 // runContention is one run. It returns an error, after which the benchmark
 // fails, for violations and for failures other than acquire timeouts.
-func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *metrics) (*record, error) {
+func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *metrics, opts ...rwlock.Option) (*record, error) {
 	path := lockPath(name)
 	ss := s.dial(b, contenders)
 	defer ss.close()
@@ -59,7 +59,7 @@ func runContention(b *testing.B, s *servers, p sizes, name string, mx mix, m *me
 	var rec stats.Recorder
 	locks := make([]*rwlock.RWLock, contenders)
 	for i := range locks {
-		locks[i] = ss.lock(b, i, path, rwlock.WithObserver(&rec))
+		locks[i] = ss.lock(b, i, path, append([]rwlock.Option{rwlock.WithObserver(&rec)}, opts...)...)
 		acquire := locks[i].Lock
 		if mx == onlyReads {
 			acquire = locks[i].RLock

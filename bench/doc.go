@@ -43,6 +43,9 @@
 //	BenchmarkReadBatch32/... RB32: ReadBatch of 32 functions; RL32: 32 concurrent RLock/Release
 //	BenchmarkScale...        the scale series (memory per session, readers granted together,
 //	                         drains to 10,000): skipped unless -bench.scale; see BENCHMARKS.md
+//	BenchmarkW1c             W1c  W1 with WithCaching: re-grants of a kept node
+//	BenchmarkW4c, W5c        W4c, W5c  W4 and W5 with WithCaching
+//	BenchmarkW10             W10  a writer behind an idle kept reader, through a +1 ms proxy: its wait in round trips
 //	BenchmarkW9              W9   64 sessions over 1,000 locks on a 3-node ensemble: lock cycles beside raw create+delete pairs
 //	BenchmarkW9Floor         W9-floor: on W9's ensemble, the servers' CPU per operation of each shape of request
 //	BenchmarkW11             W11  32 clients share 4 permits (WithCapacity), each held 1 ms, 5 s

@@ -11,7 +11,7 @@ import (
 
 // W1 and W2: one client, acquire/release cycles without contention.
 
-func benchUncontended(b *testing.B, name string, mode rwlock.Mode) {
+func benchUncontended(b *testing.B, name string, mode rwlock.Mode, opts ...rwlock.Option) {
 	s := sharedServers(b)
 	p := params(b)
 	name = workload(name, p.ops == standard.ops && p.warmup == standard.warmup)
@@ -19,7 +19,7 @@ func benchUncontended(b *testing.B, name string, mode rwlock.Mode) {
 	var m metrics
 	for b.Loop() {
 		b.StopTimer()
-		emit(b, runUncontended(b, s, p, name, mode, &m))
+		emit(b, runUncontended(b, s, p, name, mode, &m, opts...))
 		b.StartTimer()
 	}
 	m.report(b)
@@ -27,11 +27,11 @@ func benchUncontended(b *testing.B, name string, mode rwlock.Mode) {
 
 // runUncontended is one run, with the timer stopped except for the
 // measured cycles.
-func runUncontended(b *testing.B, s *servers, p sizes, name string, mode rwlock.Mode, m *metrics) *record {
+func runUncontended(b *testing.B, s *servers, p sizes, name string, mode rwlock.Mode, m *metrics, opts ...rwlock.Option) *record {
 	ss := s.dial(b, 1)
 	defer ss.close()
 	var rec stats.Recorder
-	l := ss.lock(b, 0, lockPath(name), rwlock.WithObserver(&rec))
+	l := ss.lock(b, 0, lockPath(name), append([]rwlock.Option{rwlock.WithObserver(&rec)}, opts...)...)
 	acquire := l.Lock
 	if mode == rwlock.Read {
 		acquire = l.RLock

@@ -39,6 +39,7 @@
 # Environment:
 #   DELAYS="0 0.5 1 2"                    ms added each way; 0 is loopback
 #   WORKLOADS="W1 W2 W3 W4 W5 W6 W6r W7 W8 W9 W11"   (W7, W8, W9, W11: Curator and zkrwlock only)
+#     W1c, W4c, W5c: W1, W4 and W5 with caching, zkrwlock only; add them to the list
 #   W9_DELAYS="0 1"                       the settings of DELAYS in which W9 runs
 #   IMPLS="curator kazoo gozk zkrwlock"   (go-zk runs only W1, W3, W6: it has no read lock; kazoo no W7)
 #   EXTRAS=1                              0 skips zkrwlock's own workloads
@@ -237,6 +238,7 @@ last_ours=""
 supported() { # supported IMPL WORKLOAD
 	case $1:$2 in
 	gozk:W1 | gozk:W3 | gozk:W6) return 0 ;;
+	*:W1c | *:W4c | *:W5c) [ "$1" = zkrwlock ] ;; # zkrwlock's caching, beside W1, W4 and W5
 	gozk:*) return 1 ;;
 	kazoo:W7 | kazoo:W8 | kazoo:W9 | kazoo:W11) return 1 ;; # the harness has none: Curator is their reference
 	esac

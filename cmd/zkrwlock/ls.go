@@ -439,7 +439,11 @@ func (o *lsOptions) writeLocksTable(w io.Writer, locks []lockInfo) error {
 		if l.oldestWaiter != nil {
 			waiting = formatAge(l.waited)
 		}
-		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", printable(l.path), l.mode, l.holders, formatAge(l.held),
+		mode := l.mode.String()
+		if l.oldestHolder.Cached {
+			mode += ",cached"
+		}
+		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s", printable(l.path), mode, l.holders, formatAge(l.held),
 			limitText(l.oldestHolder.MaxHold), ownerText(l.oldestHolder.Owner), l.waiters, waiting, strings.Join(l.families, ","))
 		if o.flag {
 			row += "\t" + flagText(l)

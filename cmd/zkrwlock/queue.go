@@ -63,7 +63,10 @@ revocation ('zkrwlock revoke') asks to let go, revoked (true),
 revoke_reason, revoke_by and revoke_age_seconds (since the revocation was
 written, by the server's clock), and, for a node that 'LockAll' made with
 others at once, set (the other locks of its set that its data names) and
-set_size (how many locks the set has; more than named for a big set).
+set_size (how many locks the set has; more than named for a big set),
+and cached (true for a node of a lock made with WithCaching, which its
+process may keep after its release while nobody else wants the lock: a
+holder's STATE is then "cached", whether busy or kept idle).
 Under the table, a line for each such node names its set. Such a holder's STATE is "revoked" in
 the table, which ends with the revocation's age, author and reason.
 A lock nobody holds prints [].
@@ -95,6 +98,8 @@ type queueEntry struct {
 	// capacity (exec --limit); absent for other nodes.
 	Weight   int64 `json:"weight,omitempty"`
 	Capacity int64 `json:"capacity,omitempty"`
+	// Cached is true for a node of a caching lock (WithCaching).
+	Cached bool `json:"cached,omitempty"`
 	// Revoked: a revocation ('zkrwlock revoke') asks this holder to let go.
 	Revoked          bool     `json:"revoked,omitempty"`
 	RevokeReason     string   `json:"revoke_reason,omitempty"`
@@ -244,6 +249,7 @@ func jsonEntry(e rwlock.Entry, now time.Time) queueEntry {
 		SetSize:        e.SetSize,
 		Weight:         e.Weight,
 		Capacity:       e.Capacity,
+		Cached:         e.Cached,
 	}
 }
 
@@ -259,6 +265,8 @@ func writeTable(w io.Writer, path string, q []rwlock.Entry, rev *pendingRevocati
 		switch {
 		case rev.names(e):
 			state = "revoked" // still held, asked to let go
+		case e.Held && e.Cached:
+			state = "cached" // held, or kept by its process while nobody wants it
 		case e.Held:
 			state = "held"
 		}

@@ -50,6 +50,7 @@ const (
 	maxHoldKey     = "max-hold="
 	heldLine       = "state=held\n"
 	downgradedLine = "mode=read\n"
+	cachedLine     = "cache=on\n"
 )
 
 // A Mark is a holder's change of its node's data. It is none, or a set
@@ -59,6 +60,7 @@ type Mark uint8
 const (
 	MarkHeld       Mark = 1 << iota // state=held: written as a waiting writer's node goes
 	MarkDowngraded                  // mode=read: the write grant was downgraded
+	MarkCached                      // cache=on: made by a lock that may keep it after its release, written at the create
 
 	Unmarked Mark = 0
 )
@@ -81,8 +83,15 @@ func Data(owner string, maxHold time.Duration, marks Mark) []byte {
 	if marks&MarkDowngraded != 0 {
 		b = append(b, downgradedLine...)
 	}
+	if marks&MarkCached != 0 {
+		b = append(b, cachedLine...)
+	}
 	return b
 }
+
+// Cached reports whether a node's data says its lock may keep it after its
+// release (the lock's WithCaching).
+func Cached(data []byte) bool { return hasLine(data, cachedLine) }
 
 // Downgraded reports whether a write node's data marks it downgraded.
 func Downgraded(data []byte) bool { return hasLine(data, downgradedLine) }

@@ -285,6 +285,20 @@ func (c *Client) Fresh(session int64, t, margin time.Duration) bool {
 	return ok && elapsed(c.lease.since, time.Now()) < t-HeadStart(t)-margin
 }
 
+// AnsweredAt returns when the latest write, sync or handshake answered in
+// session was sent, or the zero time if none was since the connection last
+// changed session. The server ran that request after the time returned, and
+// this client has read its answer. The answer may have come on any of the
+// session's connections: a caller that needs one reads ConnectCount after.
+func (c *Client) AnsweredAt(session int64) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lease.session != session || session == 0 {
+		return time.Time{}
+	}
+	return c.lease.since
+}
+
 // LeaseLapsedError is the cause of a loss when the lease ran out.
 type LeaseLapsedError struct {
 	Silent time.Duration // since the last answered request was sent

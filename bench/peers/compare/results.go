@@ -67,9 +67,9 @@ type results struct {
 var workloads = []string{"W1", "W2", "W3", "W4", "W5", "W6", "W6r", "W7", "W8", "W9", "W11"}
 
 // extraWorkload matches zkrwlock's own workloads: the drain series
-// (W6-<n>, W6r-<n>), the batches (RB32, RL32) and W7 without coalescing
-// (W7-each).
-var extraWorkload = regexp.MustCompile(`^(W6r?-[0-9]+|RB32|RL32|W7-each)$`)
+// (W6-<n>, W6r-<n>), the batches (RB32, RL32), W7 without coalescing
+// (W7-each), and W1, W4 and W5 with caching (W1c, W4c, W5c).
+var extraWorkload = regexp.MustCompile(`^(W6r?-[0-9]+|RB32|RL32|W7-each|W1c|W4c|W5c)$`)
 
 func isExtra(w string) bool { return extraWorkload.MatchString(w) }
 

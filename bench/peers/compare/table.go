@@ -322,6 +322,11 @@ var extraRows = []row{
 	{"RL32", "batch_p50_us", "32 concurrent RLock/Release: batch p50 µs", latency},
 	{"W7-each", "bursts_per_s", "W7 without WithReadCoalescing: bursts/s", rate},
 	{"W7-each", "zk_req_per_burst", "W7 without WithReadCoalescing: requests/burst", requests},
+	{"W1c", "ops_per_s", "W1c, W1 with WithCaching: cycles/s", rate},
+	{"W1c", "acq_p50_us", "W1c, W1 with WithCaching: acquire p50 µs", latency},
+	{"W1c", "zk_req_per_acq", "W1c, W1 with WithCaching: requests/acq", requests},
+	{"W4c", "acq_per_s", "W4c, W4 with WithCaching: acquisitions/s", rate},
+	{"W5c", "acq_per_s", "W5c, W5 with WithCaching: acquisitions/s", rate},
 }
 
 // drainSeries returns the lengths of zkrwlock's extra drain runs of kind
