@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
@@ -199,11 +200,12 @@ func TestObserve(t *testing.T) {
 		cancelC()
 		require.ErrorIs(t, (<-waitC).err, context.Canceled)
 		synctest.Wait()
-		assert.Equal(t, before, count(), "the queue behind the leader changed: no request")
+		assert.Equal(t, before+1, count(), "the first candidate behind a lone leader costs a listing; the queue's other changes nothing")
 
+		before = count()
 		require.NoError(t, a.Proclaim(ctx, []byte("a2")))
 		expect("a2", ga.Token())
-		assert.Equal(t, before+2, count(), "a Proclaim costs a read, and a listing since nobody was listed behind the leader")
+		assert.Equal(t, before+2, count(), "a Proclaim costs a read, and a read of the listed successor")
 
 		before = count()
 		require.NoError(t, a.Resign(ctx))
@@ -220,6 +222,71 @@ func TestObserve(t *testing.T) {
 		stop()
 		for range states {
 		}
+	})
+}
+
+// A leader that waited releases with its mark, a data change. The
+// observer, which listed the successor when it queued, reads the head and
+// the successor together: it reports the new leader one round trip after
+// the notification that tells the successor it leads, not two. Each of
+// the observer's requests takes trip; the others' take no time.
+func TestObserverReadsTheSuccessorBesideTheHead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const trip = time.Millisecond
+		ctx := t.Context()
+		s := newFakeServer()
+		oc := s.conn()
+		oc.setBefore(func(op, p string) error {
+			time.Sleep(trip)
+			return nil
+		})
+		var mu sync.Mutex
+		seen := map[int64]time.Time{}
+		octx, stop := context.WithCancel(ctx)
+		states := newElectionOn(t, oc).Observe(octx)
+		observing := make(chan struct{})
+		go func() {
+			defer close(observing)
+			for st := range states {
+				mu.Lock()
+				if _, ok := seen[st.Term]; !ok {
+					seen[st.Term] = time.Now()
+				}
+				mu.Unlock()
+			}
+		}()
+		// settle lets the observer finish what it does, its round trips
+		// included.
+		settle := func() {
+			time.Sleep(10 * trip)
+			synctest.Wait()
+		}
+
+		first, a, b := newElectionOn(t, s.conn()), newElectionOn(t, s.conn()), newElectionOn(t, s.conn())
+		_, err := first.Campaign(ctx, []byte("first"))
+		require.NoError(t, err)
+		waitA := start(ctx, func(ctx context.Context) (*Grant, error) { return a.Campaign(ctx, []byte("a")) })
+		settle()
+		require.NoError(t, first.Resign(ctx))
+		ra := <-waitA
+		require.NoError(t, ra.err) // a waited: its release marks its node
+		waitB := start(ctx, func(ctx context.Context) (*Grant, error) { return b.Campaign(ctx, []byte("b")) })
+		settle()
+
+		require.NoError(t, a.Resign(ctx))
+		rb := <-waitB
+		require.NoError(t, rb.err)
+		returned := time.Now()
+		settle()
+		mu.Lock()
+		at, ok := seen[rb.g.Token()]
+		mu.Unlock()
+		require.True(t, ok, "the observer never reported the new leader")
+		assert.Equal(t, trip, at.Sub(returned), "the observer's lag behind the new leader's Campaign")
+		require.NoError(t, b.Resign(ctx))
+		stop()
+		<-observing
+		settle() // the requests under way when it stopped
 	})
 }
 

@@ -12,35 +12,43 @@ import (
 	"github.com/zkrwlock/rwlock/internal/zkclient"
 )
 
-// An observer follows the head of the queue, never the queue itself.
+// An observer follows the head of the queue, and knows who comes next.
 //
-// It lists the queue once, and keeps the listing. It watches the head's
-// node alone, with a data watch. A change behind the head touches no node
-// it watches, so it costs the observer nothing: no herd.
+// It watches the head's node alone, with a data watch, and keeps a
+// listing of the queue. The listing holds every node that can ever
+// precede a node it shows, as a waiter's snapshot does (see watch.go).
+// Sequence numbers only grow. So when the head goes, the next listed node
+// that still exists is the new head. Only once the listed nodes are gone
+// does the observer list again.
 //
-// The listing holds every node that can ever precede a node it shows, as a
-// waiter's snapshot does (see watch.go). Sequence numbers only grow. So
-// when the head goes, the next listed node that still exists is the new
-// head, and one read with a watch tells it. Only once every listed node is
-// gone does the observer list again. A data change of the head is a
-// Proclaim, or a release's mark as the node goes. One read tells which.
-// If the listing shows nobody behind the head, a listing goes out beside
-// that read. So a release's mark costs no round trip more than a vanished
-// leader does, and the next change may find its successor listed.
+// Each listing sets a child watch on the directory. The observer heeds it
+// only while nobody is listed behind the head. Then the first candidate
+// to queue fires it, and one listing shows that candidate. Once somebody
+// is listed behind the head, the queue's changes cost nothing: no herd.
 //
-// So a change of leader costs an observer at most three requests and two
-// round trips after the notification: a read that finds the head gone, a
-// listing, and a read of the new head. A leader that vanished costs no
-// first read, and a listed successor no listing. Listed candidates that
-// gave up cost no walk: a second listed node known gone makes it list. So
-// they add at most a read and a round trip. A Proclaim costs a read, and a
-// listing if nobody is listed behind the head. An empty queue costs a
-// listing with a child watch, which fires at the first node.
+// A change of leader comes in one of two notifications. The head's
+// deletion names itself: a read of the listed successor tells the new
+// leader. A data change is a Proclaim, or a release's mark as the node
+// goes (see writer.go), and only a read tells which. So the observer reads
+// the head and the listed successor together. Either way the new leader
+// is known one round trip after the notification that tells the
+// successor it leads.
+//
+// So a change of leader costs an observer one round trip and at most
+// three requests after its notification: the reads of the head and of
+// the successor, and a listing if nobody is listed behind the new head.
+// A candidate that queues behind a lone leader costs one listing more. A
+// listed candidate that gave up costs no walk: a second listed node known
+// gone makes the observer list again, a read and a round trip more. A
+// Proclaim costs a read, and a read of the listed successor in vain. An
+// empty queue costs a listing, whose child watch fires at the first node.
 //
 // What it reports never goes backwards. Each read is later in ZooKeeper's
 // order than the last, since one session's reads are, even across
 // servers. A node that went never comes back, and a later head has a
-// larger czxid. A guard checks it all the same: a term below the highest
+// larger czxid. A successor read beside the head is reported only once
+// the head is known gone, and its data watch, set by that read, tells any
+// later change. A guard checks it all the same: a term below the highest
 // shown, or an older version of the same term's data, is not reported.
 
 // Observe returns a channel of the election's states. It sends the state
@@ -76,10 +84,13 @@ type observer struct {
 	l      *RWLock
 	c      *zkclient.Client
 	listed []lockNode // the listing's nodes still thought to exist, head first
-	relist bool       // list again beside the next read of the head
+	// queued is the child watch the last listing set, or nil
+	queued *zkclient.Watch
 	// headGone: the head's deletion was notified, and it is off listed
 	headGone bool
-	retry    zkclient.Backoff
+	// changed: the head's data changed; it may be going with its mark
+	changed bool
+	retry   zkclient.Backoff
 
 	shown   bool // a state has been reported
 	term    int64
@@ -93,6 +104,14 @@ func (o *observer) run(ctx context.Context, out chan<- Leadership) {
 	var send chan<- Leadership // out while pending is unsent, else nil
 	for {
 		now, w, err := o.look(ctx)
+		if err == nil {
+			o.retry = zkclient.Backoff{}
+			if o.newer(now) {
+				pending, send = now.Leadership, out
+				o.show(now)
+			}
+			send, err = o.wait(ctx, w, pending, send)
+		}
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, zk.ErrClosing) {
 				return
@@ -100,42 +119,76 @@ func (o *observer) run(ctx context.Context, out chan<- Leadership) {
 			if o.retry.Wait(ctx, o.c.Conn()) != nil {
 				return // ctx ended, or the connection was closed
 			}
-			continue
-		}
-		o.retry = zkclient.Backoff{}
-		if o.newer(now) {
-			pending, send = now.Leadership, out
-			o.show(now)
-		}
-		for w != nil {
-			select {
-			case send <- pending:
-				send = nil
-			case <-w.Fired():
-				if ev := w.Event(); ev.Type == zk.EventNotWatching {
-					if errors.Is(ev.Err, zk.ErrClosing) {
-						return
-					}
-					o.listed = nil // a new session: list again
-				} else if ev.Type == zk.EventNodeDeleted && len(o.listed) > 0 {
-					o.listed = o.listed[1:] // the head went: no need to read it
-					o.headGone = true
-				} else if ev.Type == zk.EventNodeDataChanged {
-					o.relist = len(o.listed) < 2 // it may be going, with nobody listed behind it
-				}
-				w = nil
-			case <-ctx.Done():
-				return
-			}
 		}
 	}
+}
+
+// wait sends pending while send is out, until the head's watch w fires.
+// Meanwhile it keeps somebody listed behind the head, once the state is
+// sent: the listing then costs the report no time.
+func (o *observer) wait(ctx context.Context, w *zkclient.Watch, pending Leadership, send chan<- Leadership) (chan<- Leadership, error) {
+	for w != nil {
+		if send == nil && o.alone() {
+			if err := o.listBehind(ctx); err != nil {
+				return send, err
+			}
+			continue
+		}
+		var queued <-chan struct{}
+		if send == nil && len(o.listed) == 1 {
+			queued = o.queued.Fired() // alone is false: it is set
+		}
+		select {
+		case send <- pending:
+			send = nil
+		case <-queued:
+			// A candidate came, or the head went: the loop lists.
+		case <-w.Fired():
+			switch ev := w.Event(); {
+			case ev.Type == zk.EventNotWatching:
+				if errors.Is(ev.Err, zk.ErrClosing) {
+					return send, ev.Err
+				}
+				o.listed, o.queued = nil, nil // a new session: list again
+			case ev.Type == zk.EventNodeDeleted && len(o.listed) > 0:
+				o.listed = o.listed[1:] // the head went: no need to read it
+				o.headGone = true
+			case ev.Type == zk.EventNodeDataChanged:
+				o.changed = true
+			}
+			return send, nil
+		case <-ctx.Done():
+			return send, ctx.Err()
+		}
+	}
+	return send, nil
+}
+
+// alone reports whether the head is listed with nobody behind it, and no
+// child watch is set to tell of the next candidate.
+func (o *observer) alone() bool {
+	return len(o.listed) == 1 && (o.queued == nil || o.queued.FiredNow())
+}
+
+// listBehind lists the queue with a child watch, for the nodes behind the
+// head. The listing may come before or after the head goes. Either way
+// the nodes it shows behind the head are those still to come.
+func (o *observer) listBehind(ctx context.Context) error {
+	r, w := o.c.ChildrenW(ctx, o.l.path)
+	if r.Err != nil {
+		return r.Err
+	}
+	o.queued = w
+	o.listed = append(o.listed[:1], behind(queueOf(r.V), o.listed[0])...)
+	return nil
 }
 
 // look reads the head of the queue with a data watch, or lists the queue
 // with a child watch if it is empty.
 func (o *observer) look(ctx context.Context) (headRead, *zkclient.Watch, error) {
 	found := o.headGone // a listed node is known gone
-	o.headGone = false
+	changed := o.changed
+	o.headGone, o.changed = false, false
 	for {
 		if len(o.listed) == 0 {
 			empty, w, err := o.list(ctx)
@@ -144,19 +197,35 @@ func (o *observer) look(ctx context.Context) (headRead, *zkclient.Watch, error) 
 			}
 		}
 		head := o.listed[0]
-		var fresh chan zkclient.Reply[[]string]
-		if o.relist {
-			o.relist = false
-			fresh = make(chan zkclient.Reply[[]string], 1)
-			go func() { fresh <- o.c.Children(ctx, o.l.path) }()
+		var next chan headReply
+		if changed && len(o.listed) > 1 {
+			// The head may be going: read its successor beside it.
+			next = make(chan headReply, 1)
+			name := o.listed[1].name
+			go func() {
+				r, w := o.c.GetW(ctx, o.l.path+"/"+name)
+				next <- headReply{r, w}
+			}()
 		}
+		var fresh chan error
+		if changed && o.alone() {
+			// A candidate may have queued behind the head before its change.
+			fresh = make(chan error, 1)
+			go func() { fresh <- o.listBehind(ctx) }()
+		}
+		changed = false
 		r, w := o.c.GetW(ctx, o.l.path+"/"+head.name)
 		if fresh != nil {
-			// The listing may come before or after the head goes. Either
-			// way the nodes it shows behind the head are those still to
-			// come.
-			if f := <-fresh; f.Err == nil {
-				o.listed = append(o.listed[:1], behind(queueOf(f.V), head)...)
+			<-fresh // a failed listing leaves the head alone, as it was
+		}
+		if next != nil {
+			n := <-next
+			switch {
+			case r.Err == nil && errors.Is(n.Err, zk.ErrNoNode):
+				o.listed = slices.Delete(o.listed, 1, 2) // a candidate that gave up
+			case errors.Is(r.Err, zk.ErrNoNode) && n.Err == nil:
+				o.listed = o.listed[1:] // the head went with its mark
+				return readHead(o.listed[0], n.V), n.w, nil
 			}
 		}
 		switch {
@@ -176,12 +245,19 @@ func (o *observer) look(ctx context.Context) (headRead, *zkclient.Watch, error) 
 	}
 }
 
-// list lists the queue. For an empty queue it lists again with a child
-// watch on the directory, which fires when a node comes. A queue that is
-// not empty leaves no watch behind, since the observer waits on its head.
-// A missing directory is an empty queue, watched as waitDir says.
+// headReply is a read of a node with its data watch.
+type headReply struct {
+	zkclient.Reply[zkclient.Node]
+	w *zkclient.Watch
+}
+
+// list lists the queue with a child watch. For an empty queue the watch
+// fires when a node comes, and the observer waits on it. Otherwise it
+// tells of the next candidate while nobody is listed behind the head. A
+// missing directory is an empty queue, watched as waitDir says.
 func (o *observer) list(ctx context.Context) (empty bool, w *zkclient.Watch, err error) {
-	r := o.c.Children(ctx, o.l.path)
+	o.queued = nil
+	r, w := o.c.ChildrenW(ctx, o.l.path)
 	if errors.Is(r.Err, zk.ErrNoNode) {
 		o.listed = nil
 		switch w, err := o.waitDir(ctx); {
@@ -190,24 +266,16 @@ func (o *observer) list(ctx context.Context) (empty bool, w *zkclient.Watch, err
 		case w != nil:
 			return true, w, nil
 		}
-		r = o.c.Children(ctx, o.l.path) // made meanwhile; a level still missing is an error, and run retries
+		r, w = o.c.ChildrenW(ctx, o.l.path) // made meanwhile; a level still missing is an error, and run retries
 	}
 	if r.Err != nil {
 		return false, nil, r.Err
 	}
-	if o.listed = queueOf(r.V); len(o.listed) > 0 {
-		return false, nil, nil
+	if o.listed = queueOf(r.V); len(o.listed) == 0 {
+		return true, w, nil
 	}
-	r, w = o.c.ChildrenW(ctx, o.l.path)
-	if r.Err != nil {
-		return false, nil, r.Err
-	}
-	if o.listed = queueOf(r.V); len(o.listed) > 0 {
-		// The watch fires at the next change of the queue, and is then
-		// gone. The observer waits on the head's watch instead.
-		return false, nil, nil
-	}
-	return true, w, nil
+	o.queued = w
+	return false, nil, nil
 }
 
 // waitDir watches for the lock directory, which is missing. An observer

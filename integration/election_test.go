@@ -407,16 +407,28 @@ func TestObserveRequests(t *testing.T) {
 	before := snapshot()
 	cc := connect(t, srv.ConnectString(), 0)
 	var waiting []*acquisition
-	live := 1 // the leader's node
+	var first *rwlock.Election // the first candidate's
+	live := 1                  // the leader's node
 	for i := range 6 {
 		e, err := rwlock.NewElection(cc.conn, path)
 		require.NoError(t, err)
+		if i == 0 {
+			first = e
+		}
 		cctx, cancel := context.WithCancel(ctx)
 		waiting = append(waiting, goAcquire(t, cctx, func(ctx context.Context) (*rwlock.Grant, error) {
 			return e.Campaign(ctx, []byte(fmt.Sprint("candidate ", i)))
 		}))
 		live++
 		waitNodeCount(t, cc.conn, path, live, 10*time.Second)
+		if i == 0 {
+			// The first candidate behind a lone leader: each observer
+			// lists once, and sees it. The others cost nothing.
+			for j, c := range counts {
+				zktest.WaitFor(t, 10*time.Second, func() bool { return c.Load() > before[j] },
+					"observer %d did not list the first candidate", j)
+			}
+		}
 		if i%2 == 1 {
 			cancel()
 			_, err := waiting[i].wait(t)
@@ -433,8 +445,8 @@ func TestObserveRequests(t *testing.T) {
 	seenValue("a2")
 	after := snapshot()
 	for i := range observers {
-		require.Equal(t, int64(2), after[i]-before[i],
-			"observer %d: three candidates queued and three gave up, then one Proclaim: a read, and a listing since none was listed", i)
+		require.Equal(t, int64(3), after[i]-before[i],
+			"observer %d: three candidates queued and three gave up, then one Proclaim: a listing at the first candidate, and reads of the leader and of that candidate", i)
 	}
 
 	// The leader resigns: the first candidate left leads.
@@ -442,11 +454,14 @@ func TestObserveRequests(t *testing.T) {
 	next := waiting[0].granted(t, 10*time.Second)
 	defer mustRelease(t, next)
 	seenValue("candidate 0")
+	// The new leader's Proclaim comes after the observers' listing behind
+	// it: each handles one change at a time.
+	require.NoError(t, first.Proclaim(ctx, []byte("candidate 0, again")))
+	seenValue("candidate 0, again")
 	changed := snapshot()
 	for i := range observers {
 		n := changed[i] - after[i]
-		require.Equal(t, int64(1), n, "observer %d: a change of leader to one listed at the Proclaim: one read", i)
-		t.Logf("observer %d: %d requests for a change of leader", i, n)
+		require.Equal(t, int64(4), n, "observer %d: a change of leader to the listed candidate: a read, a listing since nobody was listed behind it; then a Proclaim: two reads", i)
 	}
 }
 
@@ -502,13 +517,14 @@ func TestElectionLeaderPaused(t *testing.T) {
 	o.checkOrder(t)
 }
 
-// Observe's latency: the observer reports a new leader within two round
-// trips of its Campaign's return. The successor learns of the handoff from
-// one notification; the observer from the same one, and then reads the
-// new head. Each round's successor queued after the observer's last
-// listing, so the observer lists beside its read of the old head, then
-// reads the new one. A proxy delays every packet by 20 ms each way, so
-// that round trips, not the scheduling of a loaded machine, make the lag.
+// Observe's latency: the observer reports a new leader within one round
+// trip of its Campaign's return. The successor learns of the handoff from
+// one notification; the observer from the same one. It listed the
+// successor when it queued, since that notification came first on its
+// connection. So it reads the old head and the successor together: one
+// round trip, where reading them one after the other takes two. A proxy
+// delays every packet by 20 ms each way, so that round trips, not the
+// scheduling of a loaded machine, make the lag.
 func TestObserveLatency(t *testing.T) {
 	tier.Long(t) // rounds of handoffs, timed
 	srv := sharedServer(t)
@@ -555,7 +571,7 @@ func TestObserveLatency(t *testing.T) {
 	p50, p99 := lags[len(lags)/2], lags[len(lags)*99/100]
 	t.Logf("observer's lag behind the new leader's Campaign: p50 %v, p99 %v, max %v (a round trip through the proxy: %v or more)",
 		p50, p99, lags[len(lags)-1], rtt)
-	require.LessOrEqual(t, p50, 2*rtt+10*time.Millisecond, "the median lag should be within two round trips")
+	require.LessOrEqual(t, p50, rtt+rtt/2, "the median lag should be one round trip")
 }
 
 // A leader partitioned until the server expired its session, and then
