@@ -1,14 +1,10 @@
 package integration
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,57 +78,27 @@ func TestHelperLeader(t *testing.T) {
 
 // leaderProcess is a leader in a process of its own.
 type leaderProcess struct {
-	cmd    *exec.Cmd
-	term   int64
-	told   chan int64 // CLOCK_MONOTONIC as its Done closed
-	reaped bool
-	stderr bytes.Buffer
+	*helperProcess
+	term int64
+	told chan int64 // CLOCK_MONOTONIC as its Done closed
 }
 
 // startLeader runs TestHelperLeader against server, and waits until it
-// leads. The caller must hold its OS thread until the child is reaped
-// (Pdeathsig is per thread).
+// leads.
 func startLeader(t *testing.T, server, path string, timeout time.Duration, value string) *leaderProcess {
 	t.Helper()
 	p := &leaderProcess{told: make(chan int64, 1)}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperLeader$", "-test.timeout=2m")
-	p.cmd.Env = append(os.Environ(), leaderEnvServer+"="+server, leaderEnvPath+"="+path,
+	p.helperProcess = startHelper(t, "TestHelperLeader", leaderEnvServer+"="+server, leaderEnvPath+"="+path,
 		leaderEnvTimeout+"="+timeout.String(), leaderEnvValue+"="+value)
-	p.cmd.SysProcAttr = childAttr()
-	p.cmd.Stderr = &p.stderr
-	stdout, err := p.cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, p.cmd.Start())
-	t.Cleanup(func() {
-		if !p.reaped {
-			p.cmd.Process.Kill()
-			p.cmd.Wait()
-		}
-	})
-	leading := make(chan int64, 1)
+	p.term, _ = strconv.ParseInt(strings.TrimPrefix(p.line(t, time.Minute, "leading "), "leading "), 10, 64)
 	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "leading "); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				leading <- n
-			}
-			if v, ok := strings.CutPrefix(sc.Text(), "told "); ok {
+		for line := range p.lines {
+			if v, ok := strings.CutPrefix(line, "told "); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
 				p.told <- n
 			}
 		}
-		close(leading)
 	}()
-	select {
-	case term, ok := <-leading:
-		if !ok {
-			t.Fatalf("the leader process ended before leading; stderr:\n%s", p.stderr.String())
-		}
-		p.term = term
-	case <-time.After(60 * time.Second):
-		t.Fatal(`the leader process did not print "leading" within 60s`)
-	}
 	return p
 }
 
@@ -226,8 +192,6 @@ func TestElectionLeaderPartitioned(t *testing.T) {
 	path := zktest.LockPath(t, "/elect")
 	ctx := t.Context()
 
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	leader := startLeader(t, p.Addr(), path, timeout, "10.0.0.1:80")
 
 	watcher, err := rwlock.NewElection(connect(t, srv.Addr(0), timeout).conn, path)
@@ -264,8 +228,7 @@ func TestElectionLeaderPartitioned(t *testing.T) {
 		t.Fatal("the partitioned leader was never told")
 	}
 	heal(p)
-	require.NoError(t, leader.cmd.Wait())
-	leader.reaped = true
+	leader.wait(t)
 	seen := o.waitFor(t, g.Token(), 10*time.Second)
 	returned := returnedAt.Load()
 	t.Logf("partition → leader told %v, → successor's Campaign returned %v, → observer saw it %v (session timeout %v)",
@@ -292,8 +255,6 @@ func TestElectionLeaderKilled(t *testing.T) {
 	path := zktest.LockPath(t, "/elect")
 	ctx := t.Context()
 
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	leader := startLeader(t, srv.Addr(0), path, timeout, "first")
 
 	watcher, err := rwlock.NewElection(connect(t, srv.Addr(0), timeout).conn, path)
@@ -311,9 +272,8 @@ func TestElectionLeaderKilled(t *testing.T) {
 	next.stillWaiting(t, "the leader leads")
 
 	killed := time.Now()
-	require.NoError(t, syscall.Kill(leader.cmd.Process.Pid, syscall.SIGKILL))
-	require.ErrorContains(t, leader.cmd.Wait(), "killed")
-	leader.reaped = true
+	require.NoError(t, syscall.Kill(leader.pid(), syscall.SIGKILL))
+	require.ErrorContains(t, leader.reap(), "killed")
 	g := next.granted(t, timeout+2*faultTick+10*time.Second)
 	defer mustRelease(t, g)
 	took := next.at.Sub(killed)
@@ -477,8 +437,6 @@ func TestElectionLeaderPaused(t *testing.T) {
 	path := zktest.LockPath(t, "/elect")
 	ctx := t.Context()
 
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	leader := startLeader(t, srv.Addr(0), path, timeout, "paused")
 	watcher, err := rwlock.NewElection(connect(t, srv.Addr(0), timeout).conn, path)
 	require.NoError(t, err)
@@ -493,7 +451,7 @@ func TestElectionLeaderPaused(t *testing.T) {
 	})
 	waitNodeCount(t, sc.conn, path, 2, 10*time.Second)
 
-	require.NoError(t, syscall.Kill(leader.cmd.Process.Pid, syscall.SIGSTOP))
+	require.NoError(t, syscall.Kill(leader.pid(), syscall.SIGSTOP))
 	stopped := time.Now()
 	g := next.granted(t, timeout+2*faultTick+10*time.Second)
 	defer mustRelease(t, g)
@@ -502,15 +460,14 @@ func TestElectionLeaderPaused(t *testing.T) {
 	o.waitFor(t, g.Token(), 10*time.Second)
 
 	resumed := monotonic()
-	require.NoError(t, syscall.Kill(leader.cmd.Process.Pid, syscall.SIGCONT))
+	require.NoError(t, syscall.Kill(leader.pid(), syscall.SIGCONT))
 	var told int64
 	select {
 	case told = <-leader.told:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the resumed leader was never told")
 	}
-	require.NoError(t, leader.cmd.Wait())
-	leader.reaped = true
+	leader.wait(t)
 	t.Logf("SIGCONT → the old leader told %v", msec(time.Duration(told-resumed)))
 	require.Less(t, time.Duration(told-resumed), timeout/4, "the resumed leader must be told at its first look")
 	require.Greater(t, g.Token(), leader.term)

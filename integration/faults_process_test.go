@@ -1,13 +1,9 @@
 package integration
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -89,51 +85,9 @@ func TestFaultHolderKilled(t *testing.T) {
 	path := zktest.LockPath(t, "/it")
 	ctx := t.Context()
 
-	// The child gets SIGKILL if this thread ends (Pdeathsig is per thread):
-	// keep the thread until the child is reaped.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(),
+	holder := startHelper(t, "TestHelperHolder",
 		holderEnvServer+"="+srv.Addr(0), holderEnvPath+"="+path, holderEnvTimeout+"="+timeout.String())
-	cmd.SysProcAttr = childAttr()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	reaped := false
-	defer func() {
-		if !reaped { // the test failed before the kill
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}()
-
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	var node string
-	for node == "" {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("the holder process ended before holding the lock; stderr:\n%s", stderr.String())
-			}
-			node, _ = strings.CutPrefix(line, "held ")
-		case <-time.After(60 * time.Second):
-			t.Fatal(`the holder process did not print "held" within 60s`)
-		}
-	}
-	go func() {
-		for range lines { // until the pipe closes
-		}
-	}()
+	node := strings.TrimPrefix(holder.line(t, time.Minute, "held "), "held ")
 
 	waiter := connect(t, srv.Addr(0), timeout)
 	w := goAcquire(t, ctx, waiter.lock(t, path).Lock)
@@ -142,10 +96,8 @@ func TestFaultHolderKilled(t *testing.T) {
 	w.stillWaiting(t, "the holder process holds the lock")
 
 	killed := time.Now()
-	require.NoError(t, syscall.Kill(cmd.Process.Pid, syscall.SIGKILL))
-	err = cmd.Wait()
-	reaped = true
-	require.ErrorContains(t, err, "killed")
+	require.NoError(t, syscall.Kill(holder.pid(), syscall.SIGKILL))
+	require.ErrorContains(t, holder.reap(), "killed")
 	wg := w.granted(t, timeout+2*faultTick+10*time.Second)
 	took := w.at.Sub(killed)
 	t.Logf("holder SIGKILLed → waiter granted %v (session timeout %v, tick %v)", msec(took), timeout, faultTick)

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -84,8 +83,6 @@ func TestLockDelayAfterLeaderLoss(t *testing.T) {
 			path := zktest.LockPath(t, "/elect")
 			ctx := t.Context()
 
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
 			t.Setenv(leaderEnvDelay, lockDelayTest.String())
 			leader := startLeader(t, srv.Addr(0), path, timeout, "first")
 
@@ -101,7 +98,7 @@ func TestLockDelayAfterLeaderLoss(t *testing.T) {
 			waitNodeCount(t, sc.conn, path, 2, 10*time.Second)
 			next.stillWaiting(t, "the leader leads")
 
-			require.NoError(t, syscall.Kill(leader.cmd.Process.Pid, how.sig))
+			require.NoError(t, syscall.Kill(leader.pid(), how.sig))
 			g := next.granted(t, timeout+2*faultTick+lockDelayTest+10*time.Second)
 			led := monotonic()
 			defer mustRelease(t, g)
@@ -115,7 +112,7 @@ func TestLockDelayAfterLeaderLoss(t *testing.T) {
 			require.Greater(t, g.Token(), leader.term, "terms increase")
 
 			if how.sig == syscall.SIGSTOP {
-				require.NoError(t, syscall.Kill(leader.cmd.Process.Pid, syscall.SIGCONT))
+				require.NoError(t, syscall.Kill(leader.pid(), syscall.SIGCONT))
 				select {
 				case <-leader.told:
 				case <-time.After(10 * time.Second):
@@ -123,8 +120,7 @@ func TestLockDelayAfterLeaderLoss(t *testing.T) {
 				}
 			}
 			leader.cmd.Process.Kill()
-			leader.cmd.Wait()
-			leader.reaped = true
+			leader.reap()
 		})
 	}
 }

@@ -1,12 +1,7 @@
 package integration
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"os"
-	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -188,41 +183,9 @@ func TestFaultPermitHolderKilled(t *testing.T) {
 	path := zktest.LockPath(t, "/it")
 	ctx := t.Context()
 
-	// The child gets SIGKILL if this thread ends (Pdeathsig is per thread):
-	// keep the thread until the child is reaped.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), holderEnvServer+"="+srv.Addr(0), holderEnvPath+"="+path,
+	holder := startHelper(t, "TestHelperHolder", holderEnvServer+"="+srv.Addr(0), holderEnvPath+"="+path,
 		holderEnvTimeout+"="+timeout.String(), holderEnvPermits+"=3,2")
-	cmd.SysProcAttr = childAttr()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	reaped := false
-	defer func() {
-		if !reaped { // the test failed before the kill
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}()
-	held := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if node, ok := strings.CutPrefix(sc.Text(), "held "); ok {
-				held <- node
-			}
-		}
-	}()
-	var node string
-	select {
-	case node = <-held:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the holder process did not print \"held\" within 60s; stderr:\n%s", stderr.String())
-	}
+	node := strings.TrimPrefix(holder.line(t, time.Minute, "held "), "held ")
 	require.Contains(t, node, "-sem-2of3-")
 
 	third, err := connect(t, srv.Addr(0), timeout).lock(t, path, rwlock.WithCapacity(3)).Acquire(ctx, 1)
@@ -234,10 +197,8 @@ func TestFaultPermitHolderKilled(t *testing.T) {
 	w.stillWaiting(t, "the holder process holds two permits of three")
 
 	killed := time.Now()
-	require.NoError(t, syscall.Kill(cmd.Process.Pid, syscall.SIGKILL))
-	err = cmd.Wait()
-	reaped = true
-	require.ErrorContains(t, err, "killed")
+	require.NoError(t, syscall.Kill(holder.pid(), syscall.SIGKILL))
+	require.ErrorContains(t, holder.reap(), "killed")
 	g := w.granted(t, timeout+2*faultTick+10*time.Second)
 	took := w.at.Sub(killed)
 	t.Logf("holder of 2 permits SIGKILLed → waiter of 2 granted %v (session timeout %v)", msec(took), timeout)
