@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/zkrwlock/rwlock"
-	"github.com/zkrwlock/rwlock/internal/delayproxy"
 )
 
 // Elections beside Curator's LeaderLatch (bench/peers/curator/LatchFailover.java):
@@ -178,7 +177,7 @@ func reportFailover(b *testing.B, workload string, took []time.Duration) {
 
 // BenchmarkObserveLatency measures how soon an observer sees a new leader
 // after the leader's Campaign returned, all three clients behind a proxy
-// that delays each way by -bench.delay, 1 ms unless told. Each op hands the leadership over
+// that delays each way (see delayed). Each op hands the leadership over
 // with a Resign to a candidate queued behind. The unit is a round trip,
 // the median of a plain Get beside each op (rtt-us). The figures are the
 // observer's lag after the Campaign's return, 0 when it saw the leader
@@ -186,18 +185,15 @@ func reportFailover(b *testing.B, workload string, took []time.Duration) {
 // plain Get's own p99 in its median (get-p99-rtts): the proxy's and the
 // machine's spread, which the lag's p99 inherits.
 func BenchmarkObserveLatency(b *testing.B) {
-	s := sharedServers(b)
-	p, err := delayproxy.Listen("127.0.0.1:0", s.addrs[0], *flagDelay)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	ss := (&servers{addrs: []string{p.Addr()}}).dial(b, 3)
+	addr, stop := delayed(b)
+	defer stop()
+	ss := (&servers{addrs: []string{addr}}).dial(b, 3)
 	defer ss.close()
 	path := lockPath("observe")
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
 	es := [3]*rwlock.Election{}
+	var err error
 	for i := range es {
 		if es[i], err = rwlock.NewElection(ss.conns[i], path); err != nil {
 			b.Fatal(err)

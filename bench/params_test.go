@@ -33,7 +33,8 @@ var (
 		"(default 100,300,1000;1000; 10,30,100;100 with -short)")
 	flagBatches = flag.Int("bench.batches", 0, "RB32/RL32 measured batches (default 200; 20 with -short), after a tenth as many warm-up batches")
 	flagDelay   = flag.Duration("bench.delay", time.Millisecond, "W10's and BenchmarkObserveLatency's proxy delay each way, "+
-		"as in the +1 ms runs of scripts/compare-peers.sh; a longer one shows the round trips apart from the proxy's spread")
+		"as in the +1 ms runs of scripts/compare-peers.sh; a longer one shows the round trips apart from the proxy's spread; "+
+		"0: no proxy of their own, for one in front of ZKRWLOCK_BENCH_SERVERS")
 	flagW9 = flag.String("bench.w9", "", "W9 clients,locks (default 64,1000; 8,50 with -short); "+
 		"each of its four phases runs for -bench.duration")
 )
