@@ -2,6 +2,7 @@ package rwlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -194,6 +195,7 @@ func TestObserve(t *testing.T) {
 
 		before := count()
 		waitB := start(ctx, func(ctx context.Context) (*Grant, error) { return b.Campaign(ctx, []byte("b")) })
+		synctest.Wait() // b queues first: c, which gives up, comes behind it
 		cctx, cancelC := context.WithCancel(ctx)
 		waitC := start(cctx, func(ctx context.Context) (*Grant, error) { return c.Campaign(ctx, []byte("c")) })
 		synctest.Wait()
@@ -287,6 +289,143 @@ func TestObserverReadsTheSuccessorBesideTheHead(t *testing.T) {
 		stop()
 		<-observing
 		settle() // the requests under way when it stopped
+	})
+}
+
+// A candidate S queued behind leader H gives up while H leads; H then
+// resigns. S never led: H led, then nobody. The observer, told of H's
+// Proclaim, reads S and H in parallel; S's read is answered first (S
+// still there), H's after both went. The observer must not report S.
+func TestObserverNeverReportsACandidateThatNeverLed(t *testing.T) {
+	bogus := 0
+	const rounds = 16
+	for range rounds {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := t.Context()
+			s := newFakeServer()
+			oc := s.conn()
+			h, sc := newElectionOn(t, s.conn()), newElectionOn(t, s.conn())
+			gh, err := h.Campaign(ctx, []byte("h"))
+			require.NoError(t, err)
+			sctx, cancelS := context.WithCancel(ctx)
+			waitS := start(sctx, func(ctx context.Context) (*Grant, error) { return sc.Campaign(ctx, []byte("s")) })
+			synctest.Wait()
+
+			var mu sync.Mutex
+			var got []Leadership
+			octx, stop := context.WithCancel(ctx)
+			states := newElectionOn(t, oc).Observe(octx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for st := range states {
+					mu.Lock()
+					got = append(got, st)
+					mu.Unlock()
+				}
+			}()
+			synctest.Wait() // the observer shows h and has listed s behind it
+
+			proceed := make(chan struct{})
+			var once sync.Once
+			oc.setBefore(func(op, p string) error {
+				if op == "get" && p == gh.Node() {
+					once.Do(func() { <-proceed }) // the head's read comes late
+				}
+				return nil
+			})
+			require.NoError(t, h.Proclaim(ctx, []byte("h2")))
+			synctest.Wait() // the successor's read is answered; the head's waits
+			cancelS()
+			require.ErrorIs(t, (<-waitS).err, context.Canceled)
+			require.NoError(t, h.Resign(ctx))
+			close(proceed)
+			synctest.Wait()
+			stop()
+			<-done
+
+			mu.Lock()
+			defer mu.Unlock()
+			for _, st := range got {
+				if st.Term != 0 && st.Term != gh.Token() {
+					bogus++
+					t.Logf("reported %q in term %d, a candidate that never led (states: %v)", st.Value, st.Term, got)
+				}
+			}
+			require.Equal(t, int64(0), got[len(got)-1].Term, "nobody leads at the end")
+		})
+	}
+	require.Zero(t, bogus, "rounds (of %d) in which the observer reported a leader that never led", rounds)
+}
+
+// A leader that waited releases with its mark while the listed successor
+// has given up. The observer reads both together and learns both are
+// gone; it should not then read the successor again.
+func TestObserverDoesNotReadAGoneSuccessorTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		s := newFakeServer()
+		oc := s.conn()
+		first, h, sc, tc := newElectionOn(t, s.conn()), newElectionOn(t, s.conn()), newElectionOn(t, s.conn()), newElectionOn(t, s.conn())
+		gf, err := first.Campaign(ctx, []byte("first"))
+		require.NoError(t, err)
+		waitH := start(ctx, func(ctx context.Context) (*Grant, error) { return h.Campaign(ctx, []byte("h")) })
+		synctest.Wait()
+		require.NoError(t, gf.Release(ctx))
+		rh := <-waitH
+		require.NoError(t, rh.err) // h waited: its release marks its node
+
+		octx, stop := context.WithCancel(ctx)
+		states := newElectionOn(t, oc).Observe(octx)
+		var mu sync.Mutex
+		var got []Leadership
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for st := range states {
+				mu.Lock()
+				got = append(got, st)
+				mu.Unlock()
+			}
+		}()
+		synctest.Wait()
+		sctx, cancelS := context.WithCancel(ctx)
+		waitS := start(sctx, func(ctx context.Context) (*Grant, error) { return sc.Campaign(ctx, []byte("s")) })
+		synctest.Wait() // the observer lists s behind h
+		cancelS()
+		require.ErrorIs(t, (<-waitS).err, context.Canceled)
+		waitT := start(ctx, func(ctx context.Context) (*Grant, error) { return tc.Campaign(ctx, []byte("t")) })
+		synctest.Wait()
+
+		var ops []string
+		gone := map[string]bool{}
+		var wasted []string
+		oc.setAfter(func(op, p string, err error) error {
+			mu.Lock()
+			defer mu.Unlock()
+			ops = append(ops, op+" "+p+" "+fmt.Sprint(err))
+			if op == "get" {
+				if gone[p] {
+					wasted = append(wasted, p)
+				}
+				if errors.Is(err, zk.ErrNoNode) {
+					gone[p] = true
+				}
+			}
+			return err
+		})
+		require.NoError(t, rh.g.Release(ctx))
+		rt := <-waitT
+		require.NoError(t, rt.err)
+		synctest.Wait()
+		mu.Lock()
+		t.Logf("requests after h's release:\n%s", strings.Join(ops, "\n"))
+		assert.Empty(t, wasted, "nodes read again after a read found them gone")
+		assert.Equal(t, "t", string(got[len(got)-1].Value))
+		mu.Unlock()
+		require.NoError(t, rt.g.Release(ctx))
+		stop()
+		<-done
 	})
 }
 

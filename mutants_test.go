@@ -255,6 +255,8 @@ var mutants = []mutant{
 		{file: "election.go", point: "term-stand-in", new: "_ = r.V.Stat.Czxid"}}},
 	{name: "an observer reports a state older than one it showed", run: "TestObserverNeverGoesBackwards", edits: []mutantEdit{
 		{file: "observe.go", point: "observe-backwards", new: "case now.Term != o.term:"}}},
+	{name: "an observer reports a successor read before the head went", run: "TestObserverNeverReportsACandidateThatNeverLed", edits: []mutantEdit{
+		{file: "observe.go", point: "observe-successor-unproven", new: "case errors.Is(r.Err, zk.ErrNoNode) && n.Err == nil:"}}},
 	// A Locker's exclusion of its own callers is in-process: the
 	// simulation, which checks grants, has nothing to find.
 	{name: "a Locker lets a second caller in once its grant is lost", run: "TestLockerExcludesItsCallersAfterALoss", edits: []mutantEdit{

@@ -47,9 +47,12 @@ import (
 // order than the last, since one session's reads are, even across
 // servers. A node that went never comes back, and a later head has a
 // larger czxid. A successor read beside the head is reported only once
-// the head is known gone, and its data watch, set by that read, tells any
-// later change. A guard checks it all the same: a term below the highest
-// shown, or an older version of the same term's data, is not reported.
+// the head is known gone. Its read may have been answered first. So it is
+// reported only if its data watch, set by that read, has not fired by the
+// head's answer: it was still there, and unchanged, when the head was gone.
+// Otherwise it is read again. A guard checks it all the same: a term below
+// the highest shown, or an older version of the same term's data, is not
+// reported.
 
 // Observe returns a channel of the election's states. It sends the state
 // now, and then each change: a new leader, a Proclaim, or nobody leading
@@ -223,7 +226,15 @@ func (o *observer) look(ctx context.Context) (headRead, *zkclient.Watch, error) 
 			switch {
 			case r.Err == nil && errors.Is(n.Err, zk.ErrNoNode):
 				o.listed = slices.Delete(o.listed, 1, 2) // a candidate that gave up
-			case errors.Is(r.Err, zk.ErrNoNode) && n.Err == nil:
+			case errors.Is(r.Err, zk.ErrNoNode) && errors.Is(n.Err, zk.ErrNoNode):
+				o.listed = nil // two listed nodes gone: one listing tells
+				continue
+			// mutant: observe-successor-unproven
+			case errors.Is(r.Err, zk.ErrNoNode) && n.Err == nil && !n.w.FiredNow():
+				// The successor's read may have been answered before the
+				// head's. Its watch, unfired as of the head's answer,
+				// shows it there and unchanged when the head was gone:
+				// the head then.
 				o.listed = o.listed[1:] // the head went with its mark
 				return readHead(o.listed[0], n.V), n.w, nil
 			}

@@ -959,6 +959,7 @@ func (s *sim) observe(hosts int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	states := e.Observe(ctx)
 	done := make(chan struct{})
+	var terms []int64 // reported; read once done is closed
 	go func() {
 		defer close(done)
 		var last Leadership
@@ -969,6 +970,7 @@ func (s *sim) observe(hosts int) (stop func()) {
 			}
 			if st.Term != 0 {
 				last = st
+				terms = append(terms, st.Term)
 				s.checkLeader(st.Term)
 			}
 		}
@@ -977,6 +979,43 @@ func (s *sim) observe(hosts int) (stop func()) {
 		cancel()
 		<-done
 		conn.close()
+		s.checkHeads(terms)
+	}
+}
+
+// checkHeads checks that each term the observer reported was a node that
+// headed the queue at some moment of the server's order: every node
+// before it went before it did. A candidate that gave up before it led
+// never did, and must never be reported.
+func (s *sim) checkHeads(terms []int64) {
+	s.server.mu.Lock()
+	czxids, dzxids := maps.Clone(s.server.czxids), maps.Clone(s.server.dzxids)
+	s.server.mu.Unlock()
+	nodeOf := map[int64]string{}
+	for p, czxid := range czxids {
+		if path.Dir(p) == dir {
+			nodeOf[czxid] = p
+		}
+	}
+	for _, term := range slices.Compact(terms) {
+		p, ok := nodeOf[term]
+		if !ok {
+			s.fail("the observer reported term %d, which no node of %s has", term, dir)
+			return
+		}
+		n, _ := parseNode(path.Base(p))
+		end, gone := dzxids[p]
+		for _, q := range nodeOf {
+			m, ok := parseNode(path.Base(q))
+			if !ok || !lockname.Precedes(m.seq, n.seq) {
+				continue
+			}
+			if qend, qgone := dzxids[q]; !qgone || gone && qend > end {
+				s.fail("the observer reported term %d, whose node %s never led: %s, before it, went later",
+					term, path.Base(p), path.Base(q))
+				return
+			}
+		}
 	}
 }
 
