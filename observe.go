@@ -14,8 +14,8 @@ import (
 
 // An observer follows the head of the queue, and knows who comes next.
 //
-// It watches the head's node alone, with a data watch, and keeps a
-// listing of the queue. The listing holds every node that can ever
+// It watches the head's node with a data watch, and keeps a listing of
+// the queue. The listing holds every node that can ever
 // precede a node it shows, as a waiter's snapshot does (see watch.go).
 // Sequence numbers only grow. So when the head goes, the next listed node
 // that still exists is the new head. Only once the listed nodes are gone
@@ -43,9 +43,9 @@ import (
 // Proclaim costs a read, and a read of the listed successor in vain. An
 // empty queue costs a listing, whose child watch fires at the first node.
 //
-// What it reports never goes backwards. Each read is later in ZooKeeper's
-// order than the last, since one session's reads are, even across
-// servers. A node that went never comes back, and a later head has a
+// What it reports never goes backwards. Each look's reads are later in
+// ZooKeeper's order than the last look's, since one session's reads are,
+// even across servers. A node that went never comes back, and a later head has a
 // larger czxid. A successor read beside the head is reported only once
 // the head is known gone. Its read may have been answered first. So it is
 // reported only if its data watch, set by that read, has not fired by the
