@@ -26,6 +26,16 @@ func caching(t *testing.T, c *fakeConn, opts ...Option) *RWLock {
 	return l
 }
 
+// releaseOnGrant waits for an acquisition, requires its grant, and releases
+// it. It returns the grant, for its token.
+func releaseOnGrant(t *testing.T, ctx context.Context, ch <-chan result) *Grant {
+	t.Helper()
+	res := <-ch
+	require.NoError(t, res.err)
+	require.NoError(t, res.g.Release(ctx))
+	return res.g
+}
+
 // A hot loop of one process re-grants its kept node: the same node and
 // token, and after the first re-grant's sync, no request while the answer
 // is within δ.
@@ -121,9 +131,7 @@ func TestCachedBusyNodeGoesAtItsRelease(t *testing.T) {
 		require.NoError(t, g.Err(), "the holder is only told")
 		assert.Len(t, s.lockNodes(dir), 2, "not deleted under its holder")
 		require.NoError(t, g.Release(ctx))
-		res := <-w
-		require.NoError(t, res.err)
-		require.NoError(t, res.g.Release(ctx))
+		releaseOnGrant(t, ctx, w)
 		synctest.Wait()
 		assert.Empty(t, s.lockNodes(dir))
 	})
@@ -151,9 +159,7 @@ func TestContendedWithoutCaching(t *testing.T) {
 		assert.True(t, isClosed(g.Contended()))
 		require.NoError(t, r.Release(ctx))
 		require.NoError(t, g.Release(ctx))
-		res := <-w
-		require.NoError(t, res.err)
-		require.NoError(t, res.g.Release(ctx))
+		releaseOnGrant(t, ctx, w)
 	})
 }
 
@@ -246,13 +252,11 @@ func TestCachedRegrantNeverPassesAHeldNotification(t *testing.T) {
 		c.speak()
 		synctest.Wait()
 		require.Len(t, w, 1, "the writer is granted once the kept node goes, not passed")
-		res := <-w
-		require.NoError(t, res.err)
-		require.NoError(t, res.g.Release(ctx))
+		res := releaseOnGrant(t, ctx, w)
 		mine := <-a
 		require.NoError(t, mine.err)
 		assert.NotEqual(t, node, mine.g.Node(), "not re-granted behind the writer")
-		assert.Greater(t, mine.g.Token(), res.g.Token())
+		assert.Greater(t, mine.g.Token(), res.Token())
 		require.NoError(t, mine.g.Release(ctx))
 	})
 }
@@ -285,9 +289,7 @@ func TestCachedRegrantNeverPassesAWriterAfterAReconnection(t *testing.T) {
 		c.replay()
 		synctest.Wait()
 		require.Len(t, w, 1, "the writer is granted once the kept node goes, not passed")
-		res := <-w
-		require.NoError(t, res.err)
-		require.NoError(t, res.g.Release(ctx))
+		releaseOnGrant(t, ctx, w)
 		mine := <-a
 		require.NoError(t, mine.err)
 		assert.NotEqual(t, node, mine.g.Node(), "not re-granted behind the writer")
@@ -492,9 +494,7 @@ func TestContendedAfterADowngrade(t *testing.T) {
 		assert.True(t, isClosed(d.Contended()))
 		require.NoError(t, r.Release(ctx))
 		require.NoError(t, d.Release(ctx))
-		res := <-w
-		require.NoError(t, res.err)
-		require.NoError(t, res.g.Release(ctx))
+		releaseOnGrant(t, ctx, w)
 	})
 }
 

@@ -1,6 +1,7 @@
 package rwlock
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -120,14 +121,7 @@ func TestLockDelayExpiryWithoutProclaimWaits(t *testing.T) {
 		el := newElectionOn(t, cl, WithLockDelay(d))
 		_, err := el.Campaign(ctx, []byte("a"))
 		require.NoError(t, err)
-		got := make(chan time.Time, 1)
-		go func() {
-			g, err := newElectionOn(t, cs, WithLockDelay(d)).Campaign(ctx, []byte("b"))
-			require.NoError(t, err)
-			at := time.Now()
-			require.NoError(t, g.Release(ctx)) // before the test ends, as the bubble wants
-			got <- at
-		}()
+		got := successorLeads(t, ctx, cs, d)
 		synctest.Wait()
 		cl.serverExpire()
 		loss := time.Now()
@@ -149,14 +143,7 @@ func TestLockDelayChangeAndDeletionAcrossReconnection(t *testing.T) {
 		el := newElectionOn(t, cl, WithLockDelay(d))
 		_, err := el.Campaign(ctx, []byte("a"))
 		require.NoError(t, err)
-		got := make(chan time.Time, 1)
-		go func() {
-			g, err := newElectionOn(t, cs, WithLockDelay(d)).Campaign(ctx, []byte("b"))
-			require.NoError(t, err)
-			at := time.Now()
-			require.NoError(t, g.Release(ctx)) // before the test ends, as the bubble wants
-			got <- at
-		}()
+		got := successorLeads(t, ctx, cs, d)
 		synctest.Wait() // the successor watches the leader
 		cs.disconnect()
 		require.NoError(t, el.Proclaim(ctx, []byte("a2")))
@@ -180,14 +167,7 @@ func TestLockDelayProclaimThenResignHandsOverAtOnce(t *testing.T) {
 		el := newElectionOn(t, cl, WithLockDelay(d))
 		leader, err := el.Campaign(ctx, []byte("a"))
 		require.NoError(t, err)
-		got := make(chan time.Time, 1)
-		go func() {
-			g, err := newElectionOn(t, cs, WithLockDelay(d)).Campaign(ctx, []byte("b"))
-			require.NoError(t, err)
-			at := time.Now()
-			require.NoError(t, g.Release(ctx)) // before the test ends, as the bubble wants
-			got <- at
-		}()
+		got := successorLeads(t, ctx, cs, d)
 		synctest.Wait() // the successor watches the leader
 		require.NoError(t, el.Proclaim(ctx, []byte("a2")))
 		synctest.Wait() // the successor reads the node again
@@ -211,14 +191,7 @@ func TestLockDelayQueueAgainAfterExpiryWaits(t *testing.T) {
 		el := newElectionOn(t, cl, WithLockDelay(d))
 		_, err := el.Campaign(ctx, []byte("a"))
 		require.NoError(t, err)
-		got := make(chan time.Time, 1)
-		go func() {
-			g, err := newElectionOn(t, cs, WithLockDelay(d)).Campaign(ctx, []byte("b"))
-			require.NoError(t, err)
-			at := time.Now()
-			require.NoError(t, g.Release(ctx)) // before the test ends, as the bubble wants
-			got <- at
-		}()
+		got := successorLeads(t, ctx, cs, d)
 		synctest.Wait() // the successor watches the leader
 		cs.disconnect()
 		cl.serverExpire()
@@ -228,6 +201,21 @@ func TestLockDelayQueueAgainAfterExpiryWaits(t *testing.T) {
 		require.GreaterOrEqual(t, (<-got).Sub(back), d)
 		settle(cl, el)
 	})
+}
+
+// successorLeads campaigns on c with the delay d in the background. It
+// sends the time the campaign won, and resigns before the test ends, as the
+// bubble wants.
+func successorLeads(t *testing.T, ctx context.Context, c *fakeConn, d time.Duration) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		g, err := newElectionOn(t, c, WithLockDelay(d)).Campaign(ctx, []byte("b"))
+		require.NoError(t, err)
+		at := time.Now()
+		require.NoError(t, g.Release(ctx))
+		got <- at
+	}()
+	return got
 }
 
 // settle closes c and waits for e's deletions in the background, which
