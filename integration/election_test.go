@@ -451,8 +451,8 @@ func TestElectionLeaderPaused(t *testing.T) {
 	})
 	waitNodeCount(t, sc.conn, path, 2, 10*time.Second)
 
+	stopped := time.Now() // before the stop, which the successor must lead well after
 	require.NoError(t, syscall.Kill(leader.pid(), syscall.SIGSTOP))
-	stopped := time.Now()
 	g := next.granted(t, timeout+2*faultTick+10*time.Second)
 	defer mustRelease(t, g)
 	t.Logf("leader SIGSTOPped → successor leads %v", msec(next.at.Sub(stopped)))

@@ -352,8 +352,8 @@ func TestFaultGrantedNestedAfterPause(t *testing.T) {
 			// The pause lasts the session timeout and a tick at least, past
 			// the holder's sleep, which must end within it.
 			time.Sleep(time.Until(stopped.Add(timeout + faultTick)))
+			resumed := time.Since(stopped) // before the SIGCONT: the pause lasted at least this
 			require.NoError(t, syscall.Kill(child.pid(), syscall.SIGCONT))
-			resumed := time.Since(stopped)
 
 			line := child.line(t, 30*time.Second, "nested ")
 			var rep nestedReport

@@ -28,7 +28,7 @@ type overHoldReport struct {
 	Gap       time.Duration // between the last call to Err before the pause and the first after
 	FirstErr  string        // what that first call returned ("" for nil)
 	HoldLimit bool          // it wraps rwlock.ErrHoldLimit
-	Told      int64         // when it returned, in Unix nanoseconds
+	Told      int64         // when it was called, in Unix nanoseconds: no later than the telling
 }
 
 // TestHelperPausedOverHold is not a test: TestFaultPausedOverHold runs the
@@ -59,15 +59,15 @@ func TestHelperPausedOverHold(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		start := time.Now()
 		err := g.Err()
-		told := time.Now()
+		returned := time.Now()
 		if start.Sub(prevEnd) <= time.Second {
 			if err != nil {
 				fail(fmt.Errorf("lost before the pause: %w", err))
 			}
-			prevEnd = told
+			prevEnd = returned
 			continue
 		}
-		r := overHoldReport{Gap: start.Sub(prevEnd), HoldLimit: errors.Is(err, rwlock.ErrHoldLimit), Told: told.UnixNano()}
+		r := overHoldReport{Gap: start.Sub(prevEnd), HoldLimit: errors.Is(err, rwlock.ErrHoldLimit), Told: start.UnixNano()}
 		if err != nil {
 			r.FirstErr = err.Error()
 		}
@@ -121,7 +121,8 @@ func TestFaultPausedOverHold(t *testing.T) {
 	wg := w.granted(t, 30*time.Second)
 	told := time.Unix(0, rep.Told)
 	// Told late, the holder still gets its head start: its client deletes
-	// the node no sooner (the clocks of two processes: a little slack).
+	// the node no sooner. Told is dated from below, by the call that told
+	// it (the clocks of two processes: a little slack).
 	require.GreaterOrEqual(t, w.at.Sub(told), head-50*time.Millisecond,
 		"the waiter was granted %v after the holder was told, within its head start", w.at.Sub(told))
 	t.Logf("paused %v before the notice, for %v (the holder saw %v); the waiter was granted %v after the holder was told",

@@ -134,12 +134,15 @@ func TestFaultPausedHolder(t *testing.T) {
 			require.Contains(t, nodes, nodeName(node))
 			w.stillWaiting(t, "the holder process holds the lock")
 
-			stopped := time.Now()
+			// The pause is dated from inside: after the SIGSTOP's kill returned
+			// and before the SIGCONT's kill, so that it lasted at least as long
+			// as resumed, less the stop's delivery.
 			require.NoError(t, syscall.Kill(child.pid(), syscall.SIGSTOP))
+			stopped := time.Now()
 			wg := w.granted(t, timeout+2*faultTick+10*time.Second)
 			granted := w.at.Sub(stopped)
-			require.NoError(t, syscall.Kill(child.pid(), syscall.SIGCONT))
 			resumed := time.Since(stopped)
+			require.NoError(t, syscall.Kill(child.pid(), syscall.SIGCONT))
 
 			line := child.line(t, 4*timeout+10*time.Second, "resumed ")
 			var rep pauseReport
@@ -156,6 +159,7 @@ func TestFaultPausedHolder(t *testing.T) {
 			// The session can expire up to a third of its timeout before
 			// the pause does (go-zookeeper pings every T/3): the pause
 			// lasted until the grant, which is what the holder must see.
+			// The 50 ms allow for the stop's delivery after its kill returned.
 			require.GreaterOrEqual(t, rep.Gap, resumed-50*time.Millisecond, "the holder saw the whole pause")
 			require.True(t, rep.FirstLost,
 				"the first Err after the holder resumed returned %s, not ErrLost, though another client had been granted the lock",
