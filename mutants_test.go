@@ -330,7 +330,9 @@ func TestSimulationCatchesMutants(t *testing.T) {
 				require.NoError(t, os.WriteFile(p, []byte(src), 0o644))
 			}
 			const limit = 20000
-			args := append([]string{"test", "-count=1", "-run", "TestSimulation$", fmt.Sprintf("-sim.schedules=%d", limit)}, m.flags...)
+			// Without the race detector a schedule takes milliseconds: one
+			// that a mutant livelocks is told by 20 s of real time.
+			args := append([]string{"test", "-count=1", "-run", "TestSimulation$", fmt.Sprintf("-sim.schedules=%d", limit), "-sim.stuck=20s"}, m.flags...)
 			if m.run != "" {
 				args = []string{"test", "-count=1", "-run", "^" + m.run + "$"}
 			}

@@ -97,6 +97,9 @@ var (
 	simPermits   = flag.Int("sim.permits", 1000, "number of schedules TestSimulationPermits runs")
 	simCache     = flag.Bool("sim.cache", false, "TestSimulation with lock caching (see TestSimulationCaching)")
 	simCached    = flag.Int("sim.cached", 1000, "number of schedules TestSimulationCaching runs")
+	// Schedules take milliseconds: a schedule that runs this long in real
+	// time is livelocked, not slow.
+	simStuck = flag.Duration("sim.stuck", 2*time.Minute, "real time after which a schedule counts as livelocked")
 )
 
 func TestSimulation(t *testing.T) {
@@ -295,14 +298,27 @@ func runSchedules(t *testing.T, first uint64, n int, cfg simConfig) (seed uint64
 				if s >= first+uint64(n) {
 					return
 				}
-				f := runSchedule(t, s, false, cfg)
+				f := make(chan string, 1)
+				go func() { f <- runSchedule(t, s, false, cfg) }()
+				var failed string
+				select {
+				case failed = <-f:
+				case <-time.After(*simStuck):
+					// Its goroutines never all block, so synctest.Wait never
+					// returns: a livelock, which no step count can catch. It
+					// is left running; the test fails.
+					failed = fmt.Sprintf("no progress: it ran for %v of real time, its goroutines never all blocked (a livelock)", *simStuck)
+				}
 				mu.Lock()
 				ran++
-				if f != "" && (failure == "" || s < seed) {
-					seed, failure = s, f
+				if failed != "" && (failure == "" || s < seed) {
+					seed, failure = s, failed
 					stop.Store(true)
 				}
 				mu.Unlock()
+				if failed != "" {
+					return
+				}
 			}
 		})
 	}
@@ -1289,6 +1305,7 @@ func (s *sim) schedule(clientsDone <-chan struct{}) {
 		}
 		n.mu.Lock()
 		n.fast = false
+		n.raceSends()
 		s.check()
 		if step == simMaxSteps && s.failed == "" {
 			s.failed = fmt.Sprintf("no progress after %d steps", simMaxSteps)
@@ -1744,6 +1761,7 @@ func (s *sim) thaw(c *simClient) {
 		}
 	}
 	n.mu.Lock()
+	n.raceSends()
 	s.logf("c%d's process resumes", c.id)
 	now := time.Now()
 	for _, o := range s.clients {

@@ -83,8 +83,11 @@ import (
 // for, never happens), a machine's suspended monotonic clock, packets'
 // own latency, and a sendChan that fills up.
 //
-// Requests of one connection reach the server in order; when, is the
-// scheduler's choice (heads, apply), except a keepalive sync on a healthy
+// Requests of one connection reach the server in order, and the server
+// may read other sessions' requests between two of them. When it reads
+// each is the scheduler's choice (heads, apply). Requests made at one
+// instant come from goroutines that race to send them, so their order is
+// drawn (raceSends). The exception is a keepalive sync on a healthy
 // connection while the scheduler lets time pass (fast), which is answered
 // at once: it changes no data, so its timing is no race worth a scheduling
 // step, and the lease only gains from a late one (the scheduler can still
@@ -240,6 +243,7 @@ type zkReq struct {
 	stage      zkStage
 	tcp        *zkTCP
 	setWatches bool // go-zookeeper's own, after a reconnection
+	placed     bool // its place among the requests made at its instant is drawn (raceSends)
 }
 
 // zkFrame is one packet from the server: a response (req), a watch event
@@ -313,7 +317,8 @@ func (cl *zkClient) call(op, p string, f func() error) error {
 
 // enqueue appends r to q, a queue in the order requests were made.
 // Requests made at the same instant come from goroutines that race: they
-// are put in an order of their own, so that a seed replays.
+// are put in an order of their own, so that a seed replays, and raceSends
+// then draws their order.
 func enqueue(q []*zkReq, r *zkReq) []*zkReq {
 	key := func(r *zkReq) string {
 		if r.key == "" {
@@ -682,7 +687,8 @@ func (n *zkNet) handshake(cl *zkClient) {
 		n.send(cl, r)
 	}
 	if len(c.held) > 0 {
-		n.send(cl, &zkReq{cl: cl, at: now, op: "setWatches", result: make(chan error, 1), setWatches: true})
+		// go-zookeeper sends it itself, after what waited: no race.
+		n.send(cl, &zkReq{cl: cl, at: now, op: "setWatches", result: make(chan error, 1), setWatches: true, placed: true})
 	}
 }
 
@@ -915,6 +921,41 @@ func (n *zkNet) idle() bool {
 		}
 	}
 	return true
+}
+
+// raceSends draws the order of the requests each connection had made at
+// one instant, and not yet answered. Each caller waits for its answer
+// (call), so no two of them come from one goroutine: they come from
+// goroutines that raced to queueRequest, and reach sendChan, and so the
+// server, in any order. A library that sends two requests at once must
+// not count on the order it wrote them in. Call after synctest.Wait, with
+// n.mu held.
+func (n *zkNet) raceSends() {
+	for _, cl := range n.clients {
+		n.drawOrder(cl.sendChan)
+		if cl.tcp != nil {
+			n.drawOrder(cl.tcp.inflight)
+		}
+	}
+}
+
+// drawOrder shuffles the requests of q made at one instant whose order
+// is not drawn yet, in their places.
+func (n *zkNet) drawOrder(q []*zkReq) {
+	for i := 0; i < len(q); {
+		var slots []int
+		j := i
+		for ; j < len(q) && q[j].at.Equal(q[i].at); j++ {
+			if !q[j].placed && q[j].stage < stageApplied {
+				slots = append(slots, j)
+			}
+			q[j].placed = true
+		}
+		if len(slots) > 1 && n.shuffle != nil {
+			n.shuffle(len(slots), func(a, b int) { q[slots[a]], q[slots[b]] = q[slots[b]], q[slots[a]] })
+		}
+		i = j
+	}
 }
 
 // touchData changes a node's data, as a client outside the simulation
