@@ -23,41 +23,6 @@ import (
 // the scheduling of a loaded machine, short beside the test's time.
 const lockDelayTest = 3 * time.Second
 
-// deletedAt watches node from a client of its own, and returns when the
-// client heard of its deletion, on CLOCK_MONOTONIC. The server deleted it
-// before then. A release's mark rides on the deletion, in one transaction:
-// a data change that leaves the node gone dates the deletion too.
-func deletedAt(t *testing.T, conn *zk.Conn, node string) <-chan int64 {
-	t.Helper()
-	ok, _, ch, err := conn.ExistsW(node)
-	require.NoError(t, err)
-	require.True(t, ok, "%s is gone already", node)
-	at := make(chan int64, 1)
-	go func() {
-		defer close(at)
-		for {
-			ev := <-ch
-			now := monotonic()
-			switch ev.Type {
-			case zk.EventNodeDeleted:
-				at <- now
-				return
-			case zk.EventNodeDataChanged:
-				var exists bool
-				if exists, _, ch, err = conn.ExistsW(node); err != nil {
-					return
-				} else if !exists {
-					at <- now
-					return
-				}
-			default:
-				return
-			}
-		}
-	}()
-	return at
-}
-
 // existedUntil looks for node from a client of its own until it is gone,
 // and returns, on CLOCK_MONOTONIC, when it sent the last look that found
 // the node. The server deleted it after then: this dates the deletion from
@@ -212,7 +177,7 @@ func TestLockDelayReaderLostInARun(t *testing.T) {
 		g2, err := r2.lock(t, path, rwlock.WithLockDelay(lockDelayTest)).RLock(ctx)
 		require.NoError(t, err)
 		wc := connect(t, srv, timeout)
-		gone := deletedAt(t, wc.conn, g1.Node())
+		gone := existedUntil(t, wc.conn, g1.Node())
 		w := goAcquire(t, ctx, wc.lock(t, path, rwlock.WithLockDelay(lockDelayTest)).Lock)
 		waitNodeCount(t, wc.conn, path, 3, 10*time.Second)
 		waitWatchedBy(t, cluster, path, g1.Node(), wc)

@@ -53,7 +53,7 @@ func TestPeersBehindAKeptNode(t *testing.T) {
 					require.True(t, queue[0].Cached)
 				}
 				op := connect(t, srv.Addr(0), 0)
-				gone := deletedAt(t, op.conn, kept)
+				gone := existedUntil(t, op.conn, kept)
 
 				rec := newRecord()
 				procs := tc.peer.start(t, rec, srv.Addr(0), path, peerSession)
