@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -227,6 +228,48 @@ func TestObserve(t *testing.T) {
 	})
 }
 
+// observed is what an Observe call reported, and when, until its channel
+// closed (done).
+type observed struct {
+	mu   sync.Mutex
+	got  []Leadership
+	at   []time.Time
+	done chan struct{}
+}
+
+// collect reads states until the channel closes.
+func collect(states <-chan Leadership) *observed {
+	o := &observed{done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		for st := range states {
+			o.mu.Lock()
+			o.got, o.at = append(o.got, st), append(o.at, time.Now())
+			o.mu.Unlock()
+		}
+	}()
+	return o
+}
+
+// states returns what was reported so far.
+func (o *observed) states() []Leadership {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.got)
+}
+
+// first returns when term was first reported.
+func (o *observed) first(term int64) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, st := range o.got {
+		if st.Term == term {
+			return o.at[i], true
+		}
+	}
+	return time.Time{}, false
+}
+
 // A leader that waited releases with its mark, a data change. The
 // observer, which listed the successor when it queued, reads the head and
 // the successor together: it reports the new leader one round trip after
@@ -242,21 +285,8 @@ func TestObserverReadsTheSuccessorBesideTheHead(t *testing.T) {
 			time.Sleep(trip)
 			return nil
 		})
-		var mu sync.Mutex
-		seen := map[int64]time.Time{}
 		octx, stop := context.WithCancel(ctx)
-		states := newElectionOn(t, oc).Observe(octx)
-		observing := make(chan struct{})
-		go func() {
-			defer close(observing)
-			for st := range states {
-				mu.Lock()
-				if _, ok := seen[st.Term]; !ok {
-					seen[st.Term] = time.Now()
-				}
-				mu.Unlock()
-			}
-		}()
+		seen := collect(newElectionOn(t, oc).Observe(octx))
 		// settle lets the observer finish what it does, its round trips
 		// included.
 		settle := func() {
@@ -280,14 +310,12 @@ func TestObserverReadsTheSuccessorBesideTheHead(t *testing.T) {
 		require.NoError(t, rb.err)
 		returned := time.Now()
 		settle()
-		mu.Lock()
-		at, ok := seen[rb.g.Token()]
-		mu.Unlock()
+		at, ok := seen.first(rb.g.Token())
 		require.True(t, ok, "the observer never reported the new leader")
 		assert.Equal(t, trip, at.Sub(returned), "the observer's lag behind the new leader's Campaign")
 		require.NoError(t, b.Resign(ctx))
 		stop()
-		<-observing
+		<-seen.done
 		settle() // the requests under way when it stopped
 	})
 }
@@ -311,19 +339,8 @@ func TestObserverNeverReportsACandidateThatNeverLed(t *testing.T) {
 			waitS := start(sctx, func(ctx context.Context) (*Grant, error) { return sc.Campaign(ctx, []byte("s")) })
 			synctest.Wait()
 
-			var mu sync.Mutex
-			var got []Leadership
 			octx, stop := context.WithCancel(ctx)
-			states := newElectionOn(t, oc).Observe(octx)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				for st := range states {
-					mu.Lock()
-					got = append(got, st)
-					mu.Unlock()
-				}
-			}()
+			seen := collect(newElectionOn(t, oc).Observe(octx))
 			synctest.Wait() // the observer shows h and has listed s behind it
 
 			proceed := make(chan struct{})
@@ -342,10 +359,9 @@ func TestObserverNeverReportsACandidateThatNeverLed(t *testing.T) {
 			close(proceed)
 			synctest.Wait()
 			stop()
-			<-done
+			<-seen.done
 
-			mu.Lock()
-			defer mu.Unlock()
+			got := seen.states()
 			for _, st := range got {
 				if st.Term != 0 && st.Term != gh.Token() {
 					bogus++
@@ -376,18 +392,7 @@ func TestObserverDoesNotReadAGoneSuccessorTwice(t *testing.T) {
 		require.NoError(t, rh.err) // h waited: its release marks its node
 
 		octx, stop := context.WithCancel(ctx)
-		states := newElectionOn(t, oc).Observe(octx)
-		var mu sync.Mutex
-		var got []Leadership
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for st := range states {
-				mu.Lock()
-				got = append(got, st)
-				mu.Unlock()
-			}
-		}()
+		seen := collect(newElectionOn(t, oc).Observe(octx))
 		synctest.Wait()
 		sctx, cancelS := context.WithCancel(ctx)
 		waitS := start(sctx, func(ctx context.Context) (*Grant, error) { return sc.Campaign(ctx, []byte("s")) })
@@ -397,6 +402,7 @@ func TestObserverDoesNotReadAGoneSuccessorTwice(t *testing.T) {
 		waitT := start(ctx, func(ctx context.Context) (*Grant, error) { return tc.Campaign(ctx, []byte("t")) })
 		synctest.Wait()
 
+		var mu sync.Mutex
 		var ops []string
 		gone := map[string]bool{}
 		var wasted []string
@@ -421,11 +427,12 @@ func TestObserverDoesNotReadAGoneSuccessorTwice(t *testing.T) {
 		mu.Lock()
 		t.Logf("requests after h's release:\n%s", strings.Join(ops, "\n"))
 		assert.Empty(t, wasted, "nodes read again after a read found them gone")
-		assert.Equal(t, "t", string(got[len(got)-1].Value))
 		mu.Unlock()
+		got := seen.states()
+		assert.Equal(t, "t", string(got[len(got)-1].Value))
 		require.NoError(t, rt.g.Release(ctx))
 		stop()
-		<-done
+		<-seen.done
 	})
 }
 

@@ -45,8 +45,8 @@ import (
 //
 // What it reports never goes backwards. Each look's reads are later in
 // ZooKeeper's order than the last look's, since one session's reads are,
-// even across servers. A node that went never comes back, and a later head has a
-// larger czxid. A successor read beside the head is reported only once
+// even across servers. A node that went never comes back, and a later
+// head has a larger czxid. A successor read beside the head is reported only once
 // the head is known gone. Its read may have been answered first. So it is
 // reported only if its data watch, set by that read, has not fired by the
 // head's answer: it was still there, and unchanged, when the head was gone.

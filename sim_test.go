@@ -316,9 +316,6 @@ func runSchedules(t *testing.T, first uint64, n int, cfg simConfig) (seed uint64
 					stop.Store(true)
 				}
 				mu.Unlock()
-				if failed != "" {
-					return
-				}
 			}
 		})
 	}
