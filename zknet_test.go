@@ -318,7 +318,8 @@ func (cl *zkClient) call(op, p string, f func() error) error {
 // enqueue appends r to q, a queue in the order requests were made.
 // Requests made at the same instant come from goroutines that race: they
 // are put in an order of their own, so that a seed replays, and raceSends
-// then draws their order.
+// then draws their order. A request whose order is drawn was queued before
+// r was made, and stays before it.
 func enqueue(q []*zkReq, r *zkReq) []*zkReq {
 	key := func(r *zkReq) string {
 		if r.key == "" {
@@ -327,7 +328,7 @@ func enqueue(q []*zkReq, r *zkReq) []*zkReq {
 		return r.key
 	}
 	i := len(q)
-	for i > 0 && q[i-1].stage < stageApplied && q[i-1].at.Equal(r.at) && key(q[i-1]) > key(r) {
+	for i > 0 && !q[i-1].placed && q[i-1].stage < stageApplied && q[i-1].at.Equal(r.at) && key(q[i-1]) > key(r) {
 		i--
 	}
 	return slices.Insert(q, i, r)
